@@ -1,0 +1,32 @@
+"""Transformer, BERT and ViT as pure-functional Flax modules, trained with sharded jax.jit.
+
+Install for development: `pip install -c constraints.txt -e '.[test]'` (what `make` does).
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="papers-jax",
+    version="0.1.0",
+    description="Transformer, BERT and ViT in JAX/Flax: papers, ablations, sharded training",
+    python_requires=">=3.10",
+    packages=find_packages(include=["models", "models.*", "train", "train.*", "configs",
+                                    "configs.*", "data", "data.*"]),
+    install_requires=[
+        "jax>=0.10",
+        "flax>=0.12",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12",
+        "ml-collections>=1.0",
+        "tensorflow-datasets>=4.9.10",  # builders write array_record; no TensorFlow needed
+        "importlib_resources",           # TFDS imports it for packaged and catalog builders
+        "grain>=0.2.18",
+        "array-record>=0.8",
+        "numpy",
+        "tensorboardX",                  # TensorBoard event files without TensorFlow
+        "tqdm",
+    ],
+    extras_require={
+        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+    },
+)
