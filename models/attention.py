@@ -1,0 +1,335 @@
+"""Scaled dot-product attention, multi-head / grouped-query attention, and attention masks.
+
+Shapes (letters used throughout):
+  b batch, q query length, k key/value length, h query heads, g = h // kv_heads, d head dim.
+  query ``[b, q, h, d]``, key / value ``[b, k, kv_heads, d]``, output ``[b, q, h, d]``.
+
+Masks are boolean, ``True`` = "this query may attend to this key", with a shape broadcastable to
+``[b, h, q, k]`` (the helpers return ``[b, 1, q, k]`` or ``[1, 1, q, k]``). Combine several with
+``combine_masks``. Biases are additive float logits broadcastable to ``[b, h, q, k]`` (ALiBi, T5,
+2-D relative: see ``models.position``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models.position import apply_rope
+
+Dtype = Any
+Initializer = Callable[..., Any]
+
+IMPLEMENTATIONS = ('xla', 'cudnn')
+
+
+# ----------------------------------------------------------------------------------------------
+# Masks
+# ----------------------------------------------------------------------------------------------
+
+def padding_mask(q_valid, kv_valid):
+    """``[b, 1, q, k]``: a pair may attend when both the query and the key are real tokens.
+
+    ``q_valid`` ``[b, q]`` and ``kv_valid`` ``[b, k]`` are bool (or 0/1 int) arrays.
+    """
+    q_valid = jnp.asarray(q_valid).astype(bool)
+    kv_valid = jnp.asarray(kv_valid).astype(bool)
+    return q_valid[:, None, :, None] & kv_valid[:, None, None, :]
+
+
+def causal_mask(q_len: int, kv_len: int | None = None, offset=0):
+    """``[1, 1, q, k]``: query ``i`` sits at absolute position ``i + offset`` and sees keys
+    ``j <= i + offset`` (Vaswani et al. 2017 decoder: no peeking at later tokens).
+
+    ``offset`` lets ``q_len`` new queries sit after ``offset`` already-known keys (decoding).
+    """
+    kv_len = q_len if kv_len is None else kv_len
+    q_pos = jnp.arange(q_len)[:, None] + offset
+    kv_pos = jnp.arange(kv_len)[None, :]
+    return (kv_pos <= q_pos)[None, None]
+
+
+def segment_mask(q_segment_ids, kv_segment_ids):
+    """``[b, 1, q, k]``: attend only within the same segment of a packed sequence.
+
+    Several short examples packed into one row carry ids 1, 2, 3, ...; id 0 marks padding,
+    which attends to nothing and is attended by nothing.
+    """
+    q_ids = jnp.asarray(q_segment_ids)[:, None, :, None]
+    kv_ids = jnp.asarray(kv_segment_ids)[:, None, None, :]
+    return (q_ids == kv_ids) & (q_ids != 0) & (kv_ids != 0)
+
+
+def sliding_window_mask(q_positions, kv_positions, window: int, *, causal: bool = True):
+    """``[b, 1, q, k]`` local attention over ``window`` positions.
+
+    With ``diff = q_pos - kv_pos``:
+      - ``causal=True``: ``0 <= diff < window``, the query and the ``window - 1`` keys before it
+        (Mistral style; ``window=1`` attends only to itself).
+      - ``causal=False``: ``|diff| < window``, ``window - 1`` keys on each side (Longformer style).
+    Positions are ``[b, len]`` integer arrays.
+    """
+    if window < 1:
+        raise ValueError(f'sliding_window_mask needs window >= 1, got {window}.')
+    diff = jnp.asarray(q_positions)[:, :, None] - jnp.asarray(kv_positions)[:, None, :]
+    if causal:
+        allowed = (diff >= 0) & (diff < window)
+    else:
+        allowed = jnp.abs(diff) < window
+    return allowed[:, None]
+
+
+def combine_masks(*masks):
+    """Logical AND of the masks that are not None (broadcasting); None if all are None."""
+    masks = [m for m in masks if m is not None]
+    if not masks:
+        return None
+    combined = jnp.asarray(masks[0]).astype(bool)
+    for m in masks[1:]:
+        combined = combined & jnp.asarray(m).astype(bool)
+    return combined
+
+
+# ----------------------------------------------------------------------------------------------
+# Dot-product attention
+# ----------------------------------------------------------------------------------------------
+
+def _group_query_heads(query, num_kv_heads: int):
+    """``[b, q, h, d] -> [b, q, kv_heads, g, d]``: query head ``i`` is in group ``i // g``."""
+    b, q, h, d = query.shape
+    if h % num_kv_heads:
+        raise ValueError(f'Number of query heads ({h}) must be a multiple of the number of '
+                         f'key/value heads ({num_kv_heads}).')
+    return query.reshape(b, q, num_kv_heads, h // num_kv_heads, d)
+
+
+def attention_weights(query, key, *, bias=None, mask=None):
+    """Attention probabilities ``softmax(Q K^T / sqrt(d) + bias)``, float32 ``[b, h, q, k]``.
+
+    Masked-out pairs get probability 0. A query whose keys are all masked gets an all-zero row
+    (rather than the NaN of a softmax over nothing), so padding queries produce zero outputs.
+    Grouped-query attention: query head ``i`` is compared with key head ``i // (h // kv_heads)``.
+    """
+    b, q_len, h, d = query.shape
+    k_len, num_kv_heads = key.shape[1], key.shape[2]
+    grouped = _group_query_heads(query, num_kv_heads)
+    logits = jnp.einsum('bqngd,bknd->bngqk', grouped, key, preferred_element_type=jnp.float32)
+    logits = logits.reshape(b, h, q_len, k_len)
+    # Vaswani et al. 2017, eq. 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
+    logits = logits / math.sqrt(d)
+    if bias is not None:
+        logits = logits + jnp.asarray(bias, jnp.float32)
+    if mask is None:
+        return jax.nn.softmax(logits, axis=-1)
+    # A finite fill (not -inf) keeps fully masked rows finite; they are zeroed just below.
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    return jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
+
+
+def _expand_to_4d(x, q_len, kv_len):
+    """Bias/mask to 4-D with full ``q`` and ``k`` axes (cuDNN broadcasts only batch and heads)."""
+    x = jnp.asarray(x)
+    x = x.reshape((1,) * (4 - x.ndim) + x.shape)
+    return jnp.broadcast_to(x, x.shape[:2] + (q_len, kv_len))
+
+
+def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_rate: float = 0.0,
+                          dropout_rng=None, deterministic: bool = True,
+                          implementation: str = 'xla', dtype: Dtype | None = None):
+    """Scaled dot-product attention with optional grouped-query heads; returns ``[b, q, h, d_v]``.
+
+    Args:
+      query: ``[b, q, h, d]``.
+      key: ``[b, k, kv_heads, d]`` with ``h % kv_heads == 0`` (``kv_heads == h``: multi-head;
+        ``1 < kv_heads < h``: grouped-query; ``kv_heads == 1``: multi-query).
+      value: ``[b, k, kv_heads, d_v]``; the output is ``[b, q, h, d_v]`` (``d_v == d`` for cudnn).
+      bias: additive float logits broadcastable to ``[b, h, q, k]``.
+      mask: bool, broadcastable to ``[b, h, q, k]``, True = may attend.
+      dropout_rate, dropout_rng, deterministic: dropout on the attention probabilities
+        (Vaswani et al. 2017 apply dropout to sublayer outputs; attention-probability dropout
+        is the standard companion used by their code and BERT). Needs ``dropout_rng`` when
+        active.
+      implementation: ``'xla'`` (explicit einsums, this file; the reference) or ``'cudnn'``
+        (fused flash attention via ``jax.nn.dot_product_attention``, NVIDIA GPUs, fp16/bf16
+        only, no probability dropout).
+      dtype: compute dtype of the matmuls; default: the promoted dtype of query/key/value.
+        The softmax is always computed in float32.
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f'Unknown attention implementation {implementation!r}; allowed values: '
+                         f'{", ".join(repr(i) for i in IMPLEMENTATIONS)}.')
+    dropout_active = dropout_rate > 0.0 and not deterministic
+    if dtype is None:
+        dtype = jnp.result_type(query, key, value)
+    query, key, value = (jnp.asarray(t, dtype) for t in (query, key, value))
+
+    if implementation == 'cudnn':
+        if dropout_active:
+            raise ValueError(
+                "implementation='cudnn' has no attention-probability dropout: set the attention "
+                "dropout rate to 0 or use implementation='xla'.")
+        q_len, kv_len = query.shape[1], key.shape[1]
+        if mask is not None:
+            mask = _expand_to_4d(mask, q_len, kv_len).astype(bool)
+        out = jax.nn.dot_product_attention(
+            query, key, value,
+            bias=None if bias is None else _expand_to_4d(bias, q_len, kv_len).astype(dtype),
+            mask=mask, implementation='cudnn')
+        if mask is not None:
+            # Match the 'xla' path: queries with no visible key output zeros.
+            any_key = jnp.any(mask, axis=-1)                                      # [b|1, h|1, q]
+            out = out * jnp.transpose(any_key, (0, 2, 1))[..., None].astype(out.dtype)
+        return out
+
+    probs = attention_weights(query, key, bias=bias, mask=mask)                  # [b, h, q, k]
+    if dropout_active:
+        if dropout_rng is None:
+            raise ValueError('dot_product_attention: dropout is active but dropout_rng is None.')
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+        probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+    b, q_len, h, _ = query.shape
+    num_kv_heads = key.shape[2]
+    probs = probs.astype(dtype).reshape(b, num_kv_heads, h // num_kv_heads, q_len, -1)
+    out = jnp.einsum('bngqk,bknd->bqngd', probs, value)
+    return out.reshape(b, q_len, h, value.shape[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-head attention module
+# ----------------------------------------------------------------------------------------------
+
+class Projection(nn.Module):
+    """A linear map contracting the last `num_contracted` input axes into `features` axes.
+
+    Like ``nn.DenseGeneral``, but the kernel is created at its full rank ([in..., out...]) so its
+    logical axis names apply under a mesh (DenseGeneral initialises a flattened 2-D kernel and
+    reshapes it, which a sharding constraint on the 3-D names rejects). The initialiser still
+    sees the flattened [fan_in, fan_out] shape, so variance scaling uses the true fan-in/out.
+    """
+
+    features: tuple[int, ...]
+    num_contracted: int
+    kernel_names: tuple[str | None, ...]
+    bias_names: tuple[str | None, ...]
+    use_bias: bool = True
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.xavier_uniform()
+    bias_init: Initializer = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x):
+        in_shape = x.shape[x.ndim - self.num_contracted:]
+        shape = (*in_shape, *self.features)
+
+        def init(rng, shape, dtype):
+            flat = (math.prod(in_shape), math.prod(self.features))
+            return self.kernel_init(rng, flat, dtype).reshape(shape)
+
+        kernel = self.param('kernel', nn.with_logical_partitioning(init, self.kernel_names),
+                            shape, self.param_dtype)
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        y = jnp.tensordot(x, kernel, axes=(tuple(range(x.ndim - self.num_contracted, x.ndim)),
+                                           tuple(range(self.num_contracted))))
+        if self.use_bias:
+            bias = self.param('bias', nn.with_logical_partitioning(self.bias_init, self.bias_names),
+                              self.features, self.param_dtype)
+            y = y + bias.astype(self.dtype)
+        return y
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al. 2017, Sec. 3.2.2) with grouped-query key/value heads.
+
+    Projections: ``query`` ``[embed, heads, kv]``, ``key`` / ``value`` ``[embed, kv_heads, kv]``,
+    ``out`` ``[heads, kv, embed]`` (``kv`` = ``head_dim``). Each head attends in its own
+    ``head_dim``-wide subspace; the heads' outputs are concatenated and projected back.
+    Grouped-query attention (Ainslie et al. 2023) shares each key/value head between
+    ``num_heads // num_kv_heads`` query heads, shrinking the key/value projections (and a
+    decoding cache); ``num_kv_heads=1`` is multi-query attention (Shazeer 2019).
+
+    Kernels default to Glorot/Xavier uniform over the flattened ``[fan_in, fan_out]`` matrix
+    (as the ViT reference code does), biases to zero.
+
+    ``__call__(inputs_q [b, q, e], inputs_kv [b, k, e] | None, *, mask, bias, q_positions,
+    kv_positions, deterministic) -> [b, q, out_features]``. ``inputs_kv=None`` means
+    self-attention. Positions (``[b, len]`` int, default ``arange``) are only used for RoPE.
+    """
+
+    num_heads: int
+    head_dim: int
+    num_kv_heads: int | None = None
+    out_features: int | None = None
+    dropout_rate: float = 0.0
+    use_bias: bool = True
+    rotary_base: float | None = None
+    implementation: str = 'xla'
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.xavier_uniform()
+    bias_init: Initializer = nn.initializers.zeros
+
+    def _projection(self, features, axis, kernel_names, bias_names, name):
+        return Projection(
+            features=features if isinstance(features, tuple) else (features,),
+            num_contracted=len(axis) if isinstance(axis, tuple) else 1,
+            kernel_names=kernel_names, bias_names=bias_names, use_bias=self.use_bias,
+            dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+            bias_init=self.bias_init, name=name)
+
+    @nn.compact
+    def __call__(self, inputs_q, inputs_kv=None, *, mask=None, bias=None, q_positions=None,
+                 kv_positions=None, deterministic: bool = True):
+        num_kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        if num_kv_heads < 1 or self.num_heads % num_kv_heads:
+            raise ValueError(f'MultiHeadAttention: num_heads ({self.num_heads}) must be a '
+                             f'multiple of num_kv_heads ({num_kv_heads}).')
+        self_attention = inputs_kv is None
+        if self_attention:
+            inputs_kv = inputs_q
+        out_features = inputs_q.shape[-1] if self.out_features is None else self.out_features
+
+        # 1. Project to per-head queries, keys and values.
+        heads_qkv = ('batch', 'length', 'heads', 'kv')
+        kv_heads_qkv = ('batch', 'length', 'kv_heads', 'kv')
+        query = self._projection((self.num_heads, self.head_dim), -1, ('embed', 'heads', 'kv'),
+                                 ('heads', 'kv'), 'query')(inputs_q)
+        key = self._projection((num_kv_heads, self.head_dim), -1, ('embed', 'kv_heads', 'kv'),
+                               ('kv_heads', 'kv'), 'key')(inputs_kv)
+        value = self._projection((num_kv_heads, self.head_dim), -1, ('embed', 'kv_heads', 'kv'),
+                                 ('kv_heads', 'kv'), 'value')(inputs_kv)
+        query = nn.with_logical_constraint(query, heads_qkv)
+        key = nn.with_logical_constraint(key, kv_heads_qkv)
+        value = nn.with_logical_constraint(value, kv_heads_qkv)
+
+        # 2. Rotary position embedding, applied to queries and keys only.
+        if self.rotary_base is not None:
+            batch = inputs_q.shape[0]
+            if q_positions is None:
+                q_positions = jnp.broadcast_to(jnp.arange(inputs_q.shape[1]), (batch, inputs_q.shape[1]))
+            if kv_positions is None:
+                kv_positions = q_positions if self_attention else jnp.broadcast_to(
+                    jnp.arange(inputs_kv.shape[1]), (batch, inputs_kv.shape[1]))
+            query = apply_rope(query, q_positions, self.rotary_base)
+            key = apply_rope(key, kv_positions, self.rotary_base)
+
+        # (A key/value cache for decoding would append `key`/`value` here and extend the mask.)
+
+        # 3. Attend, per head.
+        dropout_rng = None
+        if self.dropout_rate > 0.0 and not deterministic:
+            dropout_rng = self.make_rng('dropout')
+        out = dot_product_attention(
+            query, key, value, bias=bias, mask=mask, dropout_rate=self.dropout_rate,
+            dropout_rng=dropout_rng, deterministic=deterministic,
+            implementation=self.implementation, dtype=self.dtype)
+        out = nn.with_logical_constraint(out, heads_qkv)
+
+        # 4. Concatenate the heads and project back: one contraction over (heads, kv).
+        out = self._projection(out_features, (-2, -1), ('heads', 'kv', 'embed'), ('embed',),
+                               'out')(out)
+        return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))

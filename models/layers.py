@@ -1,0 +1,209 @@
+"""Transformer building blocks: feed-forward network, normalisation, encoder and decoder blocks.
+
+A block is a stack of sublayers, each wrapped in a residual connection and a normalisation:
+  - post-norm (Vaswani et al. 2017, the original Transformer and BERT):
+        x = Norm(x + Dropout(Sublayer(x)))
+  - pre-norm (Xiong et al. 2020; GPT-2, ViT, T5):
+        x = x + Dropout(Sublayer(Norm(x)))
+    Pre-norm keeps an un-normalised residual path from input to output, so gradients are well
+    behaved at initialisation and training needs little or no learning-rate warmup. Its stack
+    must end with one more Norm (the model adds it, not the block).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models.attention import MultiHeadAttention
+
+Dtype = Any
+Initializer = Callable[..., Any]
+
+ACTIVATIONS = {
+    'relu': jax.nn.relu,                                        # Vaswani et al. 2017, eq. 2
+    # Hendrycks & Gimpel 2016: GELU(x) = x * Phi(x), Phi the standard normal CDF (via erf).
+    'gelu': lambda x: jax.nn.gelu(x, approximate=False),        # BERT, ViT
+    # Hendrycks & Gimpel 2016: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+    'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),    # GPT-2, original BERT TF code
+}
+NORM_KINDS = ('layernorm', 'rmsnorm')
+NORM_POSITIONS = ('pre', 'post')
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network, ``wo(Dropout(act(wi(x))))``.
+
+    Vaswani et al. 2017, Sec. 3.3: the same two-layer MLP is applied to every position
+    independently, widening to ``hidden_dim`` (``d_ff``, typically 4x the model width) and back.
+    Params ``'wi'`` (``[embed, mlp]``) and ``'wo'`` (``[mlp, embed]``). Kernels default to
+    Glorot/Xavier uniform, biases to zero. ``__call__(x [..., embed], deterministic) -> same shape``.
+    """
+
+    hidden_dim: int
+    activation: str = 'gelu'
+    dropout_rate: float = 0.0
+    use_bias: bool = True
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.xavier_uniform()
+    bias_init: Initializer = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f'Unknown activation {self.activation!r}; allowed values: '
+                             f'{", ".join(repr(a) for a in ACTIVATIONS)}.')
+
+        def dense(features, kernel_names, name):
+            return nn.Dense(
+                features, use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+                kernel_init=nn.with_logical_partitioning(self.kernel_init, kernel_names),
+                bias_init=nn.with_logical_partitioning(self.bias_init, kernel_names[1:]),
+                name=name)
+
+        width = x.shape[-1]
+        h = dense(self.hidden_dim, ('embed', 'mlp'), 'wi')(x)
+        h = ACTIVATIONS[self.activation](h)
+        h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
+        h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+        out = dense(width, ('mlp', 'embed'), 'wo')(h)
+        return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
+
+
+def make_norm(kind: str, *, epsilon: float = 1e-6, dtype: Dtype = jnp.float32,
+              param_dtype: Dtype = jnp.float32, name: str | None = None) -> nn.Module:
+    """A normalisation over the last (feature) axis, computed in float32.
+
+    ``'layernorm'`` (Ba et al. 2016): ``gamma * (x - mean) / sqrt(var + eps) + beta``; params
+    ``'scale'`` and ``'bias'``. ``'rmsnorm'`` (Zhang & Sennrich 2019): ``gamma * x /
+    sqrt(mean(x^2) + eps)``, no centring and no bias; param ``'scale'``. Both are Flax's modules;
+    the formulas above are what they compute.
+    """
+    ones = nn.with_logical_partitioning(nn.initializers.ones, ('embed',))
+    zeros = nn.with_logical_partitioning(nn.initializers.zeros, ('embed',))
+    if kind == 'layernorm':
+        # use_fast_variance=False: var = mean((x - mean)^2), exact even when |mean| >> std.
+        return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype,
+                            scale_init=ones, bias_init=zeros, use_fast_variance=False, name=name)
+    if kind == 'rmsnorm':
+        return nn.RMSNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, scale_init=ones,
+                          name=name)
+    raise ValueError(f'Unknown norm {kind!r}; allowed values: '
+                     f'{", ".join(repr(k) for k in NORM_KINDS)}.')
+
+
+class _BlockConfig(nn.Module):
+    """Fields shared by ``EncoderBlock`` and ``DecoderBlock``, and their residual wrapper."""
+
+    num_heads: int
+    head_dim: int
+    mlp_dim: int
+    num_kv_heads: int | None = None
+    activation: str = 'gelu'
+    norm: str = 'layernorm'
+    norm_epsilon: float = 1e-6
+    norm_position: str = 'pre'
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    rotary_base: float | None = None
+    use_bias: bool = True
+    implementation: str = 'xla'
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    def _check(self):
+        if self.norm_position not in NORM_POSITIONS:
+            raise ValueError(f'Unknown norm_position {self.norm_position!r}; allowed values: '
+                             f'{", ".join(repr(p) for p in NORM_POSITIONS)}.')
+
+    def _norm(self, name):
+        return make_norm(self.norm, epsilon=self.norm_epsilon, dtype=self.dtype,
+                         param_dtype=self.param_dtype, name=name)
+
+    def _attention(self, name, rotary_base):
+        return MultiHeadAttention(
+            num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
+            dropout_rate=self.attention_dropout_rate, use_bias=self.use_bias,
+            rotary_base=rotary_base, implementation=self.implementation, dtype=self.dtype,
+            param_dtype=self.param_dtype, name=name)
+
+    def _mlp(self):
+        return FeedForward(hidden_dim=self.mlp_dim, activation=self.activation,
+                           dropout_rate=self.dropout_rate, use_bias=self.use_bias,
+                           dtype=self.dtype, param_dtype=self.param_dtype, name='mlp')
+
+    def _residual(self, x, sublayer, norm, deterministic):
+        """One residual sublayer, pre- or post-norm; ``sublayer`` maps ``[b, l, e]`` to same."""
+        dropout = nn.Dropout(self.dropout_rate)
+        if self.norm_position == 'pre':
+            # Xiong et al. 2020: x + Sublayer(LayerNorm(x)).
+            y = x + dropout(sublayer(norm(x)), deterministic=deterministic)
+        else:
+            # Vaswani et al. 2017, Sec. 5.4 / 3.1: LayerNorm(x + Dropout(Sublayer(x))).
+            y = norm(x + dropout(sublayer(x), deterministic=deterministic))
+        return nn.with_logical_constraint(y, ('batch', 'length', 'embed'))
+
+
+class EncoderBlock(_BlockConfig):
+    """Self-attention then feed-forward, each as a residual sublayer (see module docstring).
+
+    Submodules: ``'attention'``, ``'mlp'``, ``'norm_attention'``, ``'norm_mlp'``.
+    ``__call__(x [b, l, e], *, mask, bias, positions, deterministic) -> [b, l, e]``;
+    ``mask`` / ``bias`` go to the attention, ``positions`` ``[b, l]`` drive RoPE if enabled.
+    ``dropout_rate`` drops each sublayer output and the FFN hidden activations;
+    ``attention_dropout_rate`` drops attention probabilities.
+    """
+
+    @nn.compact
+    def __call__(self, x, *, mask=None, bias=None, positions=None, deterministic: bool = True):
+        self._check()
+        attention = self._attention('attention', self.rotary_base)
+        x = self._residual(
+            x, lambda h: attention(h, mask=mask, bias=bias, q_positions=positions,
+                                   deterministic=deterministic),
+            self._norm('norm_attention'), deterministic)
+        mlp = self._mlp()
+        return self._residual(x, lambda h: mlp(h, deterministic=deterministic),
+                              self._norm('norm_mlp'), deterministic)
+
+
+class DecoderBlock(_BlockConfig):
+    """Masked self-attention, cross-attention over the encoder output, then feed-forward.
+
+    Vaswani et al. 2017, Sec. 3.1: the queries of the cross-attention come from the decoder,
+    keys and values from the encoder output ``encoded``. Submodules: ``'self_attention'``,
+    ``'cross_attention'``, ``'mlp'``, ``'norm_self'``, ``'norm_cross'``, ``'norm_mlp'``.
+
+    ``__call__(x [b, t, e], encoded [b, s, e], *, self_mask, cross_mask, self_bias, positions,
+    encoded_positions, deterministic) -> [b, t, e]``. The caller passes a causal ``self_mask``.
+    With ``rotary_base`` set, RoPE is applied in the self-attention only (decoder positions);
+    set ``rotary_cross_attention=True`` to also rotate cross-attention queries by ``positions``
+    and keys by ``encoded_positions``. In pre-norm, ``encoded`` is expected already normalised
+    (the encoder stack's final norm).
+    """
+
+    rotary_cross_attention: bool = False
+
+    @nn.compact
+    def __call__(self, x, encoded, *, self_mask=None, cross_mask=None, self_bias=None,
+                 positions=None, encoded_positions=None, deterministic: bool = True):
+        self._check()
+        self_attention = self._attention('self_attention', self.rotary_base)
+        x = self._residual(
+            x, lambda h: self_attention(h, mask=self_mask, bias=self_bias, q_positions=positions,
+                                        deterministic=deterministic),
+            self._norm('norm_self'), deterministic)
+        cross_attention = self._attention(
+            'cross_attention', self.rotary_base if self.rotary_cross_attention else None)
+        x = self._residual(
+            x, lambda h: cross_attention(h, encoded, mask=cross_mask, q_positions=positions,
+                                         kv_positions=encoded_positions,
+                                         deterministic=deterministic),
+            self._norm('norm_cross'), deterministic)
+        mlp = self._mlp()
+        return self._residual(x, lambda h: mlp(h, deterministic=deterministic),
+                              self._norm('norm_mlp'), deterministic)

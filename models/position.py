@@ -1,0 +1,378 @@
+"""Position information for attention models.
+
+Self-attention is permutation-equivariant: shuffle the tokens and the outputs shuffle the same
+way. Word order therefore has to be injected explicitly. There are two families:
+
+Absolute encodings are added to the token embeddings once, at the input:
+  - ``sinusoidal_table`` / ``SinusoidalPositionEmbedding``: fixed sines and cosines
+    (Vaswani et al. 2017, Sec. 3.5).
+  - ``LearnedPositionEmbedding``: a trained table with one row per position (BERT, ViT).
+  - ``sincos_2d_table`` and ``Learned2DPositionEmbedding``: the same ideas for a grid of image
+    patches (ViT, Dosovitskiy et al. 2021, appendix D.4).
+
+Relative encodings act inside every attention layer and see only the offset between a query
+and a key:
+  - ``apply_rope``: rotate queries and keys by an angle proportional to their position, so that
+    their dot product depends on the offset only (RoFormer, Su et al. 2021).
+  - ``alibi_bias``: add a fixed, linearly decreasing penalty to the attention logits
+    (ALiBi, Press et al. 2022).
+  - ``T5RelativePositionBias``: add a learned per-head scalar chosen by a log-spaced bucket of the
+    offset (T5, Raffel et al. 2020).
+  - ``RelativePositionBias2D``: a learned per-head scalar for every 2-D patch offset (the
+    "relative" row of ViT Table 8).
+
+Biases are returned with shape ``[batch, heads, q_len, kv_len]`` (or broadcastable), ready for the
+``bias`` argument of ``models.attention.dot_product_attention``.
+
+Choosing an encoding for a model is done by the model files (``POSITION_KINDS`` below only lists
+the names they use, for documentation).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+Dtype = Any
+Initializer = Callable[..., Any]
+
+POSITION_KINDS = {
+    'none': 'no position information (a bag of tokens)',
+    'sinusoidal': 'fixed sin/cos added to the input (Vaswani et al. 2017)',
+    'learned': 'trained absolute table added to the input (BERT, ViT)',
+    'rope': 'rotary query/key rotation inside attention (Su et al. 2021)',
+    'alibi': 'fixed linear bias on attention logits (Press et al. 2022)',
+    't5': 'learned bucketed relative bias on attention logits (Raffel et al. 2020)',
+    'sincos2d': 'fixed 2-D sin/cos for image patches (ViT)',
+    'learned2d': 'trained row and column tables, concatenated (ViT appendix D.4)',
+    'relative2d': 'learned bias per 2-D patch offset (ViT Table 8, "relative")',
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Absolute, 1-D
+# ----------------------------------------------------------------------------------------------
+
+def sinusoidal_table(length: int, dim: int, max_timescale: float = 10000.0) -> np.ndarray:
+    """Fixed sinusoidal encodings, shape ``[length, dim]``, float32.
+
+    Column ``2i`` holds ``sin(pos * w_i)`` and column ``2i + 1`` holds ``cos(pos * w_i)`` with
+    ``w_i = 1 / max_timescale^(2i / dim)``: the wavelengths form a geometric progression from
+    ``2*pi`` to ``2*pi * max_timescale``. For any fixed offset ``k``, ``PE[pos + k]`` is a rotation
+    of ``PE[pos]`` in every (sin, cos) pair, which the paper hoped would help attend by offset.
+    """
+    if dim % 2:
+        raise ValueError(f'sinusoidal_table needs an even dim, got dim={dim}.')
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    two_i = np.arange(0, dim, 2, dtype=np.float64)[None, :]
+    # Vaswani et al. 2017, Sec. 3.5: PE(pos,2i) = sin(pos/10000^(2i/d)), PE(pos,2i+1) = cos(...).
+    angles = pos / np.power(max_timescale, two_i / dim)
+    table = np.empty((length, dim), dtype=np.float64)
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles)
+    return table.astype(np.float32)
+
+
+class SinusoidalPositionEmbedding(nn.Module):
+    """Looks up ``sinusoidal_table(max_length, features)`` rows; has no parameters.
+
+    ``__call__(positions [b, l] int) -> [b, l, features]``.
+    """
+
+    max_length: int
+    features: int
+    max_timescale: float = 10000.0
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32  # unused (no parameters); kept for a uniform interface
+
+    @nn.compact
+    def __call__(self, positions):
+        table = jnp.asarray(sinusoidal_table(self.max_length, self.features, self.max_timescale))
+        return jnp.take(table, positions, axis=0).astype(self.dtype)
+
+
+class LearnedPositionEmbedding(nn.Module):
+    """A trained table ``'embedding'`` of shape ``[max_length, features]`` (BERT, GPT, ViT).
+
+    ``__call__(positions [b, l] int) -> [b, l, features]``. Cannot extrapolate: positions
+    ``>= max_length`` have no row, so a longer static sequence is an error.
+    """
+
+    max_length: int
+    features: int
+    embedding_init: Initializer = nn.initializers.normal(stddev=0.02)
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, positions):
+        if positions.shape[-1] > self.max_length:
+            raise ValueError(
+                f'LearnedPositionEmbedding: sequence length {positions.shape[-1]} exceeds '
+                f'max_length={self.max_length}; raise max_length in the model config.')
+        table = self.param(
+            'embedding', nn.with_logical_partitioning(self.embedding_init, ('length', 'embed')),
+            (self.max_length, self.features), self.param_dtype)
+        return jnp.take(table, positions, axis=0).astype(self.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Rotary (RoPE)
+# ----------------------------------------------------------------------------------------------
+
+def rope_frequencies(head_dim: int, base: float = 10000.0) -> np.ndarray:
+    """Rotation frequencies ``theta_i = base^(-2i / head_dim)``, ``i < head_dim / 2``; float32."""
+    if head_dim % 2:
+        raise ValueError(f'RoPE needs an even head_dim, got head_dim={head_dim}.')
+    # Su et al. 2021 (RoFormer), Sec. 3.2: theta_i = 10000^(-2(i-1)/d), i = 1..d/2.
+    return (base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).astype(np.float32)
+
+
+def apply_rope(x, positions, base: float = 10000.0):
+    """Rotary position embedding: rotates each feature pair of ``x`` by ``position * theta_i``.
+
+    Args:
+      x: queries or keys, ``[batch, length, heads, head_dim]``.
+      positions: integer positions, ``[batch, length]``.
+      base: ``theta_i = base^(-2i/head_dim)``.
+
+    Returns:
+      Array like ``x`` (same dtype; the rotation itself is computed in float32).
+
+    Pairing convention: the paper's *interleaved* one. Pair ``i`` is the adjacent features
+    ``(x[2i], x[2i+1])``, treated as a 2-D vector and rotated by the angle ``m * theta_i`` for a
+    token at position ``m``. (Some code bases pair ``x[i]`` with ``x[i + d/2]`` instead, the
+    "rotate-half" layout; the two differ only by a fixed permutation of the projection columns,
+    so they are equally expressive but their checkpoints are not interchangeable.)
+
+    Because rotations compose, ``<R(m) q, R(n) k> = <q, R(n - m) k>``: after rotating both
+    queries and keys, the attention logit depends on their positions only through ``n - m``.
+    Rotations preserve norms, so nothing else about ``q`` and ``k`` changes.
+    """
+    head_dim = x.shape[-1]
+    theta = jnp.asarray(rope_frequencies(head_dim, base))                      # [d/2]
+    angle = positions.astype(jnp.float32)[:, :, None, None] * theta            # [b, l, 1, d/2]
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], head_dim // 2, 2)
+    x_even, x_odd = pairs[..., 0], pairs[..., 1]
+    # Su et al. 2021 (RoFormer), Sec. 3.2: each pair times [[cos m.theta, -sin m.theta], [sin, cos]].
+    rotated = jnp.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], axis=-1)
+    return rotated.reshape(x.shape).astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# ALiBi
+# ----------------------------------------------------------------------------------------------
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """Per-head ALiBi slopes, float64 array ``[num_heads]``.
+
+    For ``n`` a power of two the slopes are the geometric sequence ``2^(-8/n), 2^(-16/n), ...,
+    2^(-8)``: a few heads look far back, most look locally. For other ``n`` the paper takes all
+    slopes of the largest power of two ``p < n`` and then every other slope of ``2p`` (its 1st,
+    3rd, ...) until there are ``n``; those interleave between the first ones.
+    """
+    if num_heads < 1:
+        raise ValueError(f'alibi_slopes needs num_heads >= 1, got {num_heads}.')
+
+    def geometric(n):
+        # Press et al. 2022, Sec. 3: slopes 2^(-8/n), 2^(-16/n), ..., 2^(-8) for n heads.
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    p = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = geometric(p) + geometric(2 * p)[0::2][:num_heads - p]
+    return np.asarray(slopes, dtype=np.float64)
+
+
+def alibi_bias(num_heads: int, q_positions, kv_positions, causal: bool = True):
+    """ALiBi attention bias ``-slope_h * distance``, float32 ``[batch, heads, q_len, kv_len]``.
+
+    ``distance = q_pos - kv_pos`` when ``causal`` (keys in the future get a positive value, but a
+    causal mask removes them anyway), ``|q_pos - kv_pos|`` for bidirectional attention.
+    Positions are ``[batch, len]`` integer arrays.
+    """
+    distance = (q_positions[:, :, None] - kv_positions[:, None, :]).astype(jnp.float32)
+    if not causal:
+        distance = jnp.abs(distance)
+    slopes = jnp.asarray(alibi_slopes(num_heads), dtype=jnp.float32)
+    # Press et al. 2022, Sec. 3: softmax(q_i K^T + m * [-(i-1), ..., -2, -1, 0]).
+    return -slopes[None, :, None, None] * distance[:, None, :, :]
+
+
+# ----------------------------------------------------------------------------------------------
+# T5 relative position buckets
+# ----------------------------------------------------------------------------------------------
+
+def t5_relative_position_bucket(relative_position, bidirectional: bool = True,
+                                num_buckets: int = 32, max_distance: int = 128):
+    """Maps ``relative_position = kv_pos - q_pos`` (int array) to a bucket in ``[0, num_buckets)``.
+
+    Raffel et al. 2020 (T5), Sec. 2.1. Write ``n = q_pos - kv_pos`` (how far back the key is).
+      - ``bidirectional``: half of the buckets are for keys at or before the query (``n >= 0``),
+        the other half, offset by ``num_buckets // 2``, for keys after it; then ``n = |n|``.
+        Otherwise all buckets are for ``n >= 0`` and future keys share bucket 0.
+      - Of the ``B`` buckets of one side, the first ``B // 2`` hold exact distances
+        ``0 .. B//2 - 1``; the rest cover ``B//2 .. max_distance`` with logarithmically growing
+        widths; every distance ``>= max_distance`` shares the last bucket.
+    """
+    n = -jnp.asarray(relative_position).astype(jnp.int32)
+    bucket = jnp.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = jnp.where(n < 0, num_buckets, 0)
+        n = jnp.abs(n)
+    else:
+        n = jnp.maximum(n, 0)
+    max_exact = num_buckets // 2
+    # Log-spaced buckets: floor(max_exact + log(n/max_exact)/log(max_distance/max_exact) * (B - max_exact)).
+    n_far = jnp.maximum(n, max_exact).astype(jnp.float32)   # avoid log(0); small n is overridden
+    log_ratio = jnp.log(n_far / max_exact) / math.log(max_distance / max_exact)
+    far = max_exact + (log_ratio * (num_buckets - max_exact)).astype(jnp.int32)
+    far = jnp.minimum(far, num_buckets - 1)
+    return bucket + jnp.where(n < max_exact, n, far)
+
+
+class T5RelativePositionBias(nn.Module):
+    """Learned scalar per (head, relative-position bucket), T5 style.
+
+    Param ``'rel_embedding'`` ``[num_buckets, num_heads]``. ``__call__(q_positions [b, q],
+    kv_positions [b, k]) -> bias [b, heads, q, k]``. T5 computes it once and shares it across
+    the layers of a stack; that is the model's choice.
+    """
+
+    num_heads: int
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool = True
+    embedding_init: Initializer = nn.initializers.normal(stddev=0.02)
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, q_positions, kv_positions):
+        table = self.param(
+            'rel_embedding',
+            nn.with_logical_partitioning(self.embedding_init, ('relpos_buckets', 'heads')),
+            (self.num_buckets, self.num_heads), self.param_dtype)
+        relative = kv_positions[:, None, :] - q_positions[:, :, None]             # [b, q, k]
+        buckets = t5_relative_position_bucket(
+            relative, self.bidirectional, self.num_buckets, self.max_distance)
+        values = jnp.take(table, buckets, axis=0)                                 # [b, q, k, h]
+        return jnp.transpose(values, (0, 3, 1, 2)).astype(self.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2-D, for image patches
+# ----------------------------------------------------------------------------------------------
+
+def sincos_2d_table(grid_h: int, grid_w: int, dim: int,
+                    temperature: float = 10000.0) -> np.ndarray:
+    """Fixed 2-D sin-cos encodings for a patch grid, float32 ``[grid_h * grid_w, dim]``.
+
+    Patches are in row-major order (index ``y * grid_w + x``). Layout of the ``dim`` columns, in
+    four blocks of ``dim // 4``: ``[sin(x w) | cos(x w) | sin(y w) | cos(y w)]`` with frequencies
+    ``w_i = 1 / temperature^(i / (dim/4))``, i.e. each axis gets the frequencies of a 1-D
+    sinusoidal table of width ``dim / 2`` (as in MAE; big_vision's "simple ViT" spreads them to
+    ``1/temperature`` inclusive, a negligible difference).
+    """
+    if dim % 4:
+        raise ValueError(f'sincos_2d_table needs dim divisible by 4, got dim={dim}.')
+    quarter = dim // 4
+    omega = 1.0 / temperature ** (np.arange(quarter, dtype=np.float64) / quarter)
+    y, x = np.meshgrid(np.arange(grid_h, dtype=np.float64), np.arange(grid_w, dtype=np.float64),
+                       indexing='ij')
+    x_angles = x.reshape(-1, 1) * omega[None, :]
+    y_angles = y.reshape(-1, 1) * omega[None, :]
+    table = np.concatenate(
+        [np.sin(x_angles), np.cos(x_angles), np.sin(y_angles), np.cos(y_angles)], axis=1)
+    return table.astype(np.float32)
+
+
+class Learned2DPositionEmbedding(nn.Module):
+    """ViT appendix D.4 "2-D" embedding: a row table and a column table, concatenated.
+
+    Params ``'row_embedding'`` ``[grid_h, features // 2]`` and ``'col_embedding'``
+    ``[grid_w, features // 2]``. Patch ``(y, x)`` gets ``concat(row[y], col[x])``. Returns
+    ``[1, grid_h * grid_w, features]`` in row-major patch order, to add to the patch tokens.
+    """
+
+    grid_h: int
+    grid_w: int
+    features: int
+    embedding_init: Initializer = nn.initializers.normal(stddev=0.02)
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self):
+        if self.features % 2:
+            raise ValueError(f'Learned2DPositionEmbedding needs even features, got {self.features}.')
+        half = self.features // 2
+        init = nn.with_logical_partitioning(self.embedding_init, ('length', 'embed'))
+        row = self.param('row_embedding', init, (self.grid_h, half), self.param_dtype)
+        col = self.param('col_embedding', init, (self.grid_w, half), self.param_dtype)
+        rows = jnp.broadcast_to(row[:, None, :], (self.grid_h, self.grid_w, half))
+        cols = jnp.broadcast_to(col[None, :, :], (self.grid_h, self.grid_w, half))
+        table = jnp.concatenate([rows, cols], axis=-1).reshape(1, self.grid_h * self.grid_w,
+                                                               self.features)
+        return table.astype(self.dtype)
+
+
+def _relative_2d_index(grid_h: int, grid_w: int, num_prefix_tokens: int) -> np.ndarray:
+    """Static ``[T, T]`` table of indices into the concatenated bias table (see below)."""
+    y, x = np.meshgrid(np.arange(grid_h), np.arange(grid_w), indexing='ij')
+    y, x = y.reshape(-1), x.reshape(-1)
+    dy = y[:, None] - y[None, :] + (grid_h - 1)       # query minus key, shifted to >= 0
+    dx = x[:, None] - x[None, :] + (grid_w - 1)
+    patch_index = dy * (2 * grid_w - 1) + dx
+    num_offsets = (2 * grid_h - 1) * (2 * grid_w - 1)
+    p, n = num_prefix_tokens, grid_h * grid_w
+    index = np.empty((p + n, p + n), dtype=np.int32)
+    index[p:, p:] = patch_index
+    index[p:, :p] = num_offsets          # patch query -> prefix key
+    index[:p, p:] = num_offsets + 1      # prefix query -> patch key
+    index[:p, :p] = num_offsets + 2      # prefix query -> prefix key
+    return index
+
+
+class RelativePositionBias2D(nn.Module):
+    """Learned per-head attention bias indexed by the 2-D offset between two patches.
+
+    The "relative" row of ViT Table 8: the logit between query patch ``(yq, xq)`` and key patch
+    ``(yk, xk)`` gets ``rel_embedding[(dy, dx), head]`` with ``dy = yq - yk`` in
+    ``[-(grid_h-1), grid_h-1]`` and ``dx = xq - xk`` in ``[-(grid_w-1), grid_w-1]``.
+    Prefix tokens (a class token) have no grid position; they get three learned per-head scalars:
+    ``'token_to_prefix'`` (patch query, prefix key), ``'prefix_to_token'`` and
+    ``'prefix_to_prefix'`` (created only when ``num_prefix_tokens > 0``).
+
+    ``__call__() -> [1, heads, T, T]`` with ``T = num_prefix_tokens + grid_h * grid_w``; prefix
+    tokens come first.
+    """
+
+    num_heads: int
+    grid_h: int
+    grid_w: int
+    num_prefix_tokens: int = 0
+    embedding_init: Initializer = nn.initializers.normal(stddev=0.02)
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self):
+        num_offsets = (2 * self.grid_h - 1) * (2 * self.grid_w - 1)
+        table = self.param(
+            'rel_embedding',
+            nn.with_logical_partitioning(self.embedding_init, ('relpos_buckets', 'heads')),
+            (num_offsets, self.num_heads), self.param_dtype)
+        if self.num_prefix_tokens:
+            head_init = nn.with_logical_partitioning(self.embedding_init, ('heads',))
+            extra = [self.param(name, head_init, (self.num_heads,), self.param_dtype)
+                     for name in ('token_to_prefix', 'prefix_to_token', 'prefix_to_prefix')]
+            table = jnp.concatenate([table, jnp.stack(extra)], axis=0)
+        index = _relative_2d_index(self.grid_h, self.grid_w, self.num_prefix_tokens)
+        bias = jnp.take(table, jnp.asarray(index), axis=0)                  # [T, T, h]
+        return jnp.transpose(bias, (2, 0, 1))[None].astype(self.dtype)

@@ -1,0 +1,26 @@
+"""Model size tables from the papers, as plain data (no jax import, so configs may read them)."""
+
+from __future__ import annotations
+
+# ViT sizes: num_layers, hidden_size, mlp_dim, num_heads.
+# B, L, H: Dosovitskiy et al. 2021, Table 1. Ti and S: Touvron et al. 2021 (DeiT), the usual
+# smaller companions (head dimension 64 throughout).
+VIT_SIZES: dict[str, dict[str, int]] = {
+    "Ti": dict(num_layers=12, hidden_size=192, mlp_dim=768, num_heads=3),
+    "S": dict(num_layers=12, hidden_size=384, mlp_dim=1536, num_heads=6),
+    "B": dict(num_layers=12, hidden_size=768, mlp_dim=3072, num_heads=12),
+    "L": dict(num_layers=24, hidden_size=1024, mlp_dim=4096, num_heads=16),
+    "H": dict(num_layers=32, hidden_size=1280, mlp_dim=5120, num_heads=16),
+}
+
+
+def vit_size(name: str) -> dict[str, int]:
+    """'B' or 'B/16' -> the size fields (and patch_size when given after the slash)."""
+    size, _, patch = name.partition("/")
+    if size not in VIT_SIZES:
+        raise ValueError(f"unknown ViT size {name!r}; known: {sorted(VIT_SIZES)} "
+                         "(optionally with /PATCH, e.g. 'B/16')")
+    fields = dict(VIT_SIZES[size])
+    if patch:
+        fields["patch_size"] = int(patch)
+    return fields

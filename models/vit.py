@@ -1,0 +1,163 @@
+"""Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
+
+An image is cut into non-overlapping P x P patches, each flattened and linearly projected to the
+model width D (eq. 1), a learned class token is prepended, positions are encoded, a stack of
+pre-LN Transformer encoder blocks runs over the N + 1 tokens (eq. 2-3), and the final class token
+(or the mean of the patch tokens) goes through a LayerNorm and a linear classifier (eq. 4).
+
+The position encoding is the subject of the paper's Table 8 ablation and is chosen by `posemb`:
+  'none'        no position information: the encoder sees a bag of patches.
+  'learned_1d'  one learned vector per token index (the paper's default).
+  'learned_2d'  learned row and column tables, each D/2 wide, concatenated (paper App. D.4).
+  'sincos_2d'   fixed 2-D sine-cosine table (no parameters).
+  'relative'    no absolute encoding; a learned per-head bias on the attention logits indexed by
+                the 2-D offset between patches, shared by all layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import flax.linen as nn
+import jax.numpy as jnp
+
+from models import position
+from models.layers import EncoderBlock, make_norm
+
+POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative")
+POOL_KINDS = ("cls", "mean")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """Every architectural choice of a ViT; built from `config.model` by the trainer."""
+
+    num_classes: int
+    image_size: tuple[int, int] = (224, 224)
+    patch_size: int = 16
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    posemb: str = "learned_1d"
+    pool: str = "cls"
+    head_hidden_size: int = 0          # >0: tanh pre-logits layer (the paper's pre-training head)
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    activation: str = "gelu"
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    attention_implementation: str = "xla"
+    dtype: str = "float32"             # compute dtype
+    param_dtype: str = "float32"       # parameter (and optimizer state) dtype
+
+    def __post_init__(self):
+        object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
+        if len(self.image_size) != 2:
+            raise ValueError(f"image_size={self.image_size} must be (height, width)")
+        height, width = self.image_size
+        if self.patch_size <= 0 or height % self.patch_size or width % self.patch_size:
+            raise ValueError(
+                f"patch_size={self.patch_size} does not divide image_size={self.image_size}; "
+                f"choose a patch size that divides both {height} and {width}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} does not divide "
+                             f"hidden_size={self.hidden_size}")
+        for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
+                                      ("pool", self.pool, POOL_KINDS),
+                                      ("dtype", self.dtype, DTYPES),
+                                      ("param_dtype", self.param_dtype, DTYPES)):
+            if value not in allowed:
+                raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
+        if self.posemb == "learned_2d" and self.hidden_size % 2:
+            raise ValueError(f"posemb='learned_2d' needs an even hidden_size, got {self.hidden_size}")
+        if self.posemb == "sincos_2d" and self.hidden_size % 4:
+            raise ValueError(f"posemb='sincos_2d' needs hidden_size divisible by 4, got "
+                             f"{self.hidden_size}")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 1 if self.pool == "cls" else 0
+
+
+class ViT(nn.Module):
+    """Image classifier: images [batch, H, W, C] (float) -> logits [batch, num_classes]."""
+
+    config: ViTConfig
+
+    @nn.compact
+    def __call__(self, images, *, train: bool = False):
+        cfg = self.config
+        dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+        expected = cfg.image_size
+        if images.ndim != 4 or tuple(images.shape[1:3]) != expected:
+            raise ValueError(f"images of shape [batch, {expected[0]}, {expected[1]}, channels] "
+                             f"expected, got {tuple(images.shape)}")
+        batch, _, _, channels = images.shape
+        grid_h, grid_w = cfg.grid
+        p = cfg.patch_size
+
+        # Eq. 1: x_p in R^{N x (P^2 C)} -> x_p E. Patches in row-major order.
+        patches = images.reshape(batch, grid_h, p, grid_w, p, channels)
+        patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(batch, grid_h * grid_w, p * p * channels)
+        x = nn.Dense(cfg.hidden_size, dtype=dtype, param_dtype=param_dtype, name="patch_embedding",
+                     kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                              ("patch", "embed")),
+                     bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(
+                         patches.astype(dtype))
+
+        attention_bias = None
+        if cfg.posemb == "learned_2d":
+            x = x + position.Learned2DPositionEmbedding(
+                grid_h, grid_w, cfg.hidden_size, param_dtype=param_dtype, name="posemb")().astype(dtype)
+        elif cfg.posemb == "sincos_2d":
+            table = position.sincos_2d_table(grid_h, grid_w, cfg.hidden_size)
+            x = x + jnp.asarray(table, dtype)[None]
+
+        if cfg.pool == "cls":
+            cls = self.param("cls", nn.with_logical_partitioning(nn.initializers.zeros, (None, None, "embed")),
+                             (1, 1, cfg.hidden_size), param_dtype)
+            x = jnp.concatenate([jnp.broadcast_to(cls.astype(dtype), (batch, 1, cfg.hidden_size)), x], axis=1)
+
+        num_tokens = x.shape[1]
+        positions = jnp.broadcast_to(jnp.arange(num_tokens), (batch, num_tokens))
+        if cfg.posemb == "learned_1d":  # one vector per token index, class token included
+            x = x + position.LearnedPositionEmbedding(
+                num_tokens, cfg.hidden_size, param_dtype=param_dtype, name="posemb")(positions).astype(dtype)
+        elif cfg.posemb == "relative":
+            attention_bias = position.RelativePositionBias2D(
+                cfg.num_heads, grid_h, grid_w, num_prefix_tokens=cfg.num_prefix_tokens,
+                param_dtype=param_dtype, name="relative_bias")().astype(dtype)
+
+        x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=not train)
+        for layer in range(cfg.num_layers):
+            x = EncoderBlock(
+                num_heads=cfg.num_heads, head_dim=cfg.hidden_size // cfg.num_heads,
+                mlp_dim=cfg.mlp_dim, activation=cfg.activation, norm=cfg.norm,
+                norm_position=cfg.norm_position, dropout_rate=cfg.dropout_rate,
+                attention_dropout_rate=cfg.attention_dropout_rate,
+                implementation=cfg.attention_implementation, dtype=dtype,
+                param_dtype=param_dtype, name=f"block_{layer}")(
+                    x, bias=attention_bias, positions=positions, deterministic=not train)
+        if cfg.norm_position == "pre":  # pre-LN stacks end with a norm (eq. 4: y = LN(z_L^0))
+            x = make_norm(cfg.norm, dtype=dtype, param_dtype=param_dtype, name="final_norm")(x)
+
+        pooled = x[:, 0] if cfg.pool == "cls" else x.mean(axis=1)
+        if cfg.head_hidden_size:
+            pooled = jnp.tanh(nn.Dense(
+                cfg.head_hidden_size, dtype=dtype, param_dtype=param_dtype, name="pre_logits",
+                kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp")),
+                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(pooled))
+        # Zero-initialised classifier, as the paper does for fine-tuning heads.
+        in_axis = "mlp" if cfg.head_hidden_size else "embed"
+        logits = nn.Dense(
+            cfg.num_classes, dtype=dtype, param_dtype=param_dtype, name="head",
+            kernel_init=nn.with_logical_partitioning(nn.initializers.zeros, (in_axis, "classes")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(pooled)
+        return logits.astype(jnp.float32)
+

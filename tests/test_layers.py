@@ -1,0 +1,252 @@
+"""Feed-forward, norms and Transformer blocks against NumPy compositions of their own params."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import attention as A
+from models import layers as L
+
+RNG = np.random.default_rng(0)
+
+
+def _normal(*shape):
+    return RNG.normal(size=shape).astype(np.float32)
+
+
+def _params(variables):
+    return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64),
+                                  nn.unbox(variables)['params'])
+
+
+def _randomize(variables):
+    """Replace every parameter by a random value (so zero biases / unit scales are exercised)."""
+    return {'params': jax.tree_util.tree_map(lambda p: _normal(*np.shape(p)),
+                                             nn.unbox(variables)['params'])}
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy references
+# ---------------------------------------------------------------------------------------------
+
+_erf = np.vectorize(math.erf)
+
+NP_ACTIVATIONS = {
+    'relu': lambda x: np.maximum(x, 0.0),
+    'gelu': lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    'gelu_tanh': lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
+                                                   * (x + 0.044715 * x ** 3))),
+}
+
+
+def np_layernorm(x, p, eps):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * p['scale'] + p['bias']
+
+
+def np_rmsnorm(x, p, eps):
+    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * p['scale']
+
+
+def np_ffn(x, p, activation):
+    h = NP_ACTIVATIONS[activation](x @ p['wi']['kernel'] + p['wi']['bias'])
+    return h @ p['wo']['kernel'] + p['wo']['bias']
+
+
+def np_mha(p, xq, xkv, mask=None):
+    q = np.einsum('ble,ehd->blhd', xq, p['query']['kernel']) + p['query']['bias']
+    k = np.einsum('ble,ehd->blhd', xkv, p['key']['kernel']) + p['key']['bias']
+    v = np.einsum('ble,ehd->blhd', xkv, p['value']['kernel']) + p['value']['bias']
+    b, lq, h, d = q.shape
+    g = h // k.shape[2]
+    logits = np.zeros((b, h, lq, xkv.shape[1]))
+    for hi in range(h):
+        logits[:, hi] = np.einsum('bqd,bkd->bqk', q[:, :, hi], k[:, :, hi // g]) / math.sqrt(d)
+    mask = np.ones((1, 1, 1, 1), bool) if mask is None else np.asarray(mask, bool)
+    w = np.where(mask, np.exp(logits - logits.max(-1, keepdims=True)), 0.0)
+    w /= np.maximum(w.sum(-1, keepdims=True), 1e-300)  # a query that sees nothing outputs 0
+    o = np.zeros((b, lq, h, d))
+    for hi in range(h):
+        o[:, :, hi] = np.einsum('bqk,bkd->bqd', w[:, hi], v[:, :, hi // g])
+    return np.einsum('blhd,hde->ble', o, p['out']['kernel']) + p['out']['bias']
+
+
+# ---------------------------------------------------------------------------------------------
+# FeedForward and norms
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('activation', ['relu', 'gelu', 'gelu_tanh'])
+def test_feed_forward_matches_numpy(activation):
+    x = _normal(2, 3, 6)
+    module = L.FeedForward(hidden_dim=10, activation=activation)
+    variables = _randomize(module.init(jax.random.PRNGKey(0), x))
+    out = module.apply(variables, x)
+    assert out.shape == x.shape
+    np.testing.assert_allclose(out, np_ffn(x.astype(np.float64), _params(variables), activation),
+                               atol=1e-4)
+
+
+def test_gelu_variants_differ():
+    x = np.linspace(-3, 3, 7)
+    assert not np.allclose(NP_ACTIVATIONS['gelu'](x), NP_ACTIVATIONS['gelu_tanh'](x), atol=1e-5)
+    np.testing.assert_allclose(L.ACTIVATIONS['gelu'](jnp.asarray(x, jnp.float32)),
+                               NP_ACTIVATIONS['gelu'](x), atol=1e-6)
+
+
+def test_feed_forward_errors_dropout_and_names():
+    x = _normal(1, 2, 4)
+    with pytest.raises(ValueError, match="'relu', 'gelu', 'gelu_tanh'"):
+        L.FeedForward(hidden_dim=8, activation='swish').init(jax.random.PRNGKey(0), x)
+    module = L.FeedForward(hidden_dim=8, dropout_rate=0.5)
+    variables = module.init(jax.random.PRNGKey(0), x)
+    P = jax.sharding.PartitionSpec
+    assert nn.get_partition_spec(variables)['params'] == {
+        'wi': {'kernel': P('embed', 'mlp'), 'bias': P('mlp')},
+        'wo': {'kernel': P('mlp', 'embed'), 'bias': P('embed')}}
+    det = module.apply(variables, x)
+    np.testing.assert_allclose(det, np_ffn(x.astype(np.float64), _params(variables), 'gelu'),
+                               atol=1e-5)
+    dropped = module.apply(variables, x, deterministic=False,
+                           rngs={'dropout': jax.random.PRNGKey(1)})
+    assert not np.allclose(det, dropped)
+
+
+@pytest.mark.parametrize('kind', ['layernorm', 'rmsnorm'])
+def test_norms_match_numpy(kind):
+    x = _normal(2, 3, 8) * 3.0 + 5.0
+    norm = L.make_norm(kind, epsilon=1e-5)
+    variables = _randomize(norm.init(jax.random.PRNGKey(0), x))
+    p = _params(variables)
+    ref = np_layernorm if kind == 'layernorm' else np_rmsnorm
+    np.testing.assert_allclose(norm.apply(variables, x), ref(x.astype(np.float64), p, 1e-5),
+                               atol=1e-5)
+    specs = nn.get_partition_spec(norm.init(jax.random.PRNGKey(0), x))['params']
+    expected = {'scale', 'bias'} if kind == 'layernorm' else {'scale'}
+    assert set(specs) == expected
+    assert all(s == jax.sharding.PartitionSpec('embed') for s in specs.values())
+
+
+def test_make_norm_unknown_kind():
+    with pytest.raises(ValueError, match="'layernorm', 'rmsnorm'"):
+        L.make_norm('batchnorm')
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks
+# ---------------------------------------------------------------------------------------------
+
+BLOCK = dict(num_heads=2, head_dim=4, mlp_dim=12)
+
+
+@pytest.mark.parametrize('norm_position,norm,activation,kvh', [
+    ('pre', 'layernorm', 'gelu', None),
+    ('post', 'layernorm', 'relu', None),
+    ('pre', 'rmsnorm', 'gelu_tanh', 1),
+])
+def test_encoder_block_matches_numpy(norm_position, norm, activation, kvh):
+    x = _normal(2, 4, 8)
+    mask = A.padding_mask(np.array([[1, 1, 1, 0], [1, 1, 1, 1]]),
+                          np.array([[1, 1, 1, 0], [1, 1, 1, 1]]))
+    block = L.EncoderBlock(**BLOCK, num_kv_heads=kvh, norm=norm, norm_position=norm_position,
+                           activation=activation, norm_epsilon=1e-5)
+    variables = _randomize(block.init(jax.random.PRNGKey(0), x))
+    p = _params(variables)
+    assert set(p) == ({'attention', 'mlp', 'norm_attention', 'norm_mlp'})
+    npnorm = np_layernorm if norm == 'layernorm' else np_rmsnorm
+    n_att = lambda h: npnorm(h, p['norm_attention'], 1e-5)
+    n_mlp = lambda h: npnorm(h, p['norm_mlp'], 1e-5)
+    att = lambda h: np_mha(p['attention'], h, h, mask)
+    ffn = lambda h: np_ffn(h, p['mlp'], activation)
+    h = x.astype(np.float64)
+    if norm_position == 'pre':
+        h = h + att(n_att(h))
+        expected = h + ffn(n_mlp(h))
+    else:
+        h = n_att(h + att(h))
+        expected = n_mlp(h + ffn(h))
+    out = block.apply(variables, x, mask=mask)
+    assert out.shape == x.shape
+    np.testing.assert_allclose(out, expected, atol=2e-4, rtol=1e-4)
+
+
+def test_encoder_block_respects_padding_mask():
+    x = _normal(1, 5, 8)
+    valid = np.array([[1, 1, 1, 0, 0]])
+    mask = A.padding_mask(valid, valid)
+    block = L.EncoderBlock(**BLOCK, rotary_base=10000.0)
+    variables = block.init(jax.random.PRNGKey(0), x)
+    out = block.apply(variables, x, mask=mask)
+    x2 = x.copy()
+    x2[0, 3:] = _normal(2, 8) * 10
+    out2 = block.apply(variables, x2, mask=mask)
+    np.testing.assert_allclose(out[0, :3], out2[0, :3], atol=1e-6)
+    # Without the mask the padded tokens would leak in.
+    assert not np.allclose(block.apply(variables, x)[0, :3], block.apply(variables, x2)[0, :3])
+
+
+def test_encoder_block_dropout_and_validation():
+    x = _normal(1, 4, 8)
+    block = L.EncoderBlock(**BLOCK, dropout_rate=0.2, attention_dropout_rate=0.2)
+    variables = block.init(jax.random.PRNGKey(0), x)
+    det = block.apply(variables, x)
+    np.testing.assert_array_equal(det, L.EncoderBlock(**BLOCK).apply(variables, x))
+    dropped = block.apply(variables, x, deterministic=False,
+                          rngs={'dropout': jax.random.PRNGKey(1)})
+    assert not np.allclose(det, dropped)
+    with pytest.raises(ValueError, match="'pre', 'post'"):
+        L.EncoderBlock(**BLOCK, norm_position='middle').init(jax.random.PRNGKey(0), x)
+
+
+def test_decoder_block_is_causal_and_uses_encoder():
+    t, s = 5, 4
+    x, enc = _normal(2, t, 8), _normal(2, s, 8)
+    block = L.DecoderBlock(**BLOCK, num_kv_heads=1, rotary_base=10000.0)
+    variables = block.init(jax.random.PRNGKey(0), x, enc)
+    assert set(variables['params']) == {'self_attention', 'cross_attention', 'mlp',
+                                        'norm_self', 'norm_cross', 'norm_mlp'}
+    causal = A.causal_mask(t)
+    cross = A.padding_mask(np.ones((2, t)), np.array([[1, 1, 0, 0], [1, 1, 1, 1]]))
+    run = lambda x, enc: np.asarray(block.apply(variables, x, enc, self_mask=causal,
+                                                cross_mask=cross))
+    out = run(x, enc)
+    assert out.shape == x.shape
+    for step in range(t - 1):
+        x2 = x.copy()
+        x2[:, step + 1:] = _normal(2, t - step - 1, 8)
+        np.testing.assert_allclose(run(x2, enc)[:, :step + 1], out[:, :step + 1], atol=1e-6)
+    # Masked-out encoder positions do not matter; visible ones do.
+    enc2 = enc.copy()
+    enc2[0, 2:] = 0.0
+    np.testing.assert_allclose(run(x, enc2)[0], out[0], atol=1e-6)
+    enc2[0, 0] = 0.0
+    assert not np.allclose(run(x, enc2)[0], out[0])
+
+
+def test_decoder_block_post_norm_matches_numpy():
+    x, enc = _normal(1, 3, 8), _normal(1, 4, 8)
+    block = L.DecoderBlock(**BLOCK, norm_position='post', activation='relu', norm_epsilon=1e-5)
+    variables = _randomize(block.init(jax.random.PRNGKey(0), x, enc))
+    p = _params(variables)
+    causal = np.asarray(A.causal_mask(3))
+    ln = lambda h, name: np_layernorm(h, p[name], 1e-5)
+    h = x.astype(np.float64)
+    h = ln(h + np_mha(p['self_attention'], h, h, causal), 'norm_self')
+    h = ln(h + np_mha(p['cross_attention'], h, enc.astype(np.float64)), 'norm_cross')
+    expected = ln(h + np_ffn(h, p['mlp'], 'relu'), 'norm_mlp')
+    out = block.apply(variables, x, enc, self_mask=causal)
+    np.testing.assert_allclose(out, expected, atol=2e-4, rtol=1e-4)
+
+
+def test_decoder_block_rotary_cross_attention_uses_encoded_positions():
+    x, enc = _normal(1, 3, 8), _normal(1, 4, 8)
+    pos_a, pos_b = np.array([[0, 1, 2, 3]]), np.array([[5, 3, 8, 1]])
+    for rotary_cross, should_change in [(False, False), (True, True)]:
+        block = L.DecoderBlock(**BLOCK, rotary_base=100.0, rotary_cross_attention=rotary_cross)
+        variables = block.init(jax.random.PRNGKey(0), x, enc)
+        run = lambda p: np.asarray(block.apply(variables, x, enc, encoded_positions=p))
+        assert np.allclose(run(pos_a), run(pos_b), atol=1e-6) != should_change

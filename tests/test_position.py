@@ -1,0 +1,290 @@
+"""Position encodings checked against independent NumPy / plain-Python computations."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import position as P
+
+RNG = np.random.default_rng(0)
+
+
+def _unboxed_params(variables):
+    return jax.tree_util.tree_map(np.asarray, nn.unbox(variables)['params'])
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinusoidal
+# ---------------------------------------------------------------------------------------------
+
+def test_sinusoidal_table_matches_formula():
+    length, dim = 50, 16
+    table = P.sinusoidal_table(length, dim)
+    assert table.shape == (length, dim) and table.dtype == np.float32
+    expected = np.zeros((length, dim))
+    for pos in range(length):
+        for col in range(dim):
+            i = col // 2
+            angle = pos / 10000.0 ** (2 * i / dim)
+            expected[pos, col] = math.sin(angle) if col % 2 == 0 else math.cos(angle)
+    np.testing.assert_allclose(table, expected, atol=1e-6)
+    # Hand-checked columns: the first pair has wavelength 2*pi.
+    for pos in (0, 1, 7):
+        assert table[pos, 0] == pytest.approx(math.sin(pos), abs=1e-6)
+        assert table[pos, 1] == pytest.approx(math.cos(pos), abs=1e-6)
+
+
+def test_sinusoidal_table_odd_dim_raises():
+    with pytest.raises(ValueError, match='even'):
+        P.sinusoidal_table(4, 7)
+
+
+def test_sinusoidal_module_gathers_rows():
+    positions = np.array([[0, 1, 2, 3], [5, 9, 2, 0]])
+    module = P.SinusoidalPositionEmbedding(max_length=10, features=8)
+    out, variables = module.init_with_output(jax.random.PRNGKey(0), positions)
+    assert not variables  # no parameters
+    table = P.sinusoidal_table(10, 8)
+    np.testing.assert_allclose(out, table[positions], atol=1e-7)
+
+
+def test_learned_position_embedding():
+    module = P.LearnedPositionEmbedding(max_length=6, features=4)
+    positions = np.array([[0, 1, 2], [5, 3, 3]])
+    out, variables = module.init_with_output(jax.random.PRNGKey(0), positions)
+    table = _unboxed_params(variables)['embedding']
+    assert table.shape == (6, 4)
+    np.testing.assert_allclose(out, table[positions])
+    assert nn.get_partition_spec(variables)['params']['embedding'] == jax.sharding.PartitionSpec(
+        'length', 'embed')
+    with pytest.raises(ValueError, match='max_length'):
+        module.apply(variables, np.zeros((1, 7), np.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# RoPE
+# ---------------------------------------------------------------------------------------------
+
+def _np_rope(x, positions, base=10000.0):
+    """Per-pair 2x2 rotation matrices, interleaved pairs (x[2i], x[2i+1])."""
+    b, l, h, d = x.shape
+    out = np.zeros_like(x, dtype=np.float64)
+    for bi in range(b):
+        for li in range(l):
+            m = positions[bi, li]
+            for i in range(d // 2):
+                theta = base ** (-2.0 * i / d)
+                c, s = math.cos(m * theta), math.sin(m * theta)
+                rot = np.array([[c, -s], [s, c]])
+                out[bi, li, :, 2 * i:2 * i + 2] = x[bi, li, :, 2 * i:2 * i + 2] @ rot.T
+    return out
+
+
+def test_rope_frequencies():
+    np.testing.assert_allclose(P.rope_frequencies(8, 100.0),
+                               [1.0, 100 ** -0.25, 100 ** -0.5, 100 ** -0.75], rtol=1e-6)
+    with pytest.raises(ValueError, match='even'):
+        P.rope_frequencies(5)
+
+
+def test_apply_rope_matches_rotation_matrices():
+    x = RNG.normal(size=(2, 5, 3, 8)).astype(np.float32)
+    positions = np.array([[0, 1, 2, 3, 4], [7, 3, 100, 0, 2]])
+    out = P.apply_rope(jnp.asarray(x), jnp.asarray(positions))
+    np.testing.assert_allclose(out, _np_rope(x.astype(np.float64), positions), atol=1e-4)
+
+
+def test_rope_preserves_norm_and_depends_on_relative_position():
+    d = 16
+    q = RNG.normal(size=(1, 1, 1, d)).astype(np.float32)
+    k = RNG.normal(size=(1, 1, 1, d)).astype(np.float32)
+
+    def score(m, n):
+        qm = P.apply_rope(jnp.asarray(q), jnp.array([[m]]))
+        kn = P.apply_rope(jnp.asarray(k), jnp.array([[n]]))
+        return float(jnp.sum(qm * kn))
+
+    for m, n, s in [(3, 1, 5), (0, 7, 11), (10, 10, 3)]:
+        assert score(m, n) == pytest.approx(score(m + s, n + s), abs=1e-4)
+    # ... but it does depend on m - n.
+    assert abs(score(3, 1) - score(3, 2)) > 1e-3
+    rotated = P.apply_rope(jnp.asarray(q), jnp.array([[42]]))
+    assert float(jnp.linalg.norm(rotated)) == pytest.approx(float(np.linalg.norm(q)), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# ALiBi
+# ---------------------------------------------------------------------------------------------
+
+def test_alibi_slopes_powers_of_two():
+    np.testing.assert_allclose(P.alibi_slopes(8), [1 / 2 ** k for k in range(1, 9)])
+    np.testing.assert_allclose(P.alibi_slopes(16), [2 ** (-k / 2) for k in range(1, 17)])
+
+
+def test_alibi_slopes_other_counts():
+    # 6 heads: slopes of 4 heads (2^-2, 2^-4, 2^-6, 2^-8), then every other slope of 8 heads
+    # (2^-1, 2^-3, 2^-5, ...) until 6.
+    np.testing.assert_allclose(P.alibi_slopes(6),
+                               [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
+    # 12 heads: slopes of 8 heads, then 16-head slopes 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+    np.testing.assert_allclose(P.alibi_slopes(12),
+                               [2 ** -k for k in range(1, 9)] + [2 ** -0.5, 2 ** -1.5,
+                                                                 2 ** -2.5, 2 ** -3.5])
+    np.testing.assert_allclose(P.alibi_slopes(1), [2 ** -8])
+
+
+def test_alibi_bias_values():
+    h = 4
+    q_pos = np.array([[0, 1, 2], [3, 4, 5]])
+    kv_pos = np.array([[0, 1, 2, 3], [0, 2, 4, 6]])
+    slopes = [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]
+    for causal in (True, False):
+        bias = np.asarray(P.alibi_bias(h, jnp.asarray(q_pos), jnp.asarray(kv_pos), causal=causal))
+        assert bias.shape == (2, h, 3, 4)
+        for b in range(2):
+            for hh in range(h):
+                for i in range(3):
+                    for j in range(4):
+                        dist = q_pos[b, i] - kv_pos[b, j]
+                        dist = dist if causal else abs(dist)
+                        assert bias[b, hh, i, j] == pytest.approx(-slopes[hh] * dist, abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# T5 relative buckets
+# ---------------------------------------------------------------------------------------------
+
+def _t5_bucket_reference(rel, bidirectional, num_buckets, max_distance):
+    """Scalar plain-Python version of the T5 bucketing (rel = key position - query position)."""
+    back = -rel  # how many positions the key lies before the query
+    offset = 0
+    if bidirectional:
+        half = num_buckets // 2
+        if back < 0:
+            offset = half
+        back = abs(back)
+        side = half
+    else:
+        back = max(back, 0)
+        side = num_buckets
+    exact = side // 2
+    if back < exact:
+        return offset + back
+    log_part = math.log(back / exact) / math.log(max_distance / exact) * (side - exact)
+    return offset + min(exact + int(log_part), side - 1)
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
+@pytest.mark.parametrize('num_buckets,max_distance', [(32, 128), (8, 20), (16, 64)])
+def test_t5_buckets_match_reference(bidirectional, num_buckets, max_distance):
+    rel = np.arange(-300, 301)
+    got = np.asarray(P.t5_relative_position_bucket(jnp.asarray(rel), bidirectional, num_buckets,
+                                                   max_distance))
+    expected = [_t5_bucket_reference(int(r), bidirectional, num_buckets, max_distance)
+                for r in rel]
+    np.testing.assert_array_equal(got, expected)
+    assert got.min() >= 0 and got.max() < num_buckets
+
+
+def test_t5_buckets_known_values():
+    bucket = lambda r, bi=True: int(P.t5_relative_position_bucket(jnp.array(r), bi, 32, 128))
+    assert [bucket(r) for r in (0, -1, -7)] == [0, 1, 7]         # exact, key before query
+    assert [bucket(r) for r in (1, 7)] == [17, 23]               # key after query: upper half
+    assert bucket(-1000) == 15 and bucket(1000) == 31            # beyond max_distance
+    assert bucket(5, bi=False) == 0 and bucket(-5, bi=False) == 5
+
+
+def test_t5_relative_position_bias_gathers_table():
+    heads, buckets = 3, 8
+    module = P.T5RelativePositionBias(num_heads=heads, num_buckets=buckets, max_distance=16)
+    q_pos = np.array([[0, 1, 2, 3], [10, 11, 12, 13]])
+    kv_pos = np.array([[0, 1, 2, 3, 4, 30], [0, 5, 10, 15, 20, 25]])
+    variables = module.init(jax.random.PRNGKey(0), q_pos, kv_pos)
+    table = RNG.normal(size=(buckets, heads)).astype(np.float32)
+    bias = np.asarray(module.apply({'params': {'rel_embedding': table}}, q_pos, kv_pos))
+    assert bias.shape == (2, heads, 4, 6)
+    for b in range(2):
+        for i in range(4):
+            for j in range(6):
+                k = _t5_bucket_reference(kv_pos[b, j] - q_pos[b, i], True, buckets, 16)
+                np.testing.assert_allclose(bias[b, :, i, j], table[k])
+    assert nn.get_partition_spec(variables)['params']['rel_embedding'] == \
+        jax.sharding.PartitionSpec('relpos_buckets', 'heads')
+
+
+# ---------------------------------------------------------------------------------------------
+# 2-D
+# ---------------------------------------------------------------------------------------------
+
+def test_sincos_2d_table():
+    gh, gw, dim = 3, 4, 16
+    table = P.sincos_2d_table(gh, gw, dim)
+    assert table.shape == (gh * gw, dim) and table.dtype == np.float32
+    q = dim // 4
+    for y in range(gh):
+        for x in range(gw):
+            row = table[y * gw + x]
+            for i in range(q):
+                w = 10000.0 ** (-i / q)
+                assert row[i] == pytest.approx(math.sin(x * w), abs=1e-6)
+                assert row[q + i] == pytest.approx(math.cos(x * w), abs=1e-6)
+                assert row[2 * q + i] == pytest.approx(math.sin(y * w), abs=1e-6)
+                assert row[3 * q + i] == pytest.approx(math.cos(y * w), abs=1e-6)
+    with pytest.raises(ValueError, match='divisible by 4'):
+        P.sincos_2d_table(2, 2, 6)
+
+
+def test_learned_2d_concatenates_row_and_column():
+    gh, gw, f = 3, 2, 8
+    module = P.Learned2DPositionEmbedding(grid_h=gh, grid_w=gw, features=f)
+    out, variables = module.init_with_output(jax.random.PRNGKey(0))
+    params = _unboxed_params(variables)
+    assert out.shape == (1, gh * gw, f)
+    assert params['row_embedding'].shape == (gh, f // 2)
+    assert params['col_embedding'].shape == (gw, f // 2)
+    for y in range(gh):
+        for x in range(gw):
+            np.testing.assert_allclose(out[0, y * gw + x, :f // 2], params['row_embedding'][y])
+            np.testing.assert_allclose(out[0, y * gw + x, f // 2:], params['col_embedding'][x])
+
+
+def test_relative_position_bias_2d():
+    heads, gh, gw, prefix = 2, 3, 4, 1
+    module = P.RelativePositionBias2D(num_heads=heads, grid_h=gh, grid_w=gw,
+                                      num_prefix_tokens=prefix)
+    variables = module.init(jax.random.PRNGKey(0))
+    params = {k: RNG.normal(size=v.shape).astype(np.float32)
+              for k, v in _unboxed_params(variables).items()}
+    assert params['rel_embedding'].shape == ((2 * gh - 1) * (2 * gw - 1), heads)
+    bias = np.asarray(module.apply({'params': params}))
+    t = prefix + gh * gw
+    assert bias.shape == (1, heads, t, t)
+    coords = [(p // gw, p % gw) for p in range(gh * gw)]
+    for qi, (yq, xq) in enumerate(coords):
+        for ki, (yk, xk) in enumerate(coords):
+            row = (yq - yk + gh - 1) * (2 * gw - 1) + (xq - xk + gw - 1)
+            np.testing.assert_allclose(bias[0, :, prefix + qi, prefix + ki],
+                                       params['rel_embedding'][row])
+    # Two pairs with the same offset (dy, dx) = (1, -1) share their bias.
+    a = bias[0, :, prefix + 1 * gw + 0, prefix + 0 * gw + 1]
+    b = bias[0, :, prefix + 2 * gw + 2, prefix + 1 * gw + 3]
+    np.testing.assert_allclose(a, b)
+    # Prefix token rows/columns use their own three per-head scalars.
+    np.testing.assert_allclose(bias[0, :, 0, 0], params['prefix_to_prefix'])
+    for p in range(gh * gw):
+        np.testing.assert_allclose(bias[0, :, 0, prefix + p], params['prefix_to_token'])
+        np.testing.assert_allclose(bias[0, :, prefix + p, 0], params['token_to_prefix'])
+    specs = nn.get_partition_spec(variables)['params']
+    assert specs['rel_embedding'] == jax.sharding.PartitionSpec('relpos_buckets', 'heads')
+    assert specs['token_to_prefix'] == jax.sharding.PartitionSpec('heads')
+
+
+def test_relative_position_bias_2d_without_prefix():
+    module = P.RelativePositionBias2D(num_heads=2, grid_h=2, grid_w=2)
+    out, variables = module.init_with_output(jax.random.PRNGKey(0))
+    assert out.shape == (1, 2, 4, 4)
+    assert set(variables['params']) == {'rel_embedding'}

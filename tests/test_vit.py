@@ -1,0 +1,118 @@
+"""ViT: parameter counts of the paper's sizes, patch embedding, position-embedding variants."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models.sizes import vit_size
+from models.vit import POSEMB_KINDS, ViT, ViTConfig
+
+
+def small(**overrides) -> ViTConfig:
+    fields = dict(num_classes=10, image_size=(28, 28), patch_size=7, hidden_size=32, num_layers=2,
+                  num_heads=4, mlp_dim=64)
+    fields.update(overrides)
+    return ViTConfig(**fields)
+
+
+def count(cfg: ViTConfig, channels=3) -> int:
+    shapes = jax.eval_shape(lambda: ViT(cfg).init(
+        jax.random.PRNGKey(0), jnp.zeros((1, *cfg.image_size, channels))))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nn.meta.unbox(shapes)))
+
+
+@pytest.mark.parametrize("name, expected", [
+    # ImageNet-1k head, 224 x 224 RGB. B/16 is the paper's "86M", H/14 its "632M".
+    ("Ti/16", 5_717_416), ("B/16", 86_567_656), ("H/14", 632_045_800)])
+def test_parameter_counts_of_paper_sizes(name, expected):
+    assert count(ViTConfig(num_classes=1000, image_size=(224, 224), **vit_size(name))) == expected
+
+
+def test_patch_embedding_matches_numpy_patchify():
+    cfg = small(posemb="none", num_layers=0)
+    images = np.random.default_rng(0).normal(size=(2, 28, 28, 3)).astype(np.float32)
+    variables = ViT(cfg).init(jax.random.PRNGKey(1), images)
+    _, state = ViT(cfg).apply(variables, images, capture_intermediates=True)
+    embedded = np.asarray(state["intermediates"]["patch_embedding"]["__call__"][0])
+    params = nn.meta.unbox(variables)["params"]["patch_embedding"]
+    p = cfg.patch_size
+    expected = np.zeros((2, 16, cfg.hidden_size))
+    for b in range(2):
+        for gy in range(4):
+            for gx in range(4):  # row-major patch order, each patch flattened (row, col, channel)
+                patch = images[b, gy * p:(gy + 1) * p, gx * p:(gx + 1) * p, :].reshape(-1)
+                expected[b, gy * 4 + gx] = patch @ np.asarray(params["kernel"]) + np.asarray(params["bias"])
+    np.testing.assert_allclose(embedded, expected, rtol=1e-5, atol=1e-5)
+
+
+def _randomised(variables, seed=0):
+    """Non-zero parameters everywhere (the head starts at zero, which would hide everything)."""
+    leaves, treedef = jax.tree.flatten(variables)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    return jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) * 0.3 for k, x in zip(keys, leaves)])
+
+
+def _swap_two_patches(images, p):
+    swapped = images.copy()
+    swapped[:, :p, :p], swapped[:, -p:, -p:] = images[:, -p:, -p:], images[:, :p, :p]
+    return swapped
+
+
+@pytest.mark.parametrize("posemb", POSEMB_KINDS)
+def test_position_embedding_decides_whether_patch_order_matters(posemb):
+    cfg = small(posemb=posemb, pool="mean")
+    images = np.random.default_rng(0).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    model = ViT(cfg)
+    variables = _randomised(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)))
+    original = model.apply(variables, images)
+    swapped = model.apply(variables, _swap_two_patches(images, cfg.patch_size))
+    if posemb == "none":  # a bag of patches: mean pooling makes the model permutation invariant
+        np.testing.assert_allclose(original, swapped, rtol=1e-4, atol=1e-5)
+    else:
+        assert np.abs(np.asarray(original) - np.asarray(swapped)).max() > 1e-3
+
+
+def test_every_parameter_has_logical_axis_names():
+    for posemb in POSEMB_KINDS:
+        variables = ViT(small(posemb=posemb, head_hidden_size=16)).init(
+            jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))
+        leaves = jax.tree.leaves(variables, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+        unnamed = [x for x in leaves if not isinstance(x, nn.LogicallyPartitioned)]
+        assert not unnamed, f"{posemb}: parameters without logical axis names"
+        for box in leaves:
+            assert len(box.names) == box.value.ndim
+
+
+def test_sincos_and_none_add_no_parameters():
+    assert count(small(posemb="sincos_2d"), 1) == count(small(posemb="none"), 1)
+    assert count(small(posemb="learned_1d"), 1) - count(small(posemb="none"), 1) == 17 * 32
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(patch_size=5), "patch_size=5 does not divide image_size=(28, 28)"),
+    (dict(num_heads=3), "num_heads=3 does not divide hidden_size=32"),
+    (dict(posemb="rope"), "posemb='rope' is not one of"),
+    (dict(pool="max"), "pool='max' is not one of"),
+])
+def test_impossible_configs_are_rejected(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        small(**overrides)
+
+
+def test_wrong_image_shape_is_named():
+    model = ViT(small())
+    with pytest.raises(ValueError, match=r"\[batch, 28, 28, channels\] expected, got \(2, 32, 32, 1\)"):
+        model.init(jax.random.PRNGKey(0), jnp.zeros((2, 32, 32, 1)))
+
+
+def test_bfloat16_compute_stays_close_to_float32():
+    images = np.random.default_rng(0).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    variables = _randomised(nn.meta.unbox(ViT(small()).init(jax.random.PRNGKey(0), images)), seed=3)
+    full = ViT(small()).apply(variables, images)
+    half = ViT(small(dtype="bfloat16")).apply(variables, images)
+    assert half.dtype == jnp.float32  # logits are returned in float32
+    np.testing.assert_allclose(half, full, rtol=0.1, atol=0.1)
