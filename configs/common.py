@@ -1,0 +1,77 @@
+"""Pieces every experiment config shares: the `:arg` parser and the optimizer/train/mesh sections.
+
+Each section declares every key the trainer reads, with a one-line comment. Config files build on
+these and override values; they never add keys the trainer does not know (the loader rejects them).
+This module imports only ml_collections, so loading a config stays cheap.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+    """Parses a config's `:arg` string, e.g. 'posemb=none,smoke', against declared defaults.
+
+    Each default's type decides how its value is read; a bare name sets a bool to True. Unknown
+    names fail with the list of allowed ones.
+    """
+    result = ml_collections.ConfigDict(defaults)
+    for item in filter(None, (part.strip() for part in (arg or "").split(","))):
+        name, has_value, raw = item.partition("=")
+        if name not in defaults:
+            raise ValueError(f"unknown config argument {name!r} in {arg!r}; allowed: "
+                             f"{sorted(defaults)}")
+        kind = type(defaults[name])
+        if kind is bool:
+            value = (raw.lower() in ("1", "true", "yes", "on")) if has_value else True
+        elif not has_value:
+            raise ValueError(f"config argument {name!r} needs a value: {name}=...")
+        else:
+            value = kind(raw)
+        result[name] = value
+    return result
+
+
+def optimizer_config(**overrides) -> ml_collections.ConfigDict:
+    """train/optimizers.py reads exactly these keys."""
+    config = ml_collections.ConfigDict()
+    config.name = "adam"                # 'adam' | 'adamw' (decoupled decay, no decay on biases/norms)
+    config.schedule = "inverse_sqrt"    # 'inverse_sqrt' (Vaswani eq. 3) | 'linear' | 'cosine' | 'constant'
+    config.learning_rate = 1.0          # peak lr; for 'inverse_sqrt' the scale on d_model^-0.5 * min(..)
+    config.warmup_steps = 4000          # linear warmup length in optimizer updates
+    config.total_steps = -1             # end of the linear/cosine decay; -1: train.num_steps
+    config.end_learning_rate = 0.0      # lr reached at total_steps by 'linear' and 'cosine'
+    config.b1 = 0.9                     # Adam beta1
+    config.b2 = 0.98                    # Adam beta2 (Vaswani et al.: 0.98)
+    config.eps = 1e-9                   # Adam epsilon (Vaswani et al.: 1e-9)
+    config.weight_decay = 0.0           # decoupled weight decay, 'adamw' only
+    config.clip_norm = 0.0              # global gradient-norm clipping; 0 disables
+    config.update(overrides)
+    return config
+
+
+def train_config(**overrides) -> ml_collections.ConfigDict:
+    """train/trainer.py reads exactly these keys."""
+    config = ml_collections.ConfigDict()
+    config.num_steps = 10_000           # optimizer updates in the whole run
+    config.grad_accum_steps = 1         # microbatches per update (the batch is split this many ways)
+    config.log_every = 100              # steps between train-metric logs
+    config.eval_every = 1000            # steps between evals (0: only at the end)
+    config.checkpoint_every = 1000      # steps between checkpoints (always one at the end)
+    config.keep_checkpoints = 3         # how many recent checkpoints to keep
+    config.async_checkpoint = True      # write checkpoints in the background
+    config.peak_flops = 0.0             # per-device peak FLOP/s for MFU; 0 = measure a matmul here
+    config.progress_bar = True          # tqdm bar on the terminal (process 0 only)
+    config.update(overrides)
+    return config
+
+
+def mesh_config(**overrides) -> ml_collections.ConfigDict:
+    """The device mesh (train/partitioning.py). One size may be -1: all remaining devices."""
+    config = ml_collections.ConfigDict()
+    config.data = -1                    # data parallel: batch split, parameters replicated
+    config.fsdp = 1                     # fully sharded data parallel: batch and parameters split
+    config.tensor = 1                   # tensor parallel: heads and MLP hidden units split
+    config.update(overrides)
+    return config

@@ -1,0 +1,76 @@
+"""python -m train --config configs/vit/fashion_mnist.py --workdir workdirs/vit_fmnist
+
+A small ViT trained from scratch on Fashion-MNIST (28x28 grey images, 10 classes) on a CPU.
+
+Variants (`:arg`, comma-separated):
+  posemb=none|learned_1d|learned_2d|sincos_2d|relative   ViT paper Table 8 rows (default learned_1d)
+  size=custom|Ti|S|B|L|H                                  ViT Table 1 widths/depths (default custom)
+  smoke                                                   a seconds-long run for tests
+e.g. `--config configs/vit/fashion_mnist.py:posemb=sincos_2d` or `...:smoke`.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import common
+from models.sizes import vit_size
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    args = common.parse_arg(arg, posemb="learned_1d", size="custom", smoke=False)
+    config = ml_collections.ConfigDict()
+    config.seed = 0                          # parameter init, dropout and data order
+
+    config.task = ml_collections.ConfigDict()
+    config.task.name = "classify"            # train/tasks/classify.py
+    config.task.label_smoothing = 0.0        # epsilon of label-smoothed cross-entropy
+
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "vit"                # models/vit.py
+    config.model.num_classes = 10
+    config.model.image_size = (28, 28)       # (height, width); must match the data
+    config.model.patch_size = 4              # 7 x 7 = 49 patches
+    config.model.hidden_size = 128           # D
+    config.model.num_layers = 6
+    config.model.num_heads = 4
+    config.model.mlp_dim = 256
+    config.model.posemb = args.posemb        # none|learned_1d|learned_2d|sincos_2d|relative
+    config.model.pool = "cls"                # cls token (paper) or mean of patch tokens
+    config.model.head_hidden_size = 0        # >0: tanh pre-logits layer
+    config.model.dropout_rate = 0.0
+    config.model.attention_dropout_rate = 0.0
+    config.model.activation = "gelu"         # relu|gelu|gelu_tanh
+    config.model.norm = "layernorm"          # layernorm|rmsnorm
+    config.model.norm_position = "pre"       # pre (ViT) | post (original Transformer)
+    config.model.attention_implementation = "xla"  # xla | cudnn (GPU)
+    config.model.dtype = "float32"           # compute dtype: float32|bfloat16|float16
+    config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
+    if args.size != "custom":
+        config.model.update(vit_size(args.size))
+
+    config.data = ml_collections.ConfigDict()
+    config.data.name = "fashion_mnist"       # python -m data.fetch fashion_mnist
+    config.data.source = "local"             # local (data/ builders) | tfds (standard catalog)
+    config.data.image_shape = (28, 28, 1)    # every image must have this shape
+    config.data.train_split = "train"
+    config.data.eval_split = "test"
+    config.data.augment = True               # random crop (2px padding) and horizontal flip
+    config.data.batch_size = 128             # global batch, split over processes and devices
+    config.data.eval_batch_size = 500        # global eval batch (last one padded and masked)
+
+    config.optimizer = common.optimizer_config(
+        name="adamw", schedule="cosine", learning_rate=2e-3, warmup_steps=300,
+        b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.05, clip_norm=1.0)
+    config.train = common.train_config(
+        num_steps=4500, log_every=100, eval_every=1500, checkpoint_every=1500)
+    config.mesh = common.mesh_config()
+
+    if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
+        config.model.update(patch_size=7, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+        config.data.batch_size = 32
+        config.data.eval_batch_size = 200
+        config.train.update(num_steps=20, log_every=5, eval_every=10, checkpoint_every=10,
+                            keep_checkpoints=2, progress_bar=False, peak_flops=1e11)
+        config.optimizer.warmup_steps = 5
+    return config

@@ -1,0 +1,56 @@
+"""Shared test set-up: CPU only, and a prepared copy of the committed Fashion-MNIST fixture."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def fixture_data_root(tmp_path_factory) -> Path:
+    """A data root holding the real Fashion-MNIST excerpt (2,000 train / 1,000 test images),
+    laid out as `python -m data.fetch fashion_mnist` would leave it, already prepared."""
+    from data.testing import install_fashion_mnist_fixture
+
+    root = tmp_path_factory.mktemp("data_root")
+    install_fashion_mnist_fixture(root)
+    previous = os.environ.get("PAPERS_JAX_DATA")
+    os.environ["PAPERS_JAX_DATA"] = str(root)
+    try:
+        from data.sources import get_data_source
+        get_data_source("fashion_mnist", "train")  # prepares the TFDS dataset once
+    finally:
+        if previous is None:
+            del os.environ["PAPERS_JAX_DATA"]
+        else:
+            os.environ["PAPERS_JAX_DATA"] = previous
+    return root
+
+
+@pytest.fixture
+def fashion_mnist_env(fixture_data_root, monkeypatch) -> Path:
+    """PAPERS_JAX_DATA pointing at the prepared fixture for the duration of one test."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(fixture_data_root))
+    return fixture_data_root
+
+
+def run_python(args, *, env=None, devices: int | None = None, timeout=600, check=True):
+    """Runs `python ARGS` from the repo root in a fresh process (optionally with N CPU devices)."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env["JAX_PLATFORMS"] = "cpu"
+    if devices is not None:
+        full_env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    result = subprocess.run([sys.executable, *args], cwd=REPO, env=full_env, capture_output=True,
+                            text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"python {' '.join(args)} failed ({result.returncode}):\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result

@@ -1,0 +1,220 @@
+"""Checkpointer: round trips, keep-N, save interval, resume, and restore onto another mesh."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax.training import train_state
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from train import optimizers
+from train.checkpointing import Checkpointer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class State(train_state.TrainState):
+    rng: jax.Array
+
+
+def _make_state(seed: int, name: str = "adamw", steps: int = 2) -> State:
+    """A tiny Dense model's TrainState after `steps` updates (non-trivial Adam moments)."""
+    model = nn.Dense(3)
+    cfg = ml_collections.ConfigDict(dict(
+        name=name, schedule="linear", learning_rate=1e-2, warmup_steps=1, total_steps=10,
+        end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6,
+        weight_decay=0.01 if name == "adamw" else 0.0, clip_norm=1.0))
+    tx, _ = optimizers.make_optimizer(cfg)
+    x = jax.random.normal(jax.random.key(seed), (4, 5))
+
+    def init():
+        params = model.init(jax.random.key(seed), x)["params"]
+        return State.create(apply_fn=model.apply, params=params, tx=tx,
+                            rng=jax.random.key(seed + 100))
+
+    state = jax.jit(init)()
+    for _ in range(steps):
+        grads = jax.grad(lambda p: jnp.sum(model.apply({"params": p}, x) ** 2))(state.params)
+        state = state.apply_gradients(grads=grads)
+    return state
+
+
+def _abstract(state, sharding):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                        jax.eval_shape(lambda: state))
+
+
+def _leaves(state):
+    """Leaves as NumPy (typed rng keys as their uint32 key data)."""
+    def raw(x):
+        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        return np.asarray(x)
+    return [raw(x) for x in jax.tree.leaves(state)]
+
+
+def _replicated():
+    return NamedSharding(Mesh(np.array(jax.devices()), ("data",)), P())
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_round_trip_is_bit_identical(tmp_path, name):
+    state = _make_state(0, name)
+    data = {"iterator": {"next_index": 1234, "epoch": 2}, "tokens_seen": 10 ** 12}
+    with Checkpointer(tmp_path / "ckpt", save_every=1, keep=3) as ckpt:
+        assert ckpt.directory == str(tmp_path / "ckpt") and os.path.isabs(ckpt.directory)
+        assert ckpt.save(7, state, data)
+        ckpt.wait()
+        sharding = _replicated()
+        restored, restored_data, step = ckpt.restore(_abstract(state, sharding))
+    assert step == 7 and restored_data == data
+    assert jax.tree.structure(restored) == jax.tree.structure(state)
+    for a, b in zip(_leaves(restored), _leaves(state)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    for leaf in jax.tree.leaves(restored):
+        assert leaf.sharding == sharding
+    assert jnp.issubdtype(restored.rng.dtype, jax.dtypes.prng_key)  # typed key comes back typed
+    assert int(restored.step) == 2
+    # The restored rng key and optimizer state are usable.
+    jax.random.split(restored.rng)
+    restored.apply_gradients(grads=jax.tree.map(jnp.ones_like, restored.params))
+
+
+def test_restore_casts_to_requested_dtype(tmp_path):
+    state = {"w": jnp.linspace(-1, 1, 12, dtype=jnp.float32).reshape(3, 4)}
+    with Checkpointer(tmp_path, save_every=1, keep=1) as ckpt:
+        ckpt.save(1, state, {})
+        target = {"w": jax.ShapeDtypeStruct((3, 4), jnp.bfloat16, sharding=_replicated())}
+        restored, _, _ = ckpt.restore(target)
+    assert restored["w"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(restored["w"], state["w"].astype(jnp.bfloat16))
+
+
+def test_async_save_copies_before_returning(tmp_path):
+    """The caller may donate (delete) the state right after save() returns."""
+    state = _make_state(1)
+    expected = _leaves(state)
+    with Checkpointer(tmp_path, save_every=1, keep=1, async_save=True) as ckpt:
+        abstract = _abstract(state, _replicated())
+        assert ckpt.save(1, state, {"i": 1})
+        assert ckpt.latest_step() == 1  # listed while still being written
+        for leaf in jax.tree.leaves(state):
+            leaf.delete()
+        restored, _, _ = ckpt.restore(abstract)  # waits for the write
+    for a, b in zip(_leaves(restored), expected):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_keep_last_n(tmp_path):
+    with Checkpointer(tmp_path, save_every=1, keep=2) as ckpt:
+        for step in range(1, 6):
+            assert ckpt.save(step, {"x": jnp.full((2,), step)}, {"step": step})
+        ckpt.wait()
+        assert ckpt.all_steps() == [4, 5]
+    assert sorted(int(n) for n in os.listdir(tmp_path) if n.isdigit()) == [4, 5]
+
+
+def test_save_every_and_force(tmp_path):
+    x = {"x": jnp.zeros((2,))}
+    with Checkpointer(tmp_path, save_every=3, keep=10, async_save=False) as ckpt:
+        assert not ckpt.save(1, x, {})          # not a multiple, even in an empty directory
+        assert ckpt.save(3, x, {})
+        assert not ckpt.save(4, x, {})
+        assert ckpt.save(4, x, {}, force=True)
+        assert not ckpt.save(4, x, {}, force=True)  # already saved: nothing to do
+        assert ckpt.save(6, x, {})
+        assert ckpt.all_steps() == [3, 4, 6]
+
+
+def test_restore_specific_step_and_resume(tmp_path):
+    states = {2: _make_state(2), 4: _make_state(4)}
+    with Checkpointer(tmp_path, save_every=2, keep=5) as ckpt:
+        for step, state in states.items():
+            ckpt.save(step, state, {"at": step})
+    # A new Checkpointer on the same directory (a restarted job) sees what is there.
+    with Checkpointer(tmp_path, save_every=2, keep=5) as ckpt:
+        assert ckpt.latest_step() == 4 and ckpt.all_steps() == [2, 4]
+        abstract = _abstract(states[2], _replicated())
+        restored, data, step = ckpt.restore(abstract, step=2)
+        assert step == 2 and data == {"at": 2}
+        for a, b in zip(_leaves(restored), _leaves(states[2])):
+            np.testing.assert_array_equal(a, b)
+        _, data, step = ckpt.restore(abstract)
+        assert step == 4 and data == {"at": 4}
+        with pytest.raises(FileNotFoundError, match="step 3"):
+            ckpt.restore(abstract, step=3)
+
+
+def test_empty_directory(tmp_path):
+    with Checkpointer(tmp_path / "new", save_every=1, keep=1) as ckpt:
+        assert ckpt.latest_step() is None and ckpt.all_steps() == []
+        assert os.path.isdir(tmp_path / "new")
+        with pytest.raises(FileNotFoundError, match=str(tmp_path / "new")):
+            ckpt.restore({"x": jax.ShapeDtypeStruct((2,), jnp.float32)})
+        with pytest.raises(TypeError, match="JSON"):
+            ckpt.save(1, {"x": jnp.zeros(2)}, {"bad": object()})
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="save_every"):
+        Checkpointer(tmp_path, save_every=0, keep=1)
+    with pytest.raises(ValueError, match="keep"):
+        Checkpointer(tmp_path, save_every=1, keep=0)
+
+
+_RESHARD_SCRIPT = textwrap.dedent("""
+    import sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from train.checkpointing import Checkpointer
+
+    assert jax.device_count() == 8, jax.devices()
+    directory = sys.argv[1]
+    mesh8 = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "fsdp"))
+    w = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    b = np.arange(16, dtype=np.int32)
+    state = {
+        "w": jax.device_put(w, NamedSharding(mesh8, P("data", "fsdp"))),
+        "b": jax.device_put(b, NamedSharding(mesh8, P("fsdp"))),
+        "rng": jax.device_put(jax.random.key(5), NamedSharding(mesh8, P())),
+        "step": jax.device_put(jnp.int32(11), NamedSharding(mesh8, P())),
+    }
+    with Checkpointer(directory, save_every=1, keep=1) as ckpt:
+        assert ckpt.save(11, state, {"pos": 3})
+
+    mesh4 = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "fsdp"))
+    want = {"w": NamedSharding(mesh4, P("fsdp", None)), "b": NamedSharding(mesh4, P("data")),
+            "rng": NamedSharding(mesh4, P()), "step": NamedSharding(mesh4, P())}
+    abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=want[k])
+                for k, v in state.items()}
+    with Checkpointer(directory, save_every=1, keep=1) as ckpt:
+        restored, data, step = ckpt.restore(abstract)
+    assert step == 11 and data == {"pos": 3}
+    for k, v in restored.items():
+        assert v.sharding == want[k], (k, v.sharding)
+        assert set(v.sharding.device_set) == set(jax.devices()[:4])
+    np.testing.assert_array_equal(restored["w"], w)
+    assert restored["w"].addressable_shards[0].data.shape == (4, 16)
+    np.testing.assert_array_equal(restored["b"], b)
+    np.testing.assert_array_equal(jax.random.key_data(restored["rng"]),
+                                  jax.random.key_data(jax.random.key(5)))
+    assert int(restored["step"]) == 11
+    print("RESHARD_OK")
+""")
+
+
+def test_restore_onto_a_different_mesh(tmp_path):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    result = subprocess.run([sys.executable, "-c", _RESHARD_SCRIPT, str(tmp_path / "ckpt")],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "RESHARD_OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]

@@ -1,0 +1,77 @@
+"""Configs: `:arg` variants, overrides, and errors that name the key before anything compiles."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from configs.common import parse_arg
+from train.__main__ import main
+from train.config import ConfigError, apply_override, load_config_file
+
+CONFIG = "configs/vit/fashion_mnist.py"
+
+
+def test_every_config_docstring_starts_with_its_command():
+    for path in Path("configs").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(node, ast.FunctionDef) and node.name == "get_config" for node in tree.body):
+            doc = ast.get_docstring(tree) or ""
+            assert doc.startswith(f"python -m train --config {path}"), path
+
+
+def test_variants_select_table_8_rows_and_sizes():
+    for posemb in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative"):
+        assert load_config_file(f"{CONFIG}:posemb={posemb}").model.posemb == posemb
+    config = load_config_file(f"{CONFIG}:size=B,smoke")
+    assert config.model.hidden_size == 32  # smoke shrinks whatever size was chosen
+    assert load_config_file(f"{CONFIG}:size=B").model.num_layers == 12
+    with pytest.raises(ConfigError, match=r"unknown config argument 'posmeb'.*allowed: \['posemb'"):
+        load_config_file(f"{CONFIG}:posmeb=none")
+    with pytest.raises(ValueError, match="needs a value"):
+        parse_arg("posemb", posemb="x")
+
+
+def test_overrides_are_typed():
+    config = load_config_file(CONFIG)
+    apply_override(config, "model.image_size", "(28, 28)")
+    apply_override(config, "optimizer.learning_rate", "1")
+    apply_override(config, "data.augment", "false")
+    assert config.optimizer.learning_rate == 1.0 and isinstance(config.optimizer.learning_rate, float)
+    assert config.data.augment is False
+    with pytest.raises(ConfigError, match="expected a int"):
+        apply_override(config, "model.num_layers", "four")
+    with pytest.raises(ConfigError, match="is a section"):
+        apply_override(config, "model", "1")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.model.num_haeds=3", 'unknown config key config.model.num_haeds. Did you mean "num_heads"'),
+    ("--config.trian.num_steps=3", 'unknown config key config.trian. Did you mean "train"'),
+    ("--config.model.patch_size=5", "config.model: patch_size=5 does not divide image_size=(28, 28)"),
+    ("--config.model.num_heads=3", "config.model: num_heads=3 does not divide hidden_size=32"),
+    ("--config.model.posemb=rope", "config.model: posemb='rope' is not one of"),
+    ("--config.mesh.data=3", "config.mesh={'data': 3, 'fsdp': 1, 'tensor': 1} needs 3 devices but 1"),
+    ("--config.data.batch_size=30", "config.data.batch_size=30 must split into grad_accum_steps=4"),
+    ("--config.task.name=translate", "config.task.name='translate' is not one of ['classify']"),
+    ("--config.data.source=web", "config.data.source='web' is not one of ['local', 'tfds']"),
+    ("--config.model.image_size=(56,56)", "config.model.image_size=(56, 56) does not match config.data.image_shape"),
+    ("--config.optimizer.schedule=step", "config.optimizer.schedule='step' is not one of"),
+    ("--config.optimizer.weight_decay=-1.0", "config.optimizer.weight_decay"),
+])
+def test_bad_config_fails_before_compiling_and_names_the_key(override, message, tmp_path, capsys,
+                                                            fashion_mnist_env):
+    extra = ["--config.train.grad_accum_steps=4"] if "batch_size" in override else []
+    code = main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "w"), override, *extra])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # nothing written for a run that never started
+
+
+def test_missing_dataset_names_the_fetch_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path / "empty"))
+    code = main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "w")])
+    assert code == 2
+    assert "python -m data.fetch fashion_mnist" in capsys.readouterr().err

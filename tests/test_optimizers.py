@@ -1,0 +1,230 @@
+"""Schedules against independent NumPy formulas, the weight-decay mask, and the optax chain."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from train import optimizers
+
+
+def _cfg(**overrides):
+    c = ml_collections.ConfigDict(dict(
+        name="adam", schedule="constant", learning_rate=1e-3, warmup_steps=0, total_steps=100,
+        end_learning_rate=0.0, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.0, clip_norm=0.0))
+    c.update(overrides)
+    return c
+
+
+def _values(schedule, steps):
+    return np.array([float(schedule(s)) for s in steps])
+
+
+# ----- schedules ----------------------------------------------------------------------------
+
+def test_inverse_sqrt_matches_paper():
+    d_model, warmup = 512, 4000
+    schedule = optimizers.inverse_sqrt_schedule(d_model, warmup)
+    steps = [0, 1, warmup - 2, warmup - 1, warmup, 2 * warmup, 100_000]
+    # Paper: step_num starts at 1, so count s uses step_num = s + 1.
+    expected = [d_model ** -0.5 * min((s + 1) ** -0.5, (s + 1) * warmup ** -1.5) for s in steps]
+    np.testing.assert_allclose(_values(schedule, steps), expected, rtol=1e-6)
+    peak = float(schedule(warmup - 1))
+    assert peak == pytest.approx(6.988e-4, rel=1e-3)
+    assert peak == max(_values(schedule, range(warmup - 3, warmup + 3)))
+    # `scale` multiplies the whole formula; works under jit with an int32 count.
+    scaled = optimizers.inverse_sqrt_schedule(d_model, warmup, scale=2.0)
+    assert float(jax.jit(scaled)(jnp.int32(10))) == pytest.approx(2 * expected[0] * 11, rel=1e-6)
+
+
+def _np_warmup_then(peak, warmup, total, end, decay):
+    def f(s):
+        if s < warmup:
+            return peak * s / warmup
+        frac = min(max((s - warmup) / (total - warmup), 0.0), 1.0)
+        return decay(frac)
+    return f
+
+
+@pytest.mark.parametrize("warmup", [0, 10])
+def test_linear_warmup_linear_decay(warmup):
+    peak, total, end = 1e-4, 50, 1e-6
+    schedule = optimizers.linear_warmup_linear_decay(peak, warmup, total, end_value=end)
+    ref = _np_warmup_then(peak, warmup, total, end, lambda fr: peak + (end - peak) * fr)
+    steps = [0, 1, max(warmup - 1, 0), warmup, 2 * warmup, 30, total - 1, total, total + 7, 10 * total]
+    np.testing.assert_allclose(_values(schedule, steps), [ref(s) for s in steps], rtol=1e-5)
+    assert float(schedule(total)) == pytest.approx(end)
+    assert float(schedule(warmup)) == pytest.approx(peak)
+
+
+@pytest.mark.parametrize("warmup", [0, 10])
+def test_warmup_cosine(warmup):
+    peak, total, end = 3e-4, 50, 1e-5
+    schedule = optimizers.warmup_cosine(peak, warmup, total, end_value=end)
+    ref = _np_warmup_then(peak, warmup, total, end,
+                          lambda fr: end + (peak - end) * 0.5 * (1 + math.cos(math.pi * fr)))
+    steps = [0, 1, max(warmup - 1, 0), warmup, 2 * warmup, 30, total - 1, total, total + 7, 10 * total]
+    np.testing.assert_allclose(_values(schedule, steps), [ref(s) for s in steps], rtol=1e-5)
+    assert float(schedule(total)) == pytest.approx(end)
+
+
+def test_constant_with_warmup():
+    peak, warmup = 5e-4, 8
+    schedule = optimizers.constant_with_warmup(peak, warmup)
+    steps = [0, 1, warmup - 1, warmup, 2 * warmup, 10 ** 6]
+    expected = [peak * min(s / warmup, 1.0) for s in steps]
+    np.testing.assert_allclose(_values(schedule, steps), expected, rtol=1e-6)
+    assert float(optimizers.constant_with_warmup(peak, 0)(0)) == pytest.approx(peak)
+
+
+# ----- weight-decay mask --------------------------------------------------------------------
+
+class _Block(nn.Module):
+    @nn.compact
+    def __call__(self, tokens):
+        lp = nn.with_logical_partitioning
+        x = nn.Embed(32, 8, embedding_init=lp(nn.initializers.normal(), ("vocab", "embed")))(tokens)
+        x = nn.LayerNorm(scale_init=lp(nn.initializers.ones, ("embed",)),
+                         bias_init=lp(nn.initializers.zeros, ("embed",)))(x)
+        x = nn.DenseGeneral((2, 4), kernel_init=lp(nn.initializers.lecun_normal(),
+                                                   ("embed", "heads", "kv")),
+                            bias_init=lp(nn.initializers.zeros, ("heads", "kv")), name="query")(x)
+        x = x.reshape(x.shape[:-2] + (8,))
+        x = nn.RMSNorm(name="final_norm")(x)
+        return nn.Dense(3, kernel_init=lp(nn.initializers.lecun_normal(), ("embed", "classes")),
+                        bias_init=lp(nn.initializers.zeros, ("classes",)))(x)
+
+
+EXPECTED_MASK = {
+    "Embed_0": {"embedding": True},
+    "LayerNorm_0": {"scale": False, "bias": False},
+    "query": {"kernel": True, "bias": False},  # a 2-D bias is still a bias
+    "final_norm": {"scale": False},
+    "Dense_0": {"kernel": True, "bias": False},
+}
+
+
+def _boxed_params():
+    return _Block().init(jax.random.key(0), jnp.zeros((2, 5), jnp.int32))["params"]
+
+
+def test_mask_on_boxed_and_plain_params():
+    boxed = _boxed_params()
+    assert isinstance(boxed["Dense_0"]["kernel"], nn.LogicallyPartitioned)
+    mask = optimizers.weight_decay_mask(boxed)
+    assert jax.tree.structure(mask) == jax.tree.structure(boxed)  # boxes kept, bools inside
+    assert nn.unbox(mask) == EXPECTED_MASK
+    plain = nn.unbox(boxed)
+    assert optimizers.weight_decay_mask(plain) == EXPECTED_MASK
+    abstract = jax.eval_shape(lambda: plain)
+    assert optimizers.weight_decay_mask(abstract) == EXPECTED_MASK
+
+
+@pytest.mark.parametrize("boxed", [False, True])
+def test_adamw_decays_only_masked_params(boxed):
+    lr, wd = 0.1, 0.01
+    params = _boxed_params() if boxed else nn.unbox(_boxed_params())
+    params = jax.tree.map(lambda p: p + 1.0, params)  # make biases/scales non-zero
+    tx, _ = optimizers.make_optimizer(_cfg(name="adamw", learning_rate=lr, weight_decay=wd))
+    state = tx.init(params)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = jax.jit(tx.update)(zeros, state, params)
+    new = nn.unbox(optax.apply_updates(params, updates))
+    old = nn.unbox(params)
+    flat_new = dict(jax.tree_util.tree_leaves_with_path(new))
+    for path, p in jax.tree_util.tree_leaves_with_path(old):
+        decayed = EXPECTED_MASK[path[0].key][path[1].key]
+        want = p - lr * wd * p if decayed else p
+        np.testing.assert_allclose(flat_new[path], want, rtol=1e-6, err_msg=str(path))
+
+
+# ----- Adam, clipping -----------------------------------------------------------------------
+
+def test_adam_one_step_matches_hand_computation():
+    lr, b1, b2, eps = 1e-3, 0.9, 0.98, 1e-9
+    tx, _ = optimizers.make_optimizer(_cfg(learning_rate=lr, b1=b1, b2=b2, eps=eps))
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(4, 3)).astype(np.float32)
+    g = rng.normal(size=(4, 3)).astype(np.float32)
+    updates, _ = tx.update(jnp.asarray(g), tx.init(jnp.asarray(p)), jnp.asarray(p))
+    g64 = g.astype(np.float64)
+    m = (1 - b1) * g64
+    v = (1 - b2) * g64 ** 2
+    m_hat, v_hat = m / (1 - b1), v / (1 - b2)
+    np.testing.assert_allclose(np.asarray(updates), -lr * m_hat / (np.sqrt(v_hat) + eps),
+                               rtol=1e-5)
+
+
+def test_inverse_sqrt_is_the_lr_of_the_first_updates():
+    tx, schedule = optimizers.make_optimizer(
+        _cfg(schedule="inverse_sqrt", learning_rate=2.0, warmup_steps=10), d_model=64)
+    p = jnp.ones((3,))
+    state = tx.init(p)
+    for step in range(3):  # Adam's first-step direction is sign(g) for a constant gradient.
+        updates, state = tx.update(jnp.ones((3,)), state, p)
+        want = 2.0 * 64 ** -0.5 * (step + 1) * 10 ** -1.5
+        assert float(schedule(step)) == pytest.approx(want, rel=1e-6)
+        np.testing.assert_allclose(updates, -want, rtol=1e-4)
+
+
+def _np_adam(grads, lr, b1, b2, eps):
+    """Updates of plain Adam (float64) for a sequence of gradients."""
+    m = v = 0.0
+    out = []
+    for t, g in enumerate(grads, start=1):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g ** 2
+        out.append(-lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps))
+    return out
+
+
+@pytest.mark.parametrize("clip", [0.0, 0.5])
+def test_clipping_to_clip_norm(clip):
+    # Adam is invariant to one global gradient scale, so clipping shows over two steps whose
+    # gradients get different factors: the first (norm 10) is clipped, the second is not.
+    lr, b1, b2, eps = 1e-2, 0.9, 0.98, 1e-9
+    tx, _ = optimizers.make_optimizer(_cfg(learning_rate=lr, clip_norm=clip))
+    rng = np.random.default_rng(1)
+    g1 = rng.normal(size=(5,)); g1 *= 10.0 / np.linalg.norm(g1)
+    g2 = rng.normal(size=(5,)); g2 *= 0.1 / np.linalg.norm(g2)
+    clipped = [g * min(1.0, clip / np.linalg.norm(g)) if clip else g for g in (g1, g2)]
+    if clip:
+        assert np.linalg.norm(clipped[0]) == pytest.approx(clip)
+    want = _np_adam(clipped, lr, b1, b2, eps)
+    p = jnp.zeros((5,))
+    state = tx.init(p)
+    for g, w in zip((g1, g2), want):
+        updates, state = tx.update(jnp.asarray(g, jnp.float32), state, p)
+        np.testing.assert_allclose(updates, w, rtol=1e-4)
+    if clip:  # the unclipped run differs, so the test above really saw the clipping
+        assert not np.allclose(_np_adam([g1, g2], lr, b1, b2, eps)[1], want[1], rtol=1e-2)
+
+
+# ----- errors -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, d_model, match", [
+    (dict(schedule="foo"), None,
+     r"optimizer.schedule='foo' is not one of \['inverse_sqrt', 'linear', 'cosine', 'constant'\]"),
+    (dict(name="sgd"), None, r"optimizer.name='sgd' is not one of \['adam', 'adamw'\]"),
+    (dict(schedule="inverse_sqrt", warmup_steps=4000), None, r"d_model"),
+    (dict(weight_decay=0.01), None, r"optimizer.weight_decay=0.01.*'adamw'"),
+    (dict(clip_norm=-1.0), None, r"optimizer.clip_norm"),
+    (dict(schedule="linear", warmup_steps=100, total_steps=100), None, r"optimizer.total_steps"),
+])
+def test_config_errors(overrides, d_model, match):
+    with pytest.raises(ValueError, match=match):
+        optimizers.make_optimizer(_cfg(**overrides), d_model=d_model)
+
+
+def test_missing_and_unknown_keys():
+    cfg = _cfg()
+    del cfg["clip_norm"]
+    with pytest.raises(ValueError, match=r"optimizer.clip_norm"):
+        optimizers.make_optimizer(cfg)
+    with pytest.raises(ValueError, match=r"unknown keys \['momentum'\]"):
+        optimizers.make_optimizer(_cfg(momentum=0.9))

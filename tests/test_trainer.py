@@ -1,0 +1,113 @@
+"""The training system: sharded steps equal single-device ones, accumulation, resume, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from conftest import run_python
+
+from train.config import apply_override, load_config_file
+from train.trainer import Trainer
+
+
+def smoke_config(**overrides):
+    config = load_config_file("configs/vit/fashion_mnist.py:smoke")
+    for key, value in overrides.items():
+        apply_override(config, key, str(value))
+    return config
+
+
+def _params(npz) -> dict[str, np.ndarray]:
+    return {k: npz[k] for k in npz.files if k.startswith("param/")}
+
+
+def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
+    """data=2, fsdp=2, tensor=2 on 8 forced CPU devices: same losses and parameters as 1 device."""
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    single, sharded = tmp_path / "single.npz", tmp_path / "sharded.npz"
+    run_python(["tests/scripts/train_steps.py", str(single)], env=env, devices=1)
+    run_python(["tests/scripts/train_steps.py", str(sharded), "--config.mesh.data=2",
+                "--config.mesh.fsdp=2", "--config.mesh.tensor=2"], env=env, devices=8)
+    single, sharded = np.load(single), np.load(sharded)
+    assert int(single["devices"]) == 1 and int(sharded["devices"]) == 8
+    np.testing.assert_allclose(sharded["losses"], single["losses"], rtol=1e-5)
+    assert single["losses"][-1] < single["losses"][0]
+    for name, value in _params(single).items():
+        np.testing.assert_allclose(sharded[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_state_is_sharded_by_the_logical_rules(fixture_data_root):
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    code = ("from tests.scripts.train_steps import *\n"
+            "config = load_config_file('configs/vit/fashion_mnist.py:smoke')\n"
+            "apply_override(config, 'mesh.fsdp', '2'); apply_override(config, 'mesh.tensor', '2')\n"
+            "t = Trainer(config, '/unused')\n"
+            "s = t.state_shardings.params['block_0']\n"
+            "print(tuple(s['mlp']['wi']['kernel'].spec), tuple(s['attention']['query']['kernel'].spec))\n"
+            "print(tuple(t.state_shardings.opt_state[1][0].mu['block_0']['mlp']['wi']['kernel'].spec))\n")
+    out = run_python(["-c", code], env=env, devices=8).stdout.split("\n")
+    assert out[0] == "('fsdp', 'tensor') ('fsdp', 'tensor', None)"  # embed->fsdp, mlp/heads->tensor
+    assert out[1] == "('fsdp', 'tensor')"  # the optimizer state is sharded like the parameters
+
+
+def test_gradient_accumulation_equals_one_big_batch(fashion_mnist_env):
+    results = []
+    for accum in (1, 4):
+        trainer = Trainer(smoke_config(**{"train.grad_accum_steps": accum, "data.augment": False}),
+                          "/unused")
+        state = trainer.init_state()
+        batch = next(trainer.task.train_iterator(batch_size=32, seed=0, process_index=0,
+                                                 process_count=1))
+        state, metrics = trainer.train_step(state, batch)
+        results.append((jax.device_get(state.params), jax.device_get(metrics)))
+    (params_1, metrics_1), (params_4, metrics_4) = results
+    np.testing.assert_allclose(metrics_4["loss"][0], metrics_1["loss"][0], rtol=1e-5)
+    assert metrics_4["loss"][1] == metrics_1["loss"][1] == 32
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                 params_4, params_1)
+
+
+def test_resumed_run_ends_bit_identical_to_uninterrupted(fashion_mnist_env, tmp_path):
+    straight = Trainer(smoke_config(), tmp_path / "straight")
+    straight.run()
+    first_half = Trainer(smoke_config(), tmp_path / "resumed")
+    first_half.run(until_step=10)
+    assert int(first_half.final_state.step) == 10
+    second_half = Trainer(smoke_config(), tmp_path / "resumed")
+    second_half.run()
+    assert int(second_half.final_state.step) == 20
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                 jax.device_get(second_half.final_state.params),
+                 jax.device_get(straight.final_state.params))
+    steps = [json.loads(line)["step"] for line in
+             (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["split"] == "train"]
+    assert steps == [5, 10, 15, 20]  # logging continues without gaps or repeats
+
+
+def test_cli_end_to_end_on_real_fixture(fixture_data_root, tmp_path):
+    workdir = tmp_path / "run"
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    args = ["-m", "train", "--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(workdir)]
+    result = run_python(args, env=env)
+    final = [line for line in result.stdout.splitlines() if line.startswith("final eval (test split):")]
+    assert final and "accuracy" in final[0] and "loss" in final[0]
+    assert json.loads((workdir / "config.json").read_text())["model"]["hidden_size"] == 32
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in train] == [5, 10, 15, 20] and [r["step"] for r in evals] == [10, 20]
+    for key in ("loss", "accuracy", "grad_norm", "learning_rate", "examples_per_second", "mfu"):
+        assert np.isfinite(train[-1][key]), key
+    assert 0.0 <= evals[-1]["accuracy"] <= 1.0
+    assert list((workdir / "tensorboard").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["10", "20"]
+
+    again = run_python(args + ["--config.train.num_steps=25"], env=env, check=False)
+    assert again.returncode == 2 and "train.num_steps: 20 in the workdir, 25 now" in again.stderr
+    resumed = run_python(args + ["--config.train.num_steps=25", "--allow_config_change"], env=env)
+    assert "resumed from" in resumed.stderr and "at step 20" in resumed.stderr
+    assert json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 25

@@ -1,0 +1,98 @@
+"""python -m train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]
+
+Trains the experiment a config file describes. The resolved config is written to
+DIR/config.json; logs go to DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to
+DIR/checkpoints/. Starting again with the same workdir resumes from the latest checkpoint; a
+workdir that holds a different config is refused (with the differing keys) unless
+--allow_config_change is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from train.config import ConfigError, apply_override, load_config_file, to_json
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/vit/fashion_mnist.py:smoke")
+    parser.add_argument("--workdir", required=True, help="logs, checkpoints and config.json go here")
+    parser.add_argument("--allow_config_change", action="store_true",
+                        help="resume in a workdir whose saved config differs from this one")
+    parser.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
+    args, rest = parser.parse_known_args(argv)
+    overrides = []
+    for item in rest:
+        if not item.startswith("--config.") or "=" not in item:
+            parser.error(f"unrecognised argument {item!r}; overrides look like --config.train.num_steps=100")
+        key, _, value = item[len("--config."):].partition("=")
+        overrides.append((key, value))
+    return args, overrides
+
+
+def _flatten(tree, prefix=""):
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> None:
+    """Refuses to mix two different experiments in one workdir."""
+    saved_path = workdir / "config.json"
+    if not saved_path.exists():
+        return
+    saved = _flatten(json.loads(saved_path.read_text()))
+    current = _flatten(json.loads(config_json))
+    diff = [f"  {key}: {saved.get(key, '<absent>')!r} in the workdir, {current.get(key, '<absent>')!r} now"
+            for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)]
+    if diff and not allow_change:
+        raise ConfigError(f"workdir {workdir} holds a run with a different config:\n" + "\n".join(diff)
+                          + "\nUse another --workdir, or pass --allow_config_change to resume anyway.")
+
+
+def main(argv=None) -> int:
+    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    from data.errors import DataError
+    from train.partitioning import MeshError
+
+    try:
+        config = load_config_file(args.config)
+        for key, value in overrides:
+            apply_override(config, key, value)
+        config_json = to_json(config)
+        if args.print_config:
+            print(config_json)
+            return 0
+        workdir = Path(args.workdir)
+        check_workdir(workdir, config_json, args.allow_config_change)
+
+        import jax
+
+        from train.trainer import Trainer
+
+        trainer = Trainer(config, workdir)  # validates everything before compiling
+        if jax.process_index() == 0:
+            workdir.mkdir(parents=True, exist_ok=True)
+            (workdir / "config.json").write_text(config_json)
+        final = trainer.run()
+    except (ConfigError, DataError, MeshError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items())
+    print(f"final eval ({config.data.eval_split} split): {summary}")
+    print(f"logs: {workdir / 'metrics.jsonl'}, {workdir / 'tensorboard'}; "
+          f"checkpoints: {workdir / 'checkpoints'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Checkpoints of a run: the train state and the data-iterator state, through orbax.
+
+One step directory per saved step, holding two items:
+
+    state   the train-state pytree of jax.Arrays (params, optimizer state, step, rng key), written
+            with orbax's standard pytree handler; restored straight into the shardings the caller
+            asks for, which may differ from the ones it was saved with (other mesh, other
+            device count).
+    data    a small JSON dict: the data-iterator state and anything else small (e.g. epoch).
+
+Typed rng keys (`jax.random.key(0)`) save and restore as they are (orbax 0.12.8 stores the key
+data with its implementation), so the state may hold one directly.
+
+Saving is asynchronous by default: `save` returns once the arrays are copied off the devices
+(so the caller may donate or delete them right away) and the files are written in a background
+thread. `wait()` blocks until the last save is on disk; `close()` waits too. A save that is
+still running when the next `save` starts is waited for first.
+
+Multi-host: every process must call `save`, `restore`, `wait` and `close` with the same
+arguments (they are collective; orbax synchronises the processes and each writes its own
+shards). `latest_step()` reads a per-process cache of the directory, the same on every process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+STATE, DATA = "state", "data"
+
+
+class Checkpointer:
+    """Keeps the last `keep` checkpoints of a run, saving every `save_every` steps."""
+
+    def __init__(self, directory: str | os.PathLike, *, save_every: int, keep: int,
+                 async_save: bool = True):
+        if save_every < 1:
+            raise ValueError(f"save_every={save_every} must be >= 1.")
+        if keep < 1:
+            raise ValueError(f"keep={keep} must be >= 1.")
+        directory = os.fspath(directory)
+        if "://" not in directory:  # local path; remote ones (gs://...) are absolute already
+            directory = os.path.abspath(directory)
+        self.directory = directory
+        self.save_every = save_every
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep,
+            save_interval_steps=save_every,
+            enable_async_checkpointing=async_save,
+            create=True,
+            # Orbax's default policy also saves the first step it is offered in an empty
+            # directory; we save on multiples of save_every only (or on preemption, or forced).
+            save_decision_policy=policies.AnySavePolicy([
+                policies.FixedIntervalPolicy(save_every),
+                policies.PreemptionCheckpointingPolicy(),
+            ]),
+        )
+        self._manager = ocp.CheckpointManager(directory, options=options, item_names=(STATE, DATA))
+
+    # ----- what is there ----------------------------------------------------------------
+
+    def latest_step(self) -> int | None:
+        """The newest saved step (including one still being written), or None."""
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    # ----- save / restore ---------------------------------------------------------------
+
+    def save(self, step: int, state: Any, data_state: dict, *, force: bool = False) -> bool:
+        """Starts saving `state` and `data_state` as `step`; returns whether a save started.
+
+        Saves when step is a multiple of save_every (or a preemption was signalled), or always
+        with force=True, unless this step is already saved (then nothing happens: a forced
+        final save right after a periodic one is harmless).
+        """
+        step = int(step)
+        if step in self._manager.all_steps():
+            return False
+        try:
+            json.dumps(data_state)
+        except TypeError as e:
+            raise TypeError(f"data_state must be a JSON-serialisable dict: {e}") from None
+        args = ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
+                                     DATA: ocp.args.JsonSave(data_state)})
+        return bool(self._manager.save(step, args=args, force=force))
+
+    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
+        """(state, data_state, step) of `step` (None: the latest).
+
+        `abstract_state` is the state's pytree with jax.ShapeDtypeStruct(shape, dtype,
+        sharding=...) leaves (e.g. jax.eval_shape of the init, with the run's shardings): each
+        array comes back with that sharding and dtype. Concrete arrays also work as targets.
+        Raises FileNotFoundError if the directory has no checkpoint (or not that step).
+        """
+        self.wait()  # a step still being written is not readable yet
+        steps = self.all_steps()
+        if step is None:
+            if not steps:
+                raise FileNotFoundError(f"No checkpoint in {self.directory}.")
+            step = steps[-1]
+        elif step not in steps:
+            raise FileNotFoundError(f"No checkpoint of step {step} in {self.directory}; "
+                                    f"saved steps: {steps}.")
+        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state),
+                                     DATA: ocp.args.JsonRestore()})
+        restored = self._manager.restore(step, args=args)
+        return restored[STATE], restored[DATA], step
+
+    # ----- lifetime ---------------------------------------------------------------------
+
+    def wait(self) -> None:
+        """Blocks until every started save is complete on disk."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for pending saves and releases the manager's threads."""
+        self._manager.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

@@ -1,0 +1,122 @@
+"""Loading experiment configs: `FILE[:ARG]`, `--config.key=value` overrides, dataclass building.
+
+Every failure here happens before anything is compiled and names the key, its value and what is
+allowed, with a "did you mean" for misspellings.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, or its value is impossible."""
+
+
+def _suggest(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1)
+    return f' Did you mean "{close[0]}"?' if close else ""
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+    """'configs/vit/fashion_mnist.py:posemb=none,smoke' -> get_config('posemb=none,smoke')."""
+    path, _, arg = spec.partition(":")
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file {path!r} does not exist (from --config {spec!r})")
+    module_spec = importlib.util.spec_from_file_location(f"_config_{file.stem}", file)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"config file {path!r} defines no get_config(arg) function")
+    try:
+        config = module.get_config(arg or None)
+    except ValueError as error:  # the config's own argument checks
+        raise ConfigError(f"{path}: {error}") from error
+    return config
+
+
+def _parse_value(key: str, raw: str, current: Any) -> Any:
+    """Reads `raw` as the type of the value it replaces."""
+    if isinstance(current, bool):
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"config.{key}={raw!r}: expected a bool (true/false)")
+    if isinstance(current, str):
+        return raw
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError) as error:
+        raise ConfigError(f"config.{key}={raw!r}: expected a {type(current).__name__} like "
+                          f"{current!r}") from error
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(current, tuple) and isinstance(value, list):
+        value = tuple(value)
+    if current is not None and not isinstance(value, type(current)):
+        raise ConfigError(f"config.{key}={raw!r}: expected a {type(current).__name__} like "
+                          f"{current!r}, got {type(value).__name__}")
+    return value
+
+
+def apply_override(config: ml_collections.ConfigDict, key: str, raw: str) -> None:
+    """Sets config.<key> (dotted) from a command-line string; the key must already exist."""
+    node = config
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        path = ".".join(parts[:depth + 1])
+        if part not in node:
+            raise ConfigError(f"unknown config key config.{path}.{_suggest(part, node.keys())} "
+                              f"Keys here: {sorted(node.keys())}")
+        if depth < len(parts) - 1:
+            node = node[part]
+            if not isinstance(node, ml_collections.ConfigDict):
+                raise ConfigError(f"config.{path} is a value, not a section")
+    current = node[parts[-1]]
+    if isinstance(current, ml_collections.ConfigDict):
+        raise ConfigError(f"config.{key} is a section; set one of its keys: {sorted(current.keys())}")
+    with node.unlocked():
+        node[parts[-1]] = _parse_value(key, raw, current)
+
+
+def to_dataclass(cls, section: ml_collections.ConfigDict, prefix: str, **extra):
+    """Builds a frozen model config (e.g. ViTConfig) from a config section.
+
+    Keys the dataclass does not have are an error (a typo in a config file must not be silently
+    ignored), and the dataclass's own checks are re-raised with the config path of the section.
+    """
+    fields = {f.name for f in dataclasses.fields(cls)}
+    values = dict(section.to_dict())
+    values.update(extra)
+    for key in values:
+        if key not in fields:
+            raise ConfigError(f"unknown key config.{prefix}.{key} for {cls.__name__}."
+                              f"{_suggest(key, fields)} Allowed: {sorted(fields)}")
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"config.{prefix}: {error}") from error
+
+
+def check_choice(config: ml_collections.ConfigDict, key: str, allowed) -> None:
+    """Raises if config.<key> is not one of `allowed`."""
+    value = config
+    for part in key.split("."):
+        value = value[part]
+    if value not in allowed:
+        raise ConfigError(f"config.{key}={value!r} is not one of {list(allowed)}")
+
+
+def to_json(config: ml_collections.ConfigDict) -> str:
+    return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=list)

@@ -1,0 +1,74 @@
+"""Where metrics go: `metrics.jsonl` and TensorBoard event files in the workdir, and a progress bar.
+
+Only process 0 writes; other processes get a writer that does nothing, so the loop needs no
+`if process_index == 0` branches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+
+def summarize(metric_sums: dict) -> dict[str, float]:
+    """{'loss': (sum, count), ...} -> {'loss': sum / count, ...} on the host."""
+    out = {}
+    for name, (total, count) in metric_sums.items():
+        total, count = float(np.asarray(total)), float(np.asarray(count))
+        out[name] = total / count if count else math.nan
+    return out
+
+
+class MetricsWriter:
+    def __init__(self, workdir: Path, *, total_steps: int, start_step: int, progress_bar: bool):
+        self.enabled = jax.process_index() == 0
+        self._bar = None
+        if not self.enabled:
+            return
+        from tensorboardX import SummaryWriter
+        self._jsonl = open(Path(workdir) / "metrics.jsonl", "a", encoding="utf-8")
+        self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"))
+        if progress_bar:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total_steps, initial=start_step, unit="step",
+                             dynamic_ncols=True, file=sys.stderr)
+
+    def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, "split": split, "time": time.time(), **metrics}
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        for name, value in metrics.items():
+            self._tb.add_scalar(f"{split}/{name}", value, step)
+        self._tb.flush()
+        line = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+        self.message(f"[{split} step {step}] {line}")
+
+    def advance(self, steps: int, **postfix) -> None:
+        if self._bar is not None:
+            self._bar.update(steps)
+            if postfix:
+                self._bar.set_postfix({k: f"{v:.4g}" for k, v in postfix.items()}, refresh=False)
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.close()
+        self._jsonl.close()
+        self._tb.close()

@@ -1,0 +1,261 @@
+"""Learning-rate schedules and the optax optimizer chain built from a config.
+
+Every schedule is an optax schedule: a function `step -> learning rate`, where `step` counts the
+updates already applied (0 for the very first update). This is the `count` optax hands to a
+schedule, and the `step` of a train state *before* its update, so the learning rate used to go
+from step k to step k + 1 is `schedule(k)`.
+
+The warmup schedules start at 0: `schedule(0) == 0`, so the first update does not move the
+parameters (as in the original BERT code). Their warmup reaches `peak` at step `warmup_steps`.
+
+`make_optimizer(cfg)` reads exactly the keys of `configs/common.py:optimizer_config`:
+
+    clip_by_global_norm(clip_norm)      (only when clip_norm > 0)
+    -> adam(b1, b2, eps) | adamw(b1, b2, eps, weight_decay, mask=weight_decay_mask)
+    -> scaled by the schedule chosen by `schedule`
+
+Gradient accumulation is the trainer's job (a microbatch scan inside the step), not an optax
+wrapper here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.core import meta
+
+OPTIMIZERS = ("adam", "adamw")
+SCHEDULES = ("inverse_sqrt", "linear", "cosine", "constant")
+CONFIG_KEYS = ("name", "schedule", "learning_rate", "warmup_steps", "total_steps",
+               "end_learning_rate", "b1", "b2", "eps", "weight_decay", "clip_norm")
+
+
+# --------------------------------------------------------------------------------------------
+# Schedules
+# --------------------------------------------------------------------------------------------
+
+def _as_float(step) -> jax.Array:
+    return jnp.asarray(step, dtype=jnp.float32)
+
+
+def _check_steps(warmup_steps: int, total_steps: int | None = None) -> None:
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps={warmup_steps} must be >= 0.")
+    if total_steps is not None and total_steps <= warmup_steps:
+        raise ValueError(f"total_steps={total_steps} must be larger than "
+                         f"warmup_steps={warmup_steps}.")
+
+
+def inverse_sqrt_schedule(d_model: int, warmup_steps: int, scale: float = 1.0) -> optax.Schedule:
+    """Linear warmup, then decay with the inverse square root of the step number.
+
+    The paper's step_num counts from 1, so the first update (optax count 0) uses n = 1 and the
+    peak, d_model^-0.5 * warmup_steps^-0.5 (times `scale`), is reached at count warmup_steps - 1.
+    """
+    if warmup_steps < 1:
+        raise ValueError(f"warmup_steps={warmup_steps} must be >= 1 for the inverse-sqrt schedule.")
+    if d_model < 1:
+        raise ValueError(f"d_model={d_model} must be >= 1.")
+
+    def schedule(step):
+        n = _as_float(step) + 1.0
+        # Vaswani et al. 2017, "Attention Is All You Need", eq. (3).
+        return scale * d_model ** -0.5 * jnp.minimum(n ** -0.5, n * warmup_steps ** -1.5)
+
+    return schedule
+
+
+def _warmup(peak: float, warmup_steps: int, step: jax.Array) -> jax.Array:
+    """peak * step / warmup_steps, the linear ramp from 0 (used below warmup_steps only)."""
+    return peak * step / max(warmup_steps, 1)
+
+
+def _decay_fraction(step: jax.Array, warmup_steps: int, total_steps: int) -> jax.Array:
+    """0 at warmup_steps, rising linearly to 1 at total_steps, 1 after."""
+    return jnp.clip((step - warmup_steps) / (total_steps - warmup_steps), 0.0, 1.0)
+
+
+def linear_warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int,
+                               end_value: float = 0.0) -> optax.Schedule:
+    """BERT: linear warmup 0 -> peak over warmup_steps, linear decay to end_value at total_steps,
+    constant end_value after."""
+    _check_steps(warmup_steps, total_steps)
+
+    def schedule(step):
+        step = _as_float(step)
+        decay = peak + (end_value - peak) * _decay_fraction(step, warmup_steps, total_steps)
+        return jnp.where(step < warmup_steps, _warmup(peak, warmup_steps, step), decay)
+
+    return schedule
+
+
+def warmup_cosine(peak: float, warmup_steps: int, total_steps: int,
+                  end_value: float = 0.0) -> optax.Schedule:
+    """Linear warmup 0 -> peak over warmup_steps, half a cosine down to end_value at total_steps,
+    constant end_value after."""
+    _check_steps(warmup_steps, total_steps)
+
+    def schedule(step):
+        step = _as_float(step)
+        cosine = 0.5 * (1.0 + jnp.cos(math.pi * _decay_fraction(step, warmup_steps, total_steps)))
+        decay = end_value + (peak - end_value) * cosine
+        return jnp.where(step < warmup_steps, _warmup(peak, warmup_steps, step), decay)
+
+    return schedule
+
+
+def constant_with_warmup(peak: float, warmup_steps: int) -> optax.Schedule:
+    """Linear warmup 0 -> peak over warmup_steps, then constant peak (warmup_steps=0: constant)."""
+    _check_steps(warmup_steps)
+
+    def schedule(step):
+        step = _as_float(step)
+        return jnp.where(step < warmup_steps, _warmup(peak, warmup_steps, step),
+                         jnp.asarray(peak, jnp.float32))
+
+    return schedule
+
+
+# --------------------------------------------------------------------------------------------
+# Weight-decay mask
+# --------------------------------------------------------------------------------------------
+
+# Leaf names of normalisation and bias parameters (flax LayerNorm/RMSNorm: 'scale', 'bias').
+NO_DECAY_NAMES = ("bias", "scale")
+
+
+def _key_name(key) -> str:
+    for attr in ("key", "name", "idx"):  # DictKey, GetAttrKey, SequenceKey
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _raw_value(leaf):
+    """The array (or ShapeDtypeStruct) inside a flax metadata box, without sharding constraints."""
+    if isinstance(leaf, nn.Partitioned):  # includes nn.LogicallyPartitioned
+        return leaf.value
+    if isinstance(leaf, meta.AxisMetadata):
+        return meta.unbox(leaf)
+    return leaf
+
+
+def _decays(path, leaf) -> bool:
+    names = [_key_name(k) for k in path]
+    ndim = len(getattr(_raw_value(leaf), "shape", ()))
+    is_norm = any("norm" in name.lower() for name in names[:-1])
+    return ndim >= 2 and names[-1] not in NO_DECAY_NAMES and not is_norm
+
+
+def weight_decay_mask(params: Any) -> Any:
+    """True for the parameters weight decay applies to, False for the others.
+
+    Rule: a parameter is decayed iff it has ndim >= 2 (weight matrices, kernels, embedding
+    tables, also learned position tables and the ViT class token), its leaf name is not
+    'bias' or 'scale', and no enclosing module name contains 'norm' (LayerNorm_0, RMSNorm, ...).
+    So biases (including 2-D DenseGeneral biases), LayerNorm/RMSNorm scale and bias, and every
+    1-D or scalar parameter are not decayed.
+
+    `params` may hold plain arrays, jax.ShapeDtypeStructs, or flax metadata boxes
+    (nn.LogicallyPartitioned from nn.with_logical_partitioning). A boxed leaf gets a box of the
+    same kind holding the bool, so the mask has exactly the structure of `params` and can be
+    zipped with it by optax (pass the function itself as optax's `mask`, as make_optimizer does).
+    """
+    def decide(path, leaf):
+        decision = _decays(path, leaf)
+        if isinstance(leaf, meta.AxisMetadata):
+            return leaf.replace_boxed(decision)
+        return decision
+
+    return jax.tree_util.tree_map_with_path(decide, params, is_leaf=meta.is_axis_metadata)
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizer from config
+# --------------------------------------------------------------------------------------------
+
+def _read_config(cfg) -> dict[str, Any]:
+    if hasattr(cfg, "keys"):
+        unknown = sorted(set(cfg.keys()) - set(CONFIG_KEYS))
+        if unknown:
+            raise ValueError(f"optimizer config has unknown keys {unknown}; the keys are "
+                             f"{list(CONFIG_KEYS)}.")
+    values = {}
+    for key in CONFIG_KEYS:
+        try:
+            values[key] = getattr(cfg, key)
+        except (AttributeError, KeyError):
+            raise ValueError(f"optimizer config is missing the key optimizer.{key}; the keys are "
+                             f"{list(CONFIG_KEYS)}.") from None
+    return values
+
+
+def _make_schedule(c: dict[str, Any], d_model: int | None) -> optax.Schedule:
+    name, warmup, total = c["schedule"], int(c["warmup_steps"]), int(c["total_steps"])
+    lr, end = float(c["learning_rate"]), float(c["end_learning_rate"])
+    if warmup < 0:
+        raise ValueError(f"optimizer.warmup_steps={warmup} must be >= 0.")
+    if name in ("linear", "cosine") and total <= warmup:
+        raise ValueError(f"optimizer.total_steps={total} must be larger than "
+                         f"optimizer.warmup_steps={warmup} for optimizer.schedule='{name}'.")
+    if name == "inverse_sqrt":
+        if d_model is None:
+            raise ValueError("optimizer.schedule='inverse_sqrt' needs the model width: call "
+                             "make_optimizer(cfg, d_model=...).")
+        if warmup < 1:
+            raise ValueError(f"optimizer.warmup_steps={warmup} must be >= 1 for "
+                             "optimizer.schedule='inverse_sqrt'.")
+        return inverse_sqrt_schedule(d_model, warmup, scale=lr)
+    if name == "linear":
+        return linear_warmup_linear_decay(lr, warmup, total, end_value=end)
+    if name == "cosine":
+        return warmup_cosine(lr, warmup, total, end_value=end)
+    return constant_with_warmup(lr, warmup)
+
+
+def make_optimizer(cfg, *, d_model: int | None = None
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """(optax transformation, learning-rate schedule) from an optimizer config.
+
+    Keys (all required, no others allowed when `cfg` has .keys()):
+      name           'adam' | 'adamw'
+      schedule       'inverse_sqrt' | 'linear' | 'cosine' | 'constant'
+      learning_rate  peak lr; for 'inverse_sqrt' the scale multiplying d_model^-0.5 * min(...)
+      warmup_steps   linear warmup length in updates
+      total_steps    end of the decay ('linear', 'cosine')
+      end_learning_rate  lr at and after total_steps ('linear', 'cosine')
+      b1, b2, eps    Adam moments and epsilon (added outside the square root)
+      weight_decay   decoupled decay, 'adamw' only, masked by weight_decay_mask; optax multiplies
+                     it by the scheduled lr: p <- p - lr * (adam_update + weight_decay * p)
+      clip_norm      global-norm gradient clipping before Adam; 0 disables
+    `d_model` is required for 'inverse_sqrt'.
+    """
+    c = _read_config(cfg)
+    if c["name"] not in OPTIMIZERS:
+        raise ValueError(f"optimizer.name={c['name']!r} is not one of {list(OPTIMIZERS)}.")
+    if c["schedule"] not in SCHEDULES:
+        raise ValueError(f"optimizer.schedule={c['schedule']!r} is not one of {list(SCHEDULES)}.")
+    weight_decay, clip_norm = float(c["weight_decay"]), float(c["clip_norm"])
+    if weight_decay < 0:
+        raise ValueError(f"optimizer.weight_decay={weight_decay} must be >= 0.")
+    if c["name"] == "adam" and weight_decay != 0.0:
+        raise ValueError(f"optimizer.weight_decay={weight_decay} is not applied by "
+                         "optimizer.name='adam'; use optimizer.name='adamw' for decoupled weight "
+                         "decay, or set optimizer.weight_decay=0.")
+    if clip_norm < 0:
+        raise ValueError(f"optimizer.clip_norm={clip_norm} must be >= 0 (0 disables clipping).")
+
+    schedule = _make_schedule(c, d_model)
+    adam_args = dict(b1=float(c["b1"]), b2=float(c["b2"]), eps=float(c["eps"]))
+    if c["name"] == "adam":
+        tx = optax.adam(schedule, **adam_args)
+    else:
+        tx = optax.adamw(schedule, weight_decay=weight_decay, mask=weight_decay_mask, **adam_args)
+    if clip_norm > 0:
+        tx = optax.chain(optax.clip_by_global_norm(clip_norm), tx)
+    return tx, schedule

@@ -1,0 +1,131 @@
+"""Device mesh, logical-axis rules and shardings: the whole of the parallelism story.
+
+Model code names every parameter dimension with a *logical* axis ('embed', 'mlp', 'heads', ...)
+and constrains activations the same way ('batch', 'length', 'embed'). This file owns the one small
+table that maps those names onto the three *mesh* axes:
+
+    data    plain data parallelism: the batch is split, parameters are replicated.
+    fsdp    fully sharded data parallelism: the batch is split AND parameters / optimizer state
+            are sharded along their 'embed' dimension (gathered on use by XLA).
+    tensor  tensor (model) parallelism: attention heads and the MLP hidden dimension are split.
+
+A config picks the mesh shape (`config.mesh.data/fsdp/tensor`, one of them may be -1 = "the rest
+of the devices"). Changing the parallelism of a run is a config change, never a code change.
+
+Flax assigns each mesh axis at most once per array, taking rules in order. So activations
+('batch', 'length', 'embed') get batch -> ('data', 'fsdp') and their 'embed' stays unsharded
+(fsdp is already used), while parameters ('embed', 'mlp') get embed -> fsdp, mlp -> tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")  # mesh axes that split the batch
+
+# Logical axis name -> mesh axis (or axes, or None = replicated). Order matters: see module doc.
+LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", BATCH_AXES),
+    ("vocab", "tensor"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("embed", "fsdp"),
+    ("kv", None),
+    ("length", None),
+    ("relpos_buckets", None),
+    ("classes", None),
+    ("patch", None),
+)
+
+
+class MeshError(ValueError):
+    """The configured mesh cannot be built on the available devices."""
+
+
+def resolve_mesh_shape(mesh_cfg: Mapping[str, int], num_devices: int) -> dict[str, int]:
+    """Turns `{'data': -1, 'fsdp': 2, 'tensor': 1}` into concrete sizes whose product is num_devices."""
+    sizes = {axis: int(mesh_cfg[axis]) for axis in MESH_AXES}
+    free = [axis for axis, size in sizes.items() if size == -1]
+    bad = {axis: size for axis, size in sizes.items() if size == 0 or size < -1}
+    if bad:
+        key, value = next(iter(bad.items()))
+        raise MeshError(f"config.mesh.{key}={value}: mesh sizes must be positive, or -1 for "
+                        "'all remaining devices'.")
+    if len(free) > 1:
+        raise MeshError(f"config.mesh: only one axis may be -1, got {free}. Set all but one to a "
+                        "positive size.")
+    fixed = math.prod(size for size in sizes.values() if size != -1)
+    if free:
+        if num_devices % fixed:
+            raise MeshError(
+                f"config.mesh={sizes}: the fixed axes multiply to {fixed}, which does not divide "
+                f"the {num_devices} available devices. Choose sizes whose product divides "
+                f"{num_devices}.")
+        sizes[free[0]] = num_devices // fixed
+    elif fixed != num_devices:
+        raise MeshError(
+            f"config.mesh={sizes} needs {fixed} devices but {num_devices} are available "
+            f"({jax.devices()[0].platform}). Make data*fsdp*tensor equal {num_devices}, or set "
+            "one axis to -1.")
+    return sizes
+
+
+def make_mesh(mesh_cfg: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A mesh over all (global) devices with axes ('data', 'fsdp', 'tensor').
+
+    `jax.sharding.Mesh` gives axes of the default (auto) type, so XLA's sharding propagation fills
+    in whatever the logical constraints leave open.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = resolve_mesh_shape(mesh_cfg, len(devices))
+    shape = tuple(sizes[axis] for axis in MESH_AXES)
+    try:  # topology-aware device order on TPU/GPU; plain reshape elsewhere.
+        from jax.experimental import mesh_utils
+        grid = mesh_utils.create_device_mesh(shape, devices=devices)
+    except Exception:  # noqa: BLE001 - any topology failure falls back to the simple order.
+        grid = np.array(devices).reshape(shape)
+    return Mesh(grid, MESH_AXES)
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    """How many ways the global batch is split."""
+    return math.prod(mesh.shape[axis] for axis in BATCH_AXES)
+
+
+def logical_shardings(abstract_tree: Any, mesh: Mesh, rules=LOGICAL_RULES) -> Any:
+    """NamedShardings for a tree of (boxed) abstract values, from their logical axis names.
+
+    Leaves without logical metadata (the step counter, rng key, optimizer counts) are replicated.
+    """
+    specs = nn.get_partition_spec(abstract_tree)
+    return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (batch) dimension split over the data-parallel axes, the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """Assembles each process's slice of the batch into one global jax.Array per field.
+
+    Every process passes the rows it loaded (its shard of the global batch); the result is the
+    same global array on every process. This is what keeps multi-host input correct: host-local
+    numpy arrays handed directly to a sharded jit would be taken as the *global* value.
+    """
+    sharding = batch_sharding(mesh)
+    return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+            for name, value in local_batch.items()}

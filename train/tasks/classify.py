@@ -1,0 +1,108 @@
+"""Image classification: softmax cross-entropy (optionally label-smoothed), accuracy.
+
+A task is what the trainer is generic over: it builds the model and the data from the config,
+and gives the pure loss and eval functions that the trainer jits. Losses and metrics are returned
+as sums with their counts; the trainer normalises (and the host divides when it logs), so padded
+examples and gradient accumulation never bias an average.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from data import images as image_data
+from data import sources
+from models.vit import ViT, ViTConfig
+from train import flops
+from train.config import ConfigError, check_choice, to_dataclass
+
+MODELS = {"vit": (ViT, ViTConfig)}
+
+
+def cross_entropy(logits, labels, label_smoothing: float = 0.0):
+    """Per-example cross-entropy against one-hot targets smoothed to (1 - eps) + eps / K
+    (Szegedy et al. 2016, label smoothing)."""
+    num_classes = logits.shape[-1]
+    targets = jax.nn.one_hot(labels, num_classes)
+    targets = targets * (1.0 - label_smoothing) + label_smoothing / num_classes
+    return -jnp.sum(targets * jax.nn.log_softmax(logits.astype(jnp.float32)), axis=-1)
+
+
+class ClassificationTask:
+    """ViT (or any `images -> logits` model) on a labelled image dataset."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        check_choice(config, "model.name", MODELS)
+        check_choice(config, "data.source", ("local", "tfds"))
+        module, model_config_cls = MODELS[config.model.name]
+        model_section = config.model.copy_and_resolve_references()
+        with model_section.unlocked():
+            del model_section["name"]
+        self.model_config = to_dataclass(model_config_cls, model_section, "model")
+        self.model = module(self.model_config)
+        self.config = config
+        self.label_smoothing = float(config.task.label_smoothing)
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"config.task.label_smoothing={self.label_smoothing} must be in [0, 1)")
+        shape = tuple(config.data.image_shape)
+        if shape[:2] != self.model_config.image_size:
+            raise ConfigError(f"config.model.image_size={self.model_config.image_size} does not "
+                              f"match config.data.image_shape={shape}")
+        self.image_shape = shape
+        self.d_model = self.model_config.hidden_size
+
+    # ---- model -----------------------------------------------------------------------------
+    def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
+        return {"image": np.zeros((batch_size, *self.image_shape), np.float32)}
+
+    def init_variables(self, rng, inputs):
+        return self.model.init({"params": rng}, inputs["image"], train=False)
+
+    def flops_per_example(self) -> float:
+        return flops.vit_train_flops_per_example(self.model_config, channels=self.image_shape[-1])
+
+    # ---- pure functions the trainer jits ---------------------------------------------------
+    def loss_fn(self, params, batch, rng):
+        """Training loss: (sum of per-example losses, (sum of weights, metric sums))."""
+        logits = self.model.apply({"params": params}, batch["image"], train=True,
+                                  rngs={"dropout": rng})
+        weights = batch["mask"]
+        losses = cross_entropy(logits, batch["label"], self.label_smoothing) * weights
+        correct = (jnp.argmax(logits, -1) == batch["label"]) * weights
+        count = weights.sum()
+        return losses.sum(), (count, {"loss": (losses.sum(), count),
+                                      "accuracy": (correct.sum(), count)})
+
+    def eval_fn(self, params, batch):
+        """Metric sums over the real (mask = 1) examples of one eval batch."""
+        logits = self.model.apply({"params": params}, batch["image"], train=False)
+        weights = batch["mask"]
+        losses = cross_entropy(logits, batch["label"]) * weights
+        correct = (jnp.argmax(logits, -1) == batch["label"]) * weights
+        count = weights.sum()
+        return {"loss": (losses.sum(), count), "accuracy": (correct.sum(), count)}
+
+    # ---- data --------------------------------------------------------------------------------
+    def _source(self, split: str):
+        return sources.get_data_source(self.config.data.name, split, source=self.config.data.source)
+
+    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
+        """Endless, shuffled, per-process batches; a grain iterator with get_state/set_state."""
+        return image_data.image_batches(
+            self._source(self.config.data.train_split), batch_size=batch_size, train=True,
+            seed=seed, image_shape=self.image_shape, process_index=process_index,
+            process_count=process_count, augment=self.config.data.augment)
+
+    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
+        """(iterator over this process's eval batches, number of batches every process runs)."""
+        source = self._source(self.config.data.eval_split)
+        per_process = math.ceil(len(source) / process_count)
+        iterator = image_data.image_batches(
+            source, batch_size=batch_size, train=False, seed=0, image_shape=self.image_shape,
+            process_index=process_index, process_count=process_count, augment=False)
+        return iterator, math.ceil(per_process / batch_size)

@@ -1,0 +1,261 @@
+"""The training loop: sharded state, jitted steps, evals, checkpoints, logging.
+
+One code path for 1 CPU, N GPUs or a multi-host TPU pod:
+  1. the mesh comes from the config, the task (model + data + loss) from `config.task.name`;
+  2. the train state is initialised *directly into its shardings*: `jax.eval_shape` gives the
+     abstract state with logical axis names, the rules turn them into NamedShardings, and
+     `jax.jit(init, out_shardings=...)` materialises each shard on its own device;
+  3. the step is `jax.jit(train_step, in_shardings, out_shardings, donate_argnums=0)` - pjit;
+  4. each process loads its own slice of every global batch, assembled with
+     `jax.make_array_from_process_local_data`;
+  5. metrics go to metrics.jsonl / TensorBoard, checkpoints (state + data position) to orbax.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from train import partitioning
+from train.checkpointing import Checkpointer
+from train.config import ConfigError
+from train.flops import measure_matmul_peak
+from train.metrics_writer import MetricsWriter, summarize
+from train.optimizers import make_optimizer
+from train.tasks import get_task
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array       # optimizer updates applied so far
+    params: Any
+    opt_state: Any
+    rng: jax.Array        # base dropout key (raw uint32); step keys are fold_in(rng, step)
+
+
+def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
+    """Batch sizes must split evenly over processes, data-parallel devices and microbatches."""
+    dp = partitioning.data_parallel_size(mesh)
+    accum = config.train.grad_accum_steps
+    if accum < 1:
+        raise ConfigError(f"config.train.grad_accum_steps={accum} must be >= 1")
+    for key in ("batch_size", "eval_batch_size"):
+        size = config.data[key]
+        if size % dp or size % jax.process_count():
+            raise ConfigError(
+                f"config.data.{key}={size} is not divisible by the data-parallel size {dp} "
+                f"(mesh data*fsdp) and process count {jax.process_count()}; use a multiple of "
+                f"{math.lcm(dp, jax.process_count())}")
+    if config.data.batch_size % (accum * dp):
+        raise ConfigError(
+            f"config.data.batch_size={config.data.batch_size} must split into "
+            f"grad_accum_steps={accum} microbatches that are each divisible by the data-parallel "
+            f"size {dp}")
+    if config.train.num_steps < 1:
+        raise ConfigError(f"config.train.num_steps={config.train.num_steps} must be >= 1")
+
+
+def _sum_metrics(total, new):
+    return jax.tree.map(jnp.add, total, new)
+
+
+def make_train_step(task, optimizer, schedule, grad_accum_steps: int):
+    """A pure (state, batch) -> (state, metric sums) function; dropout keys fold in the step."""
+
+    def microbatch_grads(params, batch, rng):
+        (loss_sum, (weight, metrics)), grads = jax.value_and_grad(
+            task.loss_fn, has_aux=True)(params, batch, rng)
+        return grads, weight, metrics
+
+    def train_step(state: TrainState, batch):
+        rng = jax.random.fold_in(state.rng, state.step)
+        if grad_accum_steps == 1:
+            grads, weight, metrics = microbatch_grads(state.params, batch, rng)
+        else:  # the same update as one big batch, computed in k sequential slices
+            micro = jax.tree.map(
+                lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
+                batch)
+
+            def body(carry, inputs):
+                index, microbatch = inputs
+                out = microbatch_grads(state.params, microbatch, jax.random.fold_in(rng, index))
+                return jax.tree.map(jnp.add, carry, out), None
+
+            zeros = jax.eval_shape(microbatch_grads, state.params,
+                                   jax.tree.map(lambda x: x[0], micro), rng)
+            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
+            (grads, weight, metrics), _ = jax.lax.scan(
+                body, zeros, (jnp.arange(grad_accum_steps), micro))
+        # d(sum of losses / total weight) / d(params): the mean over all real examples/tokens.
+        grads = jax.tree.map(lambda g: g / jnp.maximum(weight, 1.0), grads)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = dict(metrics)
+        metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones(()))
+        metrics["param_norm"] = (optax.tree.norm(params), jnp.ones(()))
+        metrics["learning_rate"] = (schedule(state.step), jnp.ones(()))
+        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        return new_state, metrics
+
+    return train_step
+
+
+class Trainer:
+    """Builds everything a run needs from the config; `run()` trains and returns final evals."""
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path):
+        self.config = config
+        self.workdir = Path(workdir).absolute()
+        self.mesh = partitioning.make_mesh(config.mesh)
+        self.rules = partitioning.LOGICAL_RULES
+        validate_batching(config, self.mesh)
+        self.task = get_task(config)
+        optimizer_cfg = config.optimizer.copy_and_resolve_references()
+        if optimizer_cfg.total_steps == -1:  # the decay ends with the run
+            optimizer_cfg.total_steps = config.train.num_steps
+        try:
+            self.optimizer, self.schedule = make_optimizer(optimizer_cfg, d_model=self.task.d_model)
+        except ValueError as error:
+            message = str(error)
+            raise ConfigError(message if message.startswith("config.") else f"config.{message}") from error
+        self.process_index, self.process_count = jax.process_index(), jax.process_count()
+
+        def init_state(rng):
+            params_rng, dropout_rng = jax.random.split(rng)
+            inputs = self.task.dummy_inputs(1)
+            params = self.task.init_variables(params_rng, inputs)["params"]
+            return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                              opt_state=self.optimizer.init(params), rng=dropout_rng)
+
+        with self._context():
+            boxed = jax.eval_shape(init_state, jax.random.PRNGKey(config.seed))
+            self.state_shardings = partitioning.logical_shardings(boxed, self.mesh, self.rules)
+            self._init = jax.jit(lambda rng: nn.meta.unbox(init_state(rng)),
+                                 out_shardings=self.state_shardings)
+        self.abstract_state = jax.tree.map(
+            lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+            nn.meta.unbox(boxed), self.state_shardings)
+        self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.abstract_state.params))
+
+        batch_sharding = partitioning.batch_sharding(self.mesh)
+        replicated = partitioning.replicated(self.mesh)
+        step_fn = make_train_step(self.task, self.optimizer, self.schedule,
+                                  config.train.grad_accum_steps)
+        self._train_step = jax.jit(step_fn, in_shardings=(self.state_shardings, batch_sharding),
+                                   out_shardings=(self.state_shardings, replicated),
+                                   donate_argnums=0)
+        self._eval_step = jax.jit(self.task.eval_fn,
+                                  in_shardings=(self.state_shardings.params, batch_sharding),
+                                  out_shardings=replicated)
+
+    def _context(self):
+        """Mesh and logical rules in scope while tracing, so activation constraints resolve."""
+        import contextlib
+        stack = contextlib.ExitStack()
+        stack.enter_context(jax.set_mesh(self.mesh))
+        stack.enter_context(nn.logical_axis_rules(self.rules))
+        return stack
+
+    # ---- pieces -----------------------------------------------------------------------------
+    def init_state(self) -> TrainState:
+        with self._context():
+            return self._init(jax.random.PRNGKey(self.config.seed))
+
+    def train_step(self, state: TrainState, local_batch: dict) -> tuple[TrainState, dict]:
+        with self._context():
+            return self._train_step(state, partitioning.global_batch(local_batch, self.mesh))
+
+    def evaluate(self, params) -> dict[str, float]:
+        """Metrics over the whole eval split; every process runs the same number of steps."""
+        global_size = self.config.data.eval_batch_size
+        local_size = global_size // self.process_count
+        iterator, num_batches = self.task.eval_batches(
+            batch_size=local_size, process_index=self.process_index,
+            process_count=self.process_count)
+        totals = None
+        empty = None
+        with self._context():
+            for _ in range(num_batches):
+                batch = next(iterator, None)
+                if batch is None:  # this process's shard ran out: a fully masked batch
+                    batch = empty
+                elif empty is None:
+                    empty = {k: np.zeros_like(v) for k, v in batch.items()}
+                metrics = self._eval_step(params, partitioning.global_batch(batch, self.mesh))
+                totals = metrics if totals is None else _sum_metrics(totals, metrics)
+        return summarize(jax.device_get(totals))
+
+    def _peak_flops(self) -> float:
+        configured = self.config.train.peak_flops
+        return configured if configured > 0 else measure_matmul_peak()
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run(self, until_step: int | None = None) -> dict[str, float]:
+        """Trains from the latest checkpoint (or from scratch) to train.num_steps, or only up to
+        `until_step` (checkpointed there, so a later run() continues), and returns the last eval."""
+        cfg = self.config.train
+        stop = cfg.num_steps if until_step is None else min(until_step, cfg.num_steps)
+        global_batch = self.config.data.batch_size
+        train_iter = self.task.train_iterator(  # data errors surface before anything is written
+            batch_size=global_batch // self.process_count, seed=self.config.seed,
+            process_index=self.process_index, process_count=self.process_count)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
+                                    keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
+        latest = checkpointer.latest_step()
+        if latest is None:
+            state = self.init_state()
+        else:
+            state, data_state, _ = checkpointer.restore(self.abstract_state)
+            train_iter.set_state(data_state["train_iterator"])
+        start = int(jax.device_get(state.step))
+        writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
+                               progress_bar=cfg.progress_bar)
+        if latest is not None:
+            writer.message(f"resumed from {checkpointer.directory} at step {start}")
+        flops_per_step = self.task.flops_per_example() * global_batch
+        peak = self._peak_flops() * jax.device_count()
+        writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
+                       f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s")
+
+        final_eval: dict[str, float] = {}
+        pending, timer_start, timer_steps = None, time.perf_counter(), 0
+        for step in range(start, stop):
+            state, metrics = self.train_step(state, next(train_iter))
+            pending = metrics if pending is None else _sum_metrics(pending, metrics)
+            timer_steps += 1
+            done = step + 1
+            last = done == cfg.num_steps
+            if done % cfg.log_every == 0 or done == stop:
+                values = summarize(jax.device_get(pending))  # waits for the steps to finish
+                elapsed = time.perf_counter() - timer_start
+                steps_per_s = timer_steps / elapsed
+                values.update(steps_per_second=steps_per_s,
+                              examples_per_second=steps_per_s * global_batch,
+                              mfu=flops_per_step * steps_per_s / peak)
+                writer.write(done, "train", values)
+                writer.advance(timer_steps, loss=values["loss"], steps_s=steps_per_s)
+                pending, timer_start, timer_steps = None, time.perf_counter(), 0
+            if (cfg.eval_every and done % cfg.eval_every == 0) or last:
+                final_eval = self.evaluate(state.params)
+                writer.write(done, "eval", final_eval)
+                timer_start = time.perf_counter()  # eval time is not train time
+            checkpointer.save(done, state, {"train_iterator": train_iter.get_state()},
+                              force=done == stop)
+        if start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
+            final_eval = self.evaluate(state.params)
+        checkpointer.wait()
+        checkpointer.close()
+        writer.close()
+        self.final_state = state
+        return final_eval
