@@ -17,8 +17,9 @@ number of batches (no process waits on another at the end).
                epoch, repeated forever or `num_epochs` times, batches of `batch_size` (a
                batch may span an epoch boundary; an incomplete last batch is dropped; with
                num_epochs the stream is cut to a multiple of process_count batches).
-               Optional augmentation: random crop after zero padding of `crop_padding(h)`
-               pixels (2 below 32 px, e.g. 28 px MNIST, else 4) and horizontal flip, drawn
+               Optional augmentation (`augment`: 'none', 'flip', or 'crop_flip' = random crop
+               after zero padding of `crop_padding(h)` pixels (2 below 32 px, e.g. 28 px
+               MNIST, else 4) then horizontal flip), drawn
                from an rng seeded with (seed, global batch index) through grain's
                `random_map`, so it is reproducible and survives set_state.
   train=False  one pass in order, padded with mask=0 rows to a whole number of global batches:
@@ -116,20 +117,30 @@ class _LoadBatch:
         return {"image": images, "label": labels, "mask": mask}
 
 
-def _augment(batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random crop of the zero-padded image and horizontal flip, per example."""
-    images = batch["image"]
-    b, h, w, _ = images.shape
-    pad = crop_padding(h)
-    padded = np.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    dy = rng.integers(0, 2 * pad + 1, size=b)
-    dx = rng.integers(0, 2 * pad + 1, size=b)
-    flip = rng.random(size=b) < 0.5
-    out = np.empty_like(images)
-    for j in range(b):
-        crop = padded[j, dy[j]:dy[j] + h, dx[j]:dx[j] + w]
-        out[j] = crop[:, ::-1] if flip[j] else crop
-    return {**batch, "image": out}
+AUGMENTATIONS = ("none", "flip", "crop_flip")
+
+
+class _Augment:
+    """Per example: horizontal flip with probability 1/2 ('flip'), after a random crop of the
+    zero-padded image ('crop_flip')."""
+
+    def __init__(self, mode: str):
+        self.crop = mode == "crop_flip"
+
+    def __call__(self, batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        images = batch["image"]
+        b, h, w, _ = images.shape
+        if self.crop:
+            pad = crop_padding(h)
+            padded = np.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+            dy = rng.integers(0, 2 * pad + 1, size=b)
+            dx = rng.integers(0, 2 * pad + 1, size=b)
+        flip = rng.random(size=b) < 0.5
+        out = np.empty_like(images)
+        for j in range(b):
+            image = padded[j, dy[j]:dy[j] + h, dx[j]:dx[j] + w] if self.crop else images[j]
+            out[j] = image[:, ::-1] if flip[j] else image
+        return {**batch, "image": out}
 
 
 class _Normalize:
@@ -153,12 +164,14 @@ def _seeds(seed: int) -> tuple[int, int]:
 
 def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   image_shape: Sequence[int], process_index: int = 0, process_count: int = 1,
-                  augment: bool = False, num_epochs: int | None = None,
+                  augment: str = "none", num_epochs: int | None = None,
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Iterator over this process's batches of `source` (see the module docstring)."""
     image_shape = tuple(int(d) for d in image_shape)
     name, split = _describe(source)
+    if augment not in AUGMENTATIONS:
+        raise DataError(f"augment={augment!r} is not one of {list(AUGMENTATIONS)}")
     if batch_size < 1:
         raise DataError(f"batch_size must be positive, got {batch_size}")
     if not 0 <= process_index < process_count:
@@ -195,8 +208,8 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
         padded = -(-n // global_batch) * global_batch
         ds = grain.MapDataset.range(padded).batch(batch_size)
     ds = ds.map(_LoadBatch(source, image_shape))
-    if train and augment:
-        ds = ds.random_map(_augment, seed=augment_seed)  # seeded by the global batch index
+    if train and augment != "none":
+        ds = ds.random_map(_Augment(augment), seed=augment_seed)  # seeded by global batch index
     ds = ds[process_index::process_count]
     if len(ds) == 0:
         raise DataError(f"{name} split {split}: {n} examples x {num_epochs} epochs give no batch "

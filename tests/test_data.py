@@ -251,7 +251,7 @@ def test_eval_sees_every_example_once_with_mask_padding():
     assert mask.sum() == 103 and (mask[103:] == 0).all() and len(mask) == 110
 
 
-@pytest.mark.parametrize("train, augment", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("train, augment", [(True, "crop_flip"), (True, "flip"), (True, "none"), (False, "none")])
 def test_state_resumes_exactly(train, augment):
     source = IdSource(50)
     kw = dict(batch_size=4, train=train, augment=augment, seed=3)
@@ -268,8 +268,8 @@ def test_state_resumes_exactly(train, augment):
 def test_augmentation_crops_and_flips_reproducibly():
     source = IdSource(64, shape=(28, 28, 1))
     plain = take(batches_of(source, batch_size=16, train=True), 4)
-    augmented = take(batches_of(source, batch_size=16, train=True, augment=True), 4)
-    again = take(batches_of(source, batch_size=16, train=True, augment=True), 4)
+    augmented = take(batches_of(source, batch_size=16, train=True, augment="crop_flip"), 4)
+    again = take(batches_of(source, batch_size=16, train=True, augment="crop_flip"), 4)
     assert_batches_equal(augmented, again)
     changed = 0
     for p, a in zip(plain, augmented):
@@ -281,6 +281,23 @@ def test_augmentation_crops_and_flips_reproducibly():
             assert any(np.array_equal(out, c) for c in candidates)
             changed += not np.array_equal(out, original)
     assert changed > 32
+
+
+def test_flip_augmentation_only_mirrors():
+    source = IdSource(64, shape=(28, 28, 1))
+    plain = take(batches_of(source, batch_size=16, train=True), 4)
+    flipped = take(batches_of(source, batch_size=16, train=True, augment="flip"), 4)
+    mirrored = 0
+    for p, a in zip(plain, flipped):
+        for original, out in zip(p["image"], a["image"]):
+            assert np.array_equal(out, original) or np.array_equal(out, original[:, ::-1])
+            mirrored += not np.array_equal(out, original)
+    assert 16 < mirrored < 48  # about half of the 64
+
+
+def test_unknown_augmentation_is_rejected():
+    with pytest.raises(DataError, match=r"augment='rotate' is not one of \['none', 'flip', 'crop_flip'\]"):
+        batches_of(IdSource(8, shape=(28, 28, 1)), batch_size=4, train=True, augment="rotate")
 
 
 def test_normalisation_of_fashion_mnist(fixture_env):
