@@ -38,9 +38,10 @@ def test_overrides_are_typed():
     config = load_config_file(CONFIG)
     apply_override(config, "model.image_size", "(28, 28)")
     apply_override(config, "optimizer.learning_rate", "1")
-    apply_override(config, "data.augment", "false")
+    apply_override(config, "data.augment", "crop_flip")
+    apply_override(config, "train.progress_bar", "false")
     assert config.optimizer.learning_rate == 1.0 and isinstance(config.optimizer.learning_rate, float)
-    assert config.data.augment is False
+    assert config.data.augment == "crop_flip" and config.train.progress_bar is False
     with pytest.raises(ConfigError, match="expected a int"):
         apply_override(config, "model.num_layers", "four")
     with pytest.raises(ConfigError, match="is a section"):
@@ -57,6 +58,8 @@ def test_overrides_are_typed():
     ("--config.data.batch_size=30", "config.data.batch_size=30 must split into grad_accum_steps=4"),
     ("--config.task.name=translate", "config.task.name='translate' is not one of ['classify']"),
     ("--config.data.source=web", "config.data.source='web' is not one of ['local', 'tfds']"),
+    ("--config.data.augment=rotate", "config.data.augment='rotate' is not one of ['none', 'flip', 'crop_flip']"),
+    ("--config.train.nonfinite=ignore", "config.train.nonfinite='ignore' is not one of ['stop', 'skip']"),
     ("--config.model.image_size=(56,56)", "config.model.image_size=(56, 56) does not match config.data.image_shape"),
     ("--config.optimizer.schedule=step", "config.optimizer.schedule='step' is not one of"),
     ("--config.optimizer.weight_decay=-1.0", "config.optimizer.weight_decay"),

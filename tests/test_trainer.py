@@ -56,7 +56,7 @@ def test_state_is_sharded_by_the_logical_rules(fixture_data_root):
 def test_gradient_accumulation_equals_one_big_batch(fashion_mnist_env):
     results = []
     for accum in (1, 4):
-        trainer = Trainer(smoke_config(**{"train.grad_accum_steps": accum, "data.augment": False}),
+        trainer = Trainer(smoke_config(**{"train.grad_accum_steps": accum, "data.augment": "none"}),
                           "/unused")
         state = trainer.init_state()
         batch = next(trainer.task.train_iterator(batch_size=32, seed=0, process_index=0,

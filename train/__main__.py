@@ -62,7 +62,9 @@ def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> None:
 def main(argv=None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     from data.errors import DataError
+    from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
+    from train.trainer import NonFiniteError
 
     try:
         config = load_config_file(args.config)
@@ -87,6 +89,11 @@ def main(argv=None) -> int:
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (NonFiniteError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    if trainer.interrupted:
+        return 0  # checkpointed on SIGTERM/SIGINT; the same command resumes
     summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items())
     print(f"final eval ({config.data.eval_split} split): {summary}")
     print(f"logs: {workdir / 'metrics.jsonl'}, {workdir / 'tensorboard'}; "

@@ -25,12 +25,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
 STATE, DATA = "state", "data"
+
+
+class CheckpointError(RuntimeError):
+    """No readable checkpoint although the directory holds some."""
 
 
 class Checkpointer:
@@ -52,6 +58,7 @@ class Checkpointer:
             save_interval_steps=save_every,
             enable_async_checkpointing=async_save,
             create=True,
+            cleanup_tmp_directories=True,  # half-written steps of a killed run never count
             # Orbax's default policy also saves the first step it is offered in an empty
             # directory; we save on multiples of save_every only (or on preemption, or forced).
             save_decision_policy=policies.AnySavePolicy([
@@ -111,6 +118,33 @@ class Checkpointer:
                                      DATA: ocp.args.JsonRestore()})
         restored = self._manager.restore(step, args=args)
         return restored[STATE], restored[DATA], step
+
+    def restore_latest_good(self, abstract_state: Any, warn: Callable[[str], None] = print
+                            ) -> tuple[Any, dict, int]:
+        """Restores the newest checkpoint that reads back whole, newest first.
+
+        A step that fails to restore (truncated or missing file, missing item) is reported with
+        its path through `warn`, renamed to `<step>.corrupt-<unix time>` (kept for inspection,
+        out of orbax's sight so the step can be saved again), and the previous one is tried.
+        """
+        self.wait()
+        failures = []
+        for step in reversed(self.all_steps()):
+            try:
+                return self.restore(abstract_state, step)
+            except Exception as error:  # noqa: BLE001 - any read failure means "not usable"
+                path = os.path.join(self.directory, str(step))
+                failures.append(f"{path}: {type(error).__name__}: {str(error)[:300]}")
+                warn(f"checkpoint {path} cannot be restored ({type(error).__name__}: "
+                     f"{str(error)[:300]}); trying the previous one")
+                self._set_aside(step)
+        raise CheckpointError(f"no readable checkpoint in {self.directory}:\n" + "\n".join(failures))
+
+    def _set_aside(self, step: int) -> None:
+        path = os.path.join(self.directory, str(step))
+        if os.path.isdir(path):
+            os.rename(path, f"{path}.corrupt-{int(time.time())}")
+        self._manager.reload()
 
     # ----- lifetime ---------------------------------------------------------------------
 

@@ -25,6 +25,25 @@ def summarize(metric_sums: dict) -> dict[str, float]:
     return out
 
 
+def _drop_records_after(path: Path, step: int) -> None:
+    """A run killed after its last checkpoint logged steps it will now redo: forget them, so
+    the log continues without repeats. The file is replaced atomically."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError):  # a line cut short by the kill
+            continue
+    if len(kept) != len(lines):
+        temporary = path.with_suffix(".jsonl.tmp")
+        temporary.write_text("".join(kept), encoding="utf-8")
+        temporary.replace(path)
+
+
 class MetricsWriter:
     def __init__(self, workdir: Path, *, total_steps: int, start_step: int, progress_bar: bool):
         self.enabled = jax.process_index() == 0
@@ -32,8 +51,11 @@ class MetricsWriter:
         if not self.enabled:
             return
         from tensorboardX import SummaryWriter
-        self._jsonl = open(Path(workdir) / "metrics.jsonl", "a", encoding="utf-8")
-        self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"))
+        path = Path(workdir) / "metrics.jsonl"
+        _drop_records_after(path, start_step)
+        self._jsonl = open(path, "a", encoding="utf-8")
+        # purge_step: TensorBoard hides events a killed run wrote after its last checkpoint.
+        self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"), purge_step=start_step + 1)
         if progress_bar:
             from tqdm import tqdm
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step",

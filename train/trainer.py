@@ -13,7 +13,9 @@ One code path for 1 CPU, N GPUs or a multi-host TPU pod:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ import optax
 
 from train import partitioning
 from train.checkpointing import Checkpointer
-from train.config import ConfigError
+from train.config import ConfigError, check_choice
 from train.flops import measure_matmul_peak
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
@@ -61,6 +63,7 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
             f"config.data.batch_size={config.data.batch_size} must split into "
             f"grad_accum_steps={accum} microbatches that are each divisible by the data-parallel "
             f"size {dp}")
+    check_choice(config, "train.nonfinite", ("stop", "skip"))
     if config.train.num_steps < 1:
         raise ConfigError(f"config.train.num_steps={config.train.num_steps} must be >= 1")
 
@@ -69,8 +72,20 @@ def _sum_metrics(total, new):
     return jax.tree.map(jnp.add, total, new)
 
 
-def make_train_step(task, optimizer, schedule, grad_accum_steps: int):
-    """A pure (state, batch) -> (state, metric sums) function; dropout keys fold in the step."""
+class NonFiniteError(RuntimeError):
+    """The loss or the gradient norm became NaN or Inf."""
+
+
+def make_train_step(task, optimizer, schedule, train_cfg):
+    """A pure (state, batch) -> (state, metric sums) function; dropout keys fold in the step.
+
+    Besides the task's metrics it returns `finite_loss` / `finite_grads` flags (for the host's
+    NaN check) and, with train.nonfinite='skip', leaves parameters and optimizer state unchanged
+    on a step whose loss or gradients are not finite.
+    """
+    grad_accum_steps = train_cfg.grad_accum_steps
+    skip_nonfinite = train_cfg.nonfinite == "skip"
+    inject_step = train_cfg.inject_nan_at_step
 
     def microbatch_grads(params, batch, rng):
         (loss_sum, (weight, metrics)), grads = jax.value_and_grad(
@@ -96,14 +111,31 @@ def make_train_step(task, optimizer, schedule, grad_accum_steps: int):
             zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
             (grads, weight, metrics), _ = jax.lax.scan(
                 body, zeros, (jnp.arange(grad_accum_steps), micro))
+        metrics = dict(metrics)
+        if inject_step >= 0:  # test hook: poison this one step
+            poison = jnp.where(state.step == inject_step, jnp.nan, 0.0)
+            grads = jax.tree.map(lambda g: g + poison.astype(g.dtype), grads)
+            loss_sum, loss_count = metrics["loss"]
+            metrics["loss"] = (loss_sum + poison, loss_count)
         # d(sum of losses / total weight) / d(params): the mean over all real examples/tokens.
         grads = jax.tree.map(lambda g: g / jnp.maximum(weight, 1.0), grads)
+        grad_norm = optax.tree.norm(grads)
+        finite_loss = jnp.isfinite(metrics["loss"][0])
+        finite_grads = jnp.isfinite(grad_norm)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = dict(metrics)
-        metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones(()))
-        metrics["param_norm"] = (optax.tree.norm(params), jnp.ones(()))
-        metrics["learning_rate"] = (schedule(state.step), jnp.ones(()))
+        if skip_nonfinite:
+            keep_new = finite_loss & finite_grads
+            params, opt_state = jax.tree.map(
+                lambda new, old: jnp.where(keep_new, new, old),
+                (params, opt_state), (state.params, state.opt_state))
+        one = jnp.ones(())
+        metrics["grad_norm"] = (grad_norm, one)
+        metrics["param_norm"] = (optax.tree.norm(params), one)
+        metrics["learning_rate"] = (schedule(state.step), one)
+        metrics["finite_loss"] = (finite_loss.astype(jnp.float32), one)
+        metrics["finite_grads"] = (finite_grads.astype(jnp.float32), one)
+        metrics["nonfinite_steps"] = ((~(finite_loss & finite_grads)).astype(jnp.float32), one)
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         return new_state, metrics
 
@@ -149,8 +181,7 @@ class Trainer:
 
         batch_sharding = partitioning.batch_sharding(self.mesh)
         replicated = partitioning.replicated(self.mesh)
-        step_fn = make_train_step(self.task, self.optimizer, self.schedule,
-                                  config.train.grad_accum_steps)
+        step_fn = make_train_step(self.task, self.optimizer, self.schedule, config.train)
         self._train_step = jax.jit(step_fn, in_shardings=(self.state_shardings, batch_sharding),
                                    out_shardings=(self.state_shardings, replicated),
                                    donate_argnums=0)
@@ -160,7 +191,6 @@ class Trainer:
 
     def _context(self):
         """Mesh and logical rules in scope while tracing, so activation constraints resolve."""
-        import contextlib
         stack = contextlib.ExitStack()
         stack.enter_context(jax.set_mesh(self.mesh))
         stack.enter_context(nn.logical_axis_rules(self.rules))
@@ -183,15 +213,9 @@ class Trainer:
             batch_size=local_size, process_index=self.process_index,
             process_count=self.process_count)
         totals = None
-        empty = None
         with self._context():
-            for _ in range(num_batches):
-                batch = next(iterator, None)
-                if batch is None:  # this process's shard ran out: a fully masked batch
-                    batch = empty
-                elif empty is None:
-                    empty = {k: np.zeros_like(v) for k, v in batch.items()}
-                metrics = self._eval_step(params, partitioning.global_batch(batch, self.mesh))
+            for _ in range(num_batches):  # padded batches (mask 0) keep every process in step
+                metrics = self._eval_step(params, partitioning.global_batch(next(iterator), self.mesh))
                 totals = metrics if totals is None else _sum_metrics(totals, metrics)
         return summarize(jax.device_get(totals))
 
@@ -200,9 +224,33 @@ class Trainer:
         return configured if configured > 0 else measure_matmul_peak()
 
     # ---- the loop ---------------------------------------------------------------------------
+    def _check_finite(self, pending_flags: list, checkpointer) -> None:
+        """Raises NonFiniteError naming the first step whose loss or gradient norm was NaN/Inf.
+
+        Flags stay on the device until a log, a checkpoint or the end needs them, so the host
+        never waits for a step just to look at it; no checkpoint is written before this check.
+        """
+        if self.config.train.nonfinite == "skip" or not pending_flags:
+            pending_flags.clear()
+            return
+        for step, (finite_loss, finite_grads) in jax.device_get(pending_flags):
+            if not (finite_loss[0] and finite_grads[0]):
+                which = "loss" if not finite_loss[0] else "gradient norm"
+                latest = checkpointer.latest_step()
+                kept = (f"the last good checkpoint, step {latest}, is kept in {checkpointer.directory}"
+                        if latest is not None else "no checkpoint had been written yet")
+                raise NonFiniteError(
+                    f"non-finite {which} at step {step}; stopping ({kept}). Lower the learning "
+                    "rate, enable clipping (optimizer.clip_norm), or set train.nonfinite='skip'.")
+        pending_flags.clear()
+
     def run(self, until_step: int | None = None) -> dict[str, float]:
         """Trains from the latest checkpoint (or from scratch) to train.num_steps, or only up to
-        `until_step` (checkpointed there, so a later run() continues), and returns the last eval."""
+        `until_step` (checkpointed there, so a later run() continues), and returns the last eval.
+
+        SIGTERM / SIGINT: the current step is checkpointed (waiting until it is committed) and
+        run() returns early with `self.interrupted` set to the signal's name.
+        """
         cfg = self.config.train
         stop = cfg.num_steps if until_step is None else min(until_step, cfg.num_steps)
         global_batch = self.config.data.batch_size
@@ -212,50 +260,76 @@ class Trainer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
-        latest = checkpointer.latest_step()
-        if latest is None:
+        notes = []
+        if checkpointer.latest_step() is None:
             state = self.init_state()
         else:
-            state, data_state, _ = checkpointer.restore(self.abstract_state)
+            state, data_state, _ = checkpointer.restore_latest_good(self.abstract_state, notes.append)
             train_iter.set_state(data_state["train_iterator"])
+            notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
         start = int(jax.device_get(state.step))
         writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
                                progress_bar=cfg.progress_bar)
-        if latest is not None:
-            writer.message(f"resumed from {checkpointer.directory} at step {start}")
+        for note in notes:
+            writer.message(note)
         flops_per_step = self.task.flops_per_example() * global_batch
         peak = self._peak_flops() * jax.device_count()
         writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
                        f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s")
 
+        received = []
+        handler = lambda signum, frame: received.append(signal.Signals(signum).name)  # noqa: E731
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self.interrupted = None
         final_eval: dict[str, float] = {}
-        pending, timer_start, timer_steps = None, time.perf_counter(), 0
-        for step in range(start, stop):
-            state, metrics = self.train_step(state, next(train_iter))
-            pending = metrics if pending is None else _sum_metrics(pending, metrics)
-            timer_steps += 1
-            done = step + 1
-            last = done == cfg.num_steps
-            if done % cfg.log_every == 0 or done == stop:
-                values = summarize(jax.device_get(pending))  # waits for the steps to finish
-                elapsed = time.perf_counter() - timer_start
-                steps_per_s = timer_steps / elapsed
-                values.update(steps_per_second=steps_per_s,
-                              examples_per_second=steps_per_s * global_batch,
-                              mfu=flops_per_step * steps_per_s / peak)
-                writer.write(done, "train", values)
-                writer.advance(timer_steps, loss=values["loss"], steps_s=steps_per_s)
-                pending, timer_start, timer_steps = None, time.perf_counter(), 0
-            if (cfg.eval_every and done % cfg.eval_every == 0) or last:
+        pending, flags, timer_start, timer_steps = None, [], time.perf_counter(), 0
+        skipped_total = 0.0
+        try:
+            for step in range(start, stop):
+                state, metrics = self.train_step(state, next(train_iter))
+                flags.append((step, (metrics["finite_loss"], metrics["finite_grads"])))
+                pending = metrics if pending is None else _sum_metrics(pending, metrics)
+                timer_steps += 1
+                done = step + 1
+                last = done == cfg.num_steps
+                if done % cfg.log_every == 0 or done == stop or received:
+                    self._check_finite(flags, checkpointer)
+                    sums = jax.device_get(pending)  # waits for the steps to finish
+                    for flag in ("finite_loss", "finite_grads"):
+                        del sums[flag]
+                    skipped_total += float(sums.pop("nonfinite_steps")[0])
+                    values = summarize(sums)
+                    if cfg.nonfinite == "skip":  # steps whose update was dropped, this run
+                        values["skipped_steps_total"] = skipped_total
+                    elapsed = time.perf_counter() - timer_start
+                    steps_per_s = timer_steps / elapsed
+                    values.update(steps_per_second=steps_per_s,
+                                  examples_per_second=steps_per_s * global_batch,
+                                  mfu=flops_per_step * steps_per_s / peak)
+                    writer.write(done, "train", values)
+                    writer.advance(timer_steps, loss=values["loss"], steps_s=steps_per_s)
+                    pending, timer_start, timer_steps = None, time.perf_counter(), 0
+                if (cfg.eval_every and done % cfg.eval_every == 0) or last:
+                    final_eval = self.evaluate(state.params)
+                    writer.write(done, "eval", final_eval)
+                    timer_start = time.perf_counter()  # eval time is not train time
+                if done % cfg.checkpoint_every == 0 or done == stop or received:
+                    self._check_finite(flags, checkpointer)
+                    checkpointer.save(done, state, {"train_iterator": train_iter.get_state()},
+                                      force=True)
+                if received:
+                    checkpointer.wait()  # committed before we exit; more signals are ignored
+                    self.interrupted = received[0]
+                    writer.message(f"received {received[0]}: saved checkpoint at step {done} in "
+                                   f"{checkpointer.directory}; run the same command to resume")
+                    break
+            if start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
                 final_eval = self.evaluate(state.params)
-                writer.write(done, "eval", final_eval)
-                timer_start = time.perf_counter()  # eval time is not train time
-            checkpointer.save(done, state, {"train_iterator": train_iter.get_state()},
-                              force=done == stop)
-        if start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
-            final_eval = self.evaluate(state.params)
-        checkpointer.wait()
-        checkpointer.close()
-        writer.close()
+        finally:
+            checkpointer.wait()
+            checkpointer.close()
+            writer.close()
+            for sig, old_handler in previous.items():
+                signal.signal(sig, old_handler)
         self.final_state = state
         return final_eval

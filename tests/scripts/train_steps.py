@@ -25,7 +25,7 @@ STEPS = 3
 
 def main(out: str, overrides: list[str]) -> None:
     config = load_config_file("configs/vit/fashion_mnist.py:smoke")
-    apply_override(config, "data.augment", "false")
+    apply_override(config, "data.augment", "none")
     for item in overrides:
         key, _, value = item[len("--config."):].partition("=")
         apply_override(config, key, value)

@@ -8,8 +8,6 @@ examples and gradient accumulation never bias an average.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -39,6 +37,7 @@ class ClassificationTask:
     def __init__(self, config: ml_collections.ConfigDict):
         check_choice(config, "model.name", MODELS)
         check_choice(config, "data.source", ("local", "tfds"))
+        check_choice(config, "data.augment", image_data.AUGMENTATIONS)
         module, model_config_cls = MODELS[config.model.name]
         model_section = config.model.copy_and_resolve_references()
         with model_section.unlocked():
@@ -101,8 +100,8 @@ class ClassificationTask:
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         """(iterator over this process's eval batches, number of batches every process runs)."""
         source = self._source(self.config.data.eval_split)
-        per_process = math.ceil(len(source) / process_count)
         iterator = image_data.image_batches(
             source, batch_size=batch_size, train=False, seed=0, image_shape=self.image_shape,
-            process_index=process_index, process_count=process_count, augment=False)
-        return iterator, math.ceil(per_process / batch_size)
+            process_index=process_index, process_count=process_count, augment="none")
+        return iterator, image_data.num_batches(len(source), batch_size=batch_size,
+                                                process_count=process_count)

@@ -1,0 +1,188 @@
+"""Preemption, kills, corrupt checkpoints and NaNs: real processes, real files, nothing mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from conftest import REPO, run_python
+
+from train.__main__ import main
+from train.checkpointing import Checkpointer
+from train.config import apply_override, load_config_file
+from train.trainer import NonFiniteError, Trainer
+
+STEPS = 30
+# Checkpoint every 3 steps and log every step, so a kill lands between checkpoints.
+OVERRIDES = [f"--config.train.num_steps={STEPS}", "--config.train.checkpoint_every=3",
+             "--config.train.log_every=1", "--config.train.eval_every=0",
+             "--config.train.keep_checkpoints=3"]
+
+
+def cli_args(workdir: Path) -> list[str]:
+    return ["-m", "train", "--config", "configs/vit/fashion_mnist.py:smoke", "--workdir",
+            str(workdir), *OVERRIDES]
+
+
+def final_params(workdir: Path, step: int = STEPS):
+    checkpointer = Checkpointer(workdir / "checkpoints", save_every=1, keep=1)
+    state, _, _ = checkpointer.restore(None, step)
+    checkpointer.close()
+    return jax.device_get(state["params"])
+
+
+def assert_bit_identical(a, b):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+
+
+def logged_train_steps(workdir: Path) -> list[int]:
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in records if r["split"] == "train"]
+
+
+def start_and_signal(workdir: Path, env: dict, at_step: int, sig: int) -> subprocess.CompletedProcess:
+    """Starts the CLI, waits until it has logged `at_step`, sends `sig`, waits for the exit."""
+    full_env = dict(os.environ, JAX_PLATFORMS="cpu", **env)
+    process = subprocess.Popen([sys.executable, *cli_args(workdir)], cwd=REPO, env=full_env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, checkpoints = workdir / "metrics.jsonl", workdir / "checkpoints"
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        reached = log.exists() and any(json.loads(line)["step"] >= at_step
+                                       for line in log.read_text().splitlines() if line.endswith("}"))
+        committed = checkpoints.exists() and any(p.name.isdigit() for p in checkpoints.iterdir())
+        if reached and committed:  # so the restart really resumes from between checkpoints
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, f"finished before step {at_step}: {process.communicate()}"
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(fixture_data_root, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    run_python(cli_args(workdir), env={"PAPERS_JAX_DATA": str(fixture_data_root)})
+    return final_params(workdir)
+
+
+def test_sigkill_at_a_random_step_then_resume_is_bit_identical(fixture_data_root, tmp_path,
+                                                               uninterrupted):
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    kill_at = random.Random().randint(4, STEPS - 6)
+    killed = start_and_signal(tmp_path, env, kill_at, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, f"kill at step {kill_at}"
+    resumed = run_python(cli_args(tmp_path), env=env)
+    assert "resumed from" in resumed.stderr, f"kill at step {kill_at}"
+    assert_bit_identical(final_params(tmp_path), uninterrupted)
+    assert logged_train_steps(tmp_path) == list(range(1, STEPS + 1)), f"kill at step {kill_at}"
+
+
+def test_sigterm_saves_the_current_step_and_exits_cleanly(fixture_data_root, tmp_path,
+                                                          uninterrupted):
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    stopped = start_and_signal(tmp_path, env, random.Random().randint(4, STEPS - 6), signal.SIGTERM)
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    message = [line for line in stopped.stderr.splitlines() if "received SIGTERM" in line]
+    assert message, stopped.stderr[-2000:]
+    saved_at = int(message[0].split("checkpoint at step ")[1].split()[0])
+    assert saved_at in {int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()}
+    resumed = run_python(cli_args(tmp_path), env=env)
+    assert f"at step {saved_at}" in resumed.stderr
+    assert_bit_identical(final_params(tmp_path), uninterrupted)
+    assert logged_train_steps(tmp_path) == list(range(1, STEPS + 1))
+
+
+def smoke(**overrides):
+    config = load_config_file("configs/vit/fashion_mnist.py:smoke")
+    for key, value in overrides.items():
+        apply_override(config, key, str(value))
+    return config
+
+
+def _largest_file(folder: Path) -> Path:
+    return max((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", ["truncated file", "missing item"])
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_good_one(
+        damage, fashion_mnist_env, tmp_path, capsys):
+    straight = Trainer(smoke(), tmp_path / "straight")
+    straight.run()
+    workdir = tmp_path / "damaged"
+    Trainer(smoke(), workdir).run()  # checkpoints at 10 and 20
+    newest = workdir / "checkpoints" / "20"
+    if damage == "truncated file":
+        victim = _largest_file(newest / "state")
+        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    else:
+        for path in sorted((newest / "data").rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        (newest / "data").rmdir()
+    capsys.readouterr()
+    again = Trainer(smoke(), workdir)
+    again.run()
+    err = capsys.readouterr().err
+    assert f"checkpoint {newest} cannot be restored" in err
+    assert "at step 10" in err
+    assert list((workdir / "checkpoints").glob("20.corrupt-*")), "the damaged step is kept aside"
+    assert int(again.final_state.step) == 20
+    assert_bit_identical(jax.device_get(again.final_state.params),
+                         jax.device_get(straight.final_state.params))
+
+
+def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(fashion_mnist_env, tmp_path,
+                                                                     capsys):
+    code = main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path),
+                 "--config.train.inject_nan_at_step=13"])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "non-finite loss at step 13" in err
+    assert f"step 10, is kept in {tmp_path / 'checkpoints'}" in err
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10"]
+    params = final_params(tmp_path, 10)
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
+
+
+def test_nan_skip_mode_drops_the_update_and_counts_it(fashion_mnist_env, tmp_path):
+    trainer = Trainer(smoke(**{"train.inject_nan_at_step": 13, "train.nonfinite": "skip"}),
+                      tmp_path)
+    trainer.run()
+    assert int(trainer.final_state.step) == 20
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(trainer.final_state.params))
+    last = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["split"] == "train"][-1]
+    assert last["skipped_steps_total"] == 1.0
+
+
+def test_nan_check_would_fail_without_the_handling(fashion_mnist_env, tmp_path):
+    """The injected NaN really reaches the parameters when nothing guards against it."""
+    trainer = Trainer(smoke(**{"train.inject_nan_at_step": 0, "train.log_every": 100,
+                               "train.checkpoint_every": 100}), tmp_path)
+    state = trainer.init_state()
+    batch = next(trainer.task.train_iterator(batch_size=32, seed=0, process_index=0,
+                                             process_count=1))
+    state, metrics = trainer.train_step(state, batch)
+    assert float(metrics["finite_loss"][0]) == 0.0
+    assert not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.params))
+    with pytest.raises(NonFiniteError, match="non-finite loss at step 0"):
+        trainer.run()
+
+
+def test_batch_not_divisible_by_data_parallel_size_is_named(fixture_data_root, tmp_path):
+    result = run_python(["-m", "train", "--config", "configs/vit/fashion_mnist.py:smoke",
+                         "--workdir", str(tmp_path / "w"), "--config.mesh.data=8",
+                         "--config.data.batch_size=36"],
+                        env={"PAPERS_JAX_DATA": str(fixture_data_root)}, devices=8, check=False)
+    assert result.returncode == 2
+    assert "config.data.batch_size=36 is not divisible by the data-parallel size 8" in result.stderr
