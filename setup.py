@@ -27,6 +27,7 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+        "test": ["pytest", "pytest-xdist", "portpicker", "nbclient", "nbformat", "ipykernel",
+                 "matplotlib"],
     },
 )

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
+import portpicker
 import pytest
-from conftest import run_python
+from conftest import REPO, run_python
 
 from train.config import apply_override, load_config_file
 from train.trainer import Trainer
@@ -37,6 +41,31 @@ def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
     assert single["losses"][-1] < single["losses"][0]
     for name, value in _params(single).items():
         np.testing.assert_allclose(sharded[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_two_processes_match_one_process_with_the_same_devices(fixture_data_root, tmp_path):
+    """2 processes x 2 CPU devices (gloo collectives, a local coordinator), each feeding its own
+    half of every batch, end with the same parameters as 1 process with 4 devices."""
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    mesh = ["--config.mesh.data=2", "--config.mesh.fsdp=2"]
+    single = tmp_path / "single.npz"
+    run_python(["tests/scripts/train_steps.py", str(single), *mesh], env=env, devices=4)
+    port = portpicker.pick_unused_port()
+    multi = tmp_path / "multi.npz"
+    full_env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+                    **env)
+    processes = [subprocess.Popen(
+        [sys.executable, "tests/scripts/train_steps.py", str(multi), *mesh,
+         f"--process={index}/2@127.0.0.1:{port}"], cwd=REPO, env=full_env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for index in range(2)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-3000:]
+    single, multi = np.load(single), np.load(multi)
+    assert int(multi["devices"]) == int(single["devices"]) == 4
+    np.testing.assert_allclose(multi["losses"], single["losses"], rtol=1e-5)
+    for name, value in _params(single).items():
+        np.testing.assert_allclose(multi[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 def test_state_is_sharded_by_the_logical_rules(fixture_data_root):

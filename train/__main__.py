@@ -25,6 +25,11 @@ def parse_args(argv):
     parser.add_argument("--allow_config_change", action="store_true",
                         help="resume in a workdir whose saved config differs from this one")
     parser.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
+    group = parser.add_argument_group("multi-process (otherwise read from a TPU pod / SLURM / MPI "
+                                      "environment, or a single process)")
+    group.add_argument("--coordinator_address", help="HOST:PORT of process 0's coordinator")
+    group.add_argument("--num_processes", type=int, help="how many processes take part")
+    group.add_argument("--process_id", type=int, help="this process's index, 0..num_processes-1")
     args, rest = parser.parse_known_args(argv)
     overrides = []
     for item in rest:
@@ -79,8 +84,16 @@ def main(argv=None) -> int:
 
         import jax
 
+        from train import distributed
         from train.trainer import Trainer
 
+        try:
+            joined = distributed.initialize(args.coordinator_address, args.num_processes,
+                                            args.process_id)
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
+        if jax.process_count() > 1 and jax.process_index() == 0:
+            print(f"multi-process run: {joined}; {jax.device_count()} devices", file=sys.stderr)
         trainer = Trainer(config, workdir)  # validates everything before compiling
         if jax.process_index() == 0:
             workdir.mkdir(parents=True, exist_ok=True)

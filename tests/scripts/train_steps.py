@@ -1,9 +1,11 @@
 """Runs a few train steps of the ViT smoke config and saves losses and parameters to an .npz.
 
-    python tests/scripts/train_steps.py OUT.npz [--config.KEY=VALUE ...]
+    python tests/scripts/train_steps.py OUT.npz [--config.KEY=VALUE ...] [--process I/N@HOST:PORT]
 
-Used by tests that compare runs across device counts and meshes; the device count comes from
-XLA_FLAGS, set by the caller before this process starts (it must precede the jax import).
+Used by tests that compare runs across device counts, meshes and processes; the device count
+comes from XLA_FLAGS, set by the caller before this process starts (it must precede the jax
+import). With --process, this is process I of N joined through the coordinator at HOST:PORT;
+each process feeds its own slice of every batch, and process 0 writes OUT.npz.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from train.trainer import Trainer  # noqa: E402
 STEPS = 3
 
 
-def main(out: str, overrides: list[str]) -> None:
+def main(out: str, args: list[str]) -> None:
+    overrides = [a for a in args if a.startswith("--config.")]
+    process = [a.split("=", 1)[1] for a in args if a.startswith("--process=")]
+    if process:
+        from train import distributed
+        index_count, address = process[0].split("@")
+        index, count = (int(x) for x in index_count.split("/"))
+        distributed.initialize(address, count, index)
     config = load_config_file("configs/vit/fashion_mnist.py:smoke")
     apply_override(config, "data.augment", "none")
     for item in overrides:
@@ -31,14 +40,19 @@ def main(out: str, overrides: list[str]) -> None:
         apply_override(config, key, value)
     trainer = Trainer(config, "/nonexistent-workdir-unused")
     state = trainer.init_state()
-    batches = trainer.task.train_iterator(batch_size=config.data.batch_size, seed=0,
-                                          process_index=0, process_count=1)
+    batches = trainer.task.train_iterator(
+        batch_size=config.data.batch_size // jax.process_count(), seed=0,
+        process_index=jax.process_index(), process_count=jax.process_count())
     losses = []
     for _ in range(STEPS):
         state, metrics = trainer.train_step(state, next(batches))
         total, count = jax.device_get(metrics["loss"])
         losses.append(total / count)
-    params = traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
+    from jax.experimental import multihost_utils
+    params = multihost_utils.process_allgather(state.params, tiled=True)  # whole arrays, any mesh
+    params = traverse_util.flatten_dict(params, sep="/")
+    if jax.process_index() != 0:
+        return
     np.savez(out, losses=np.array(losses), devices=jax.device_count(),
              **{f"param/{k}": np.asarray(v) for k, v in params.items()})
 
