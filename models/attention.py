@@ -256,8 +256,24 @@ class MultiHeadAttention(nn.Module):
     (as the ViT reference code does), biases to zero.
 
     ``__call__(inputs_q [b, q, e], inputs_kv [b, k, e] | None, *, mask, bias, q_positions,
-    kv_positions, deterministic) -> [b, q, out_features]``. ``inputs_kv=None`` means
+    kv_positions, deterministic, decode) -> [b, q, out_features]``. ``inputs_kv=None`` means
     self-attention. Positions (``[b, len]`` int, default ``arange``) are only used for RoPE.
+    ``value_head_dim`` (``d_v``, default ``head_dim``) may differ from ``head_dim`` (``d_k``), as
+    in Vaswani et al. 2017, Table 3 row (B) (the 'xla' implementation only).
+
+    Autoregressive key/value cache (``decode=True``, self-attention only), in the ``'cache'``
+    collection: ``cached_key`` / ``cached_value`` ``[b, max_len, kv_heads, d]`` and
+    ``cache_index`` (int32 scalar, the number of filled slots).
+      - The first call with ``decode=True`` (the collection being mutable and still empty) sizes
+        the cache from its full-length ``inputs_q`` ``[b, max_len, e]``, fills it with zeros and
+        otherwise computes ordinary attention with the given mask.
+      - Every later call appends its ``q`` new keys/values (usually ``q = 1``) at ``cache_index``
+        and lets query ``i`` see the slots ``<= cache_index + i`` (AND the caller's ``mask`` and
+        ``bias``, which must then cover all ``max_len`` key slots). RoPE positions default to
+        ``cache_index + arange(q)``; keys are stored already rotated. Writing past ``max_len``
+        is not detected (``dynamic_update_slice`` clamps), so size the cache for the longest
+        decode.
+    With ``decode=False`` (the default) no cache is read or written.
     """
 
     num_heads: int
@@ -268,6 +284,7 @@ class MultiHeadAttention(nn.Module):
     use_bias: bool = True
     rotary_base: float | None = None
     implementation: str = 'xla'
+    value_head_dim: int | None = None
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = nn.initializers.xavier_uniform()
@@ -283,12 +300,16 @@ class MultiHeadAttention(nn.Module):
 
     @nn.compact
     def __call__(self, inputs_q, inputs_kv=None, *, mask=None, bias=None, q_positions=None,
-                 kv_positions=None, deterministic: bool = True):
+                 kv_positions=None, deterministic: bool = True, decode: bool = False):
         num_kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
         if num_kv_heads < 1 or self.num_heads % num_kv_heads:
             raise ValueError(f'MultiHeadAttention: num_heads ({self.num_heads}) must be a '
                              f'multiple of num_kv_heads ({num_kv_heads}).')
+        value_head_dim = self.head_dim if self.value_head_dim is None else self.value_head_dim
         self_attention = inputs_kv is None
+        if decode and not self_attention:
+            raise ValueError('MultiHeadAttention: decode=True (the key/value cache) is for '
+                             'self-attention only; pass inputs_kv=None.')
         if self_attention:
             inputs_kv = inputs_q
         out_features = inputs_q.shape[-1] if self.out_features is None else self.out_features
@@ -300,24 +321,46 @@ class MultiHeadAttention(nn.Module):
                                  ('heads', 'kv'), 'query')(inputs_q)
         key = self._projection((num_kv_heads, self.head_dim), -1, ('embed', 'kv_heads', 'kv'),
                                ('kv_heads', 'kv'), 'key')(inputs_kv)
-        value = self._projection((num_kv_heads, self.head_dim), -1, ('embed', 'kv_heads', 'kv'),
+        value = self._projection((num_kv_heads, value_head_dim), -1, ('embed', 'kv_heads', 'kv'),
                                  ('kv_heads', 'kv'), 'value')(inputs_kv)
         query = nn.with_logical_constraint(query, heads_qkv)
         key = nn.with_logical_constraint(key, kv_heads_qkv)
         value = nn.with_logical_constraint(value, kv_heads_qkv)
 
+        # Decoding: the cache exists after the first (sizing) call; new tokens start at its index.
+        cache = None
+        if decode:
+            filled = self.has_variable('cache', 'cached_key')
+            cache = (self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype),
+                     self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype),
+                     self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32)))
+            if not filled:
+                cache = None   # the sizing call: attend normally below
+        start = 0 if cache is None else cache[2].value
+
         # 2. Rotary position embedding, applied to queries and keys only.
         if self.rotary_base is not None:
             batch = inputs_q.shape[0]
             if q_positions is None:
-                q_positions = jnp.broadcast_to(jnp.arange(inputs_q.shape[1]), (batch, inputs_q.shape[1]))
+                q_positions = jnp.broadcast_to(start + jnp.arange(inputs_q.shape[1]),
+                                               (batch, inputs_q.shape[1]))
             if kv_positions is None:
                 kv_positions = q_positions if self_attention else jnp.broadcast_to(
                     jnp.arange(inputs_kv.shape[1]), (batch, inputs_kv.shape[1]))
             query = apply_rope(query, q_positions, self.rotary_base)
             key = apply_rope(key, kv_positions, self.rotary_base)
 
-        # (A key/value cache for decoding would append `key`/`value` here and extend the mask.)
+        # Decoding: write the new keys/values at `start`, attend over every filled slot.
+        if cache is not None:
+            cached_key, cached_value, cache_index = cache
+            q_len, max_len = inputs_q.shape[1], cached_key.value.shape[1]
+            key = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
+                                               (0, start, 0, 0))
+            value = jax.lax.dynamic_update_slice(
+                cached_value.value, value.astype(cached_value.value.dtype), (0, start, 0, 0))
+            cached_key.value, cached_value.value = key, value
+            cache_index.value = start + q_len
+            mask = combine_masks(mask, causal_mask(q_len, max_len, offset=start))
 
         # 3. Attend, per head.
         dropout_rng = None

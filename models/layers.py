@@ -114,6 +114,7 @@ class _BlockConfig(nn.Module):
     implementation: str = 'xla'
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    value_head_dim: int | None = None      # d_v; None: head_dim (see MultiHeadAttention)
 
     def _check(self):
         if self.norm_position not in NORM_POSITIONS:
@@ -128,8 +129,9 @@ class _BlockConfig(nn.Module):
         return MultiHeadAttention(
             num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
             dropout_rate=self.attention_dropout_rate, use_bias=self.use_bias,
-            rotary_base=rotary_base, implementation=self.implementation, dtype=self.dtype,
-            param_dtype=self.param_dtype, name=name)
+            rotary_base=rotary_base, implementation=self.implementation,
+            value_head_dim=self.value_head_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+            name=name)
 
     def _mlp(self):
         return FeedForward(hidden_dim=self.mlp_dim, activation=self.activation,
@@ -179,7 +181,10 @@ class DecoderBlock(_BlockConfig):
     ``'cross_attention'``, ``'mlp'``, ``'norm_self'``, ``'norm_cross'``, ``'norm_mlp'``.
 
     ``__call__(x [b, t, e], encoded [b, s, e], *, self_mask, cross_mask, self_bias, positions,
-    encoded_positions, deterministic) -> [b, t, e]``. The caller passes a causal ``self_mask``.
+    encoded_positions, deterministic, decode) -> [b, t, e]``. The caller passes a causal
+    ``self_mask``. ``decode=True`` runs the self-attention with its key/value cache (see
+    ``MultiHeadAttention``): after the cache-sizing call, ``x`` holds only the new tokens,
+    ``positions`` (RoPE) are theirs, and ``self_mask`` / ``self_bias`` cover all cache slots.
     With ``rotary_base`` set, RoPE is applied in the self-attention only (decoder positions);
     set ``rotary_cross_attention=True`` to also rotate cross-attention queries by ``positions``
     and keys by ``encoded_positions``. In pre-norm, ``encoded`` is expected already normalised
@@ -190,12 +195,13 @@ class DecoderBlock(_BlockConfig):
 
     @nn.compact
     def __call__(self, x, encoded, *, self_mask=None, cross_mask=None, self_bias=None,
-                 positions=None, encoded_positions=None, deterministic: bool = True):
+                 positions=None, encoded_positions=None, deterministic: bool = True,
+                 decode: bool = False):
         self._check()
         self_attention = self._attention('self_attention', self.rotary_base)
         x = self._residual(
             x, lambda h: self_attention(h, mask=self_mask, bias=self_bias, q_positions=positions,
-                                        deterministic=deterministic),
+                                        deterministic=deterministic, decode=decode),
             self._norm('norm_self'), deterministic)
         cross_attention = self._attention(
             'cross_attention', self.rotary_base if self.rotary_cross_attention else None)

@@ -24,3 +24,21 @@ def vit_size(name: str) -> dict[str, int]:
     if patch:
         fields["patch_size"] = int(patch)
     return fields
+
+
+# Transformer (Vaswani et al. 2017, Table 3): num_layers (N, encoder and decoder each),
+# d_model, d_ff, num_heads (h), dropout_rate (P_drop).
+TRANSFORMER_SIZES: dict[str, dict[str, float]] = {
+    "base": dict(num_layers=6, d_model=512, d_ff=2048, num_heads=8, dropout_rate=0.1),
+    "big": dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3),
+}
+
+# BERT (Devlin et al. 2019; the smaller ones from Turc et al. 2019, "Well-Read Students"):
+# num_layers (L), hidden_size (H), num_heads (A); the feed-forward size is 4H throughout.
+BERT_SIZES: dict[str, dict[str, int]] = {
+    name: dict(num_layers=layers, hidden_size=hidden, num_heads=heads, mlp_dim=4 * hidden)
+    for name, (layers, hidden, heads) in {
+        "tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
+        "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16),
+    }.items()
+}

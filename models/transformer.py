@@ -1,0 +1,376 @@
+"""Encoder-decoder Transformer for translation (Vaswani et al. 2017, "Attention Is All You Need").
+
+The encoder turns source tokens into one vector per token with N blocks of self-attention and a
+feed-forward network; the decoder predicts each target token from the previous ones (causal
+self-attention), attending to the encoder output (cross-attention) in each of its N blocks.
+
+Token conventions (the model knows only the first; the others are arguments):
+  - ``PAD_ID = 0`` is padding, in sources and targets. Padded keys are never attended to.
+  - Decoder inputs are the targets shifted right by one, starting with a BOS token (``bos_id``,
+    chosen by the tokenizer, must not be 0): ``shift_right([y1 y2 EOS 0], bos) = [BOS y1 y2 0]``.
+    The logits at position ``t`` predict target ``t``.
+  - Packed rows (several examples in one row) carry segment ids 1, 2, ... (0 = padding) and
+    positions that restart at 0 in every segment; attention never crosses segments.
+
+Position information is chosen by ``posemb`` (Table 3 row (E) compares the first two):
+  'sinusoidal'  fixed sin/cos table added to the scaled embeddings (the paper's default).
+  'learned'     a trained table per stack added to the embeddings.
+  'rope'        rotary queries/keys in every self-attention (not in cross-attention).
+  'alibi'       fixed linear distance penalty on self-attention logits (symmetric in the
+                encoder, causal in the decoder).
+  't5'          learned bucketed relative bias on self-attention logits, one table per stack
+                (bidirectional buckets in the encoder, causal ones in the decoder).
+  'none'        no position information.
+
+Parameters (``share_embeddings=True``, post-LN): ``shared_embedding`` ``[vocab, embed]`` (also the
+output projection, Sec. 3.4), ``encoder/block_i`` and ``decoder/block_i`` (see
+``models.layers``), plus ``encoder/norm`` and ``decoder/norm`` for pre-LN, ``*/posemb`` for
+'learned', ``*/relative_bias`` for 't5', and ``encoder/embedding``, ``decoder/embedding``,
+``decoder/logits`` when embeddings are not shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from models import position
+from models.attention import (IMPLEMENTATIONS, causal_mask, combine_masks, padding_mask,
+                              segment_mask)
+from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
+                           make_norm)
+from models.sizes import TRANSFORMER_SIZES
+
+PAD_ID = 0
+POSEMB_KINDS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Every architectural choice of the encoder-decoder; Table 3 names in brackets."""
+
+    vocab_size: int                         # shared source/target vocabulary, PAD_ID included
+    num_layers: int = 6                     # [N] blocks in the encoder and in the decoder
+    d_model: int = 512                      # [d_model]
+    d_ff: int = 2048                        # [d_ff] feed-forward hidden width
+    num_heads: int = 8                      # [h]
+    head_dim: int | None = None             # [d_k] query/key width per head; None: d_model // h
+    value_head_dim: int | None = None       # [d_v] value width per head; None: d_model // h
+    num_kv_heads: int | None = None         # key/value heads (grouped-query); None: num_heads
+    num_encoder_layers: int | None = None   # None: num_layers
+    num_decoder_layers: int | None = None   # None: num_layers
+    dropout_rate: float = 0.1               # [P_drop] embeddings and every sublayer output
+    attention_dropout_rate: float = 0.0     # on attention probabilities
+    activation: str = "relu"                # feed-forward non-linearity (eq. 2: ReLU)
+    norm: str = "layernorm"
+    norm_epsilon: float = 1e-6
+    norm_position: str = "post"             # 'post': the paper's LayerNorm(x + Sublayer(x))
+    posemb: str = "sinusoidal"
+    max_length: int = 512                   # rows of the 'sinusoidal' / 'learned' tables
+    rope_base: float = 10000.0
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    share_embeddings: bool = True           # one matrix: source, target and output (Sec. 3.4)
+    scale_embeddings: bool = True           # multiply embeddings by sqrt(d_model) (Sec. 3.4)
+    use_bias: bool = True                   # biases in attention and feed-forward projections
+    attention_implementation: str = "xla"
+    dtype: str = "float32"                  # compute dtype
+    param_dtype: str = "float32"            # parameter (and optimizer state) dtype
+
+    @classmethod
+    def from_size(cls, name: str, **overrides: Any) -> "TransformerConfig":
+        """A paper size ('base' or 'big', Table 3) with fields overridden, e.g. vocab_size."""
+        if name not in TRANSFORMER_SIZES:
+            raise ValueError(f"unknown Transformer size {name!r}; "
+                             f"known: {sorted(TRANSFORMER_SIZES)}")
+        return cls(**{**TRANSFORMER_SIZES[name], **overrides})
+
+    def __post_init__(self):
+        for field in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field}={getattr(self, field)} must be >= 1")
+        for field, least in (("head_dim", 1), ("value_head_dim", 1), ("num_kv_heads", 1),
+                             ("num_encoder_layers", 0), ("num_decoder_layers", 0)):
+            value = getattr(self, field)
+            if value is not None and value < least:
+                raise ValueError(f"{field}={value} must be >= {least} (or None for the default)")
+        if (self.head_dim is None or self.value_head_dim is None) and self.d_model % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} does not divide d_model={self.d_model}; "
+                             "set head_dim and value_head_dim explicitly")
+        if self.num_heads % self.kv_heads:
+            raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide "
+                             f"num_heads={self.num_heads}")
+        for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
+                                      ("activation", self.activation, tuple(ACTIVATIONS)),
+                                      ("norm", self.norm, NORM_KINDS),
+                                      ("norm_position", self.norm_position, NORM_POSITIONS),
+                                      ("attention_implementation", self.attention_implementation,
+                                       IMPLEMENTATIONS),
+                                      ("dtype", self.dtype, DTYPES),
+                                      ("param_dtype", self.param_dtype, DTYPES)):
+            if value not in allowed:
+                raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
+        for field in ("dropout_rate", "attention_dropout_rate"):
+            if not 0.0 <= getattr(self, field) < 1.0:
+                raise ValueError(f"{field}={getattr(self, field)} must be in [0, 1)")
+        if self.posemb == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"posemb='sinusoidal' needs an even d_model, got {self.d_model}")
+        if self.posemb == "rope" and self.qk_dim % 2:
+            raise ValueError(f"posemb='rope' needs an even head_dim, got {self.qk_dim}")
+        if self.attention_implementation == "cudnn" and self.qk_dim != self.v_dim:
+            raise ValueError(f"attention_implementation='cudnn' needs head_dim == value_head_dim, "
+                             f"got {self.qk_dim} and {self.v_dim}")
+
+    @property
+    def qk_dim(self) -> int:
+        return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        default = self.d_model // self.num_heads
+        return default if self.value_head_dim is None else self.value_head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.num_layers if self.num_encoder_layers is None else self.num_encoder_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+
+def shift_right(targets, bos_id: int, segmentation=None):
+    """Decoder inputs from targets ``[b, t]``: one step later, BOS first, padding kept.
+
+    ``[y1 y2 EOS 0 0] -> [BOS y1 y2 0 0]``. With ``segmentation`` (packed rows) every segment
+    starts with BOS: ids ``[1 1 1 2 2 0]``, targets ``[a b E c E 0]`` -> ``[BOS a b BOS c 0]``.
+    """
+    if bos_id == PAD_ID:
+        raise ValueError(f"bos_id must differ from the padding id {PAD_ID}")
+    targets = jnp.asarray(targets)
+    shifted = jnp.concatenate([jnp.full_like(targets[:, :1], bos_id), targets[:, :-1]], axis=1)
+    if segmentation is not None:
+        segmentation = jnp.asarray(segmentation)
+        previous = jnp.pad(segmentation[:, :-1], ((0, 0), (1, 0)))
+        shifted = jnp.where(segmentation != previous, bos_id, shifted)
+    return jnp.where(targets != PAD_ID, shifted, PAD_ID).astype(targets.dtype)
+
+
+def _dtypes(cfg: TransformerConfig):
+    return jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+
+
+def _make_embedding(cfg: TransformerConfig, name: str | None = None) -> nn.Embed:
+    dtype, param_dtype = _dtypes(cfg)
+    # N(0, d^-1/2): after the sqrt(d_model) scaling the inputs have unit variance.
+    init = nn.initializers.normal(stddev=cfg.d_model ** -0.5)
+    return nn.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype, param_dtype=param_dtype,
+                    embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")),
+                    name=name)
+
+
+def _block_fields(cfg: TransformerConfig) -> dict[str, Any]:
+    dtype, param_dtype = _dtypes(cfg)
+    return dict(num_heads=cfg.num_heads, head_dim=cfg.qk_dim, value_head_dim=cfg.v_dim,
+                mlp_dim=cfg.d_ff, num_kv_heads=cfg.num_kv_heads, activation=cfg.activation,
+                norm=cfg.norm, norm_epsilon=cfg.norm_epsilon, norm_position=cfg.norm_position,
+                dropout_rate=cfg.dropout_rate, attention_dropout_rate=cfg.attention_dropout_rate,
+                rotary_base=cfg.rope_base if cfg.posemb == "rope" else None,
+                use_bias=cfg.use_bias, implementation=cfg.attention_implementation,
+                dtype=dtype, param_dtype=param_dtype)
+
+
+def _embed_tokens(cfg, embedding, tokens, positions, deterministic):
+    """Token embedding (times sqrt(d_model)) plus an absolute position encoding, then dropout.
+
+    Must run inside a compact method: it creates the 'posemb' table for posemb='learned'.
+    """
+    dtype, param_dtype = _dtypes(cfg)
+    x = embedding(tokens)
+    if cfg.scale_embeddings:  # Vaswani et al. 2017, Sec. 3.4: embeddings times sqrt(d_model).
+        x = x * jnp.asarray(math.sqrt(cfg.d_model), dtype)
+    if cfg.posemb in ("sinusoidal", "learned"):
+        if tokens.shape[1] > cfg.max_length:
+            raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_length="
+                             f"{cfg.max_length} of posemb={cfg.posemb!r}; raise max_length")
+        if cfg.posemb == "sinusoidal":
+            table = position.SinusoidalPositionEmbedding(cfg.max_length, cfg.d_model, dtype=dtype)
+        else:
+            table = position.LearnedPositionEmbedding(cfg.max_length, cfg.d_model, dtype=dtype,
+                                                      param_dtype=param_dtype, name="posemb")
+        x = x + table(positions)
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    # Sec. 5.4: dropout on the sums of the embeddings and the positional encodings.
+    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+def _relative_bias(cfg, q_positions, kv_positions, *, causal: bool):
+    """ALiBi or T5 self-attention bias ``[b, h, q, k]`` (float32), else None. Inside compact."""
+    if cfg.posemb == "alibi":
+        return position.alibi_bias(cfg.num_heads, q_positions, kv_positions, causal=causal)
+    if cfg.posemb == "t5":
+        _, param_dtype = _dtypes(cfg)
+        return position.T5RelativePositionBias(
+            cfg.num_heads, num_buckets=cfg.t5_num_buckets, max_distance=cfg.t5_max_distance,
+            bidirectional=not causal, dtype=jnp.float32, param_dtype=param_dtype,
+            name="relative_bias")(q_positions, kv_positions)
+    return None
+
+
+def _default_positions(tokens, start=0):
+    batch, length = tokens.shape
+    return jnp.broadcast_to(start + jnp.arange(length, dtype=jnp.int32), (batch, length))
+
+
+class Encoder(nn.Module):
+    """Source tokens ``[b, s]`` -> encodings ``[b, s, d_model]`` (final-normed for pre-LN)."""
+
+    config: TransformerConfig
+    shared_embedding: nn.Module | None = None
+
+    @nn.compact
+    def __call__(self, inputs, *, segmentation=None, positions=None, deterministic: bool = True):
+        cfg = self.config
+        embedding = (self.shared_embedding if self.shared_embedding is not None
+                     else _make_embedding(cfg, "embedding"))
+        positions = _default_positions(inputs) if positions is None else positions
+        x = _embed_tokens(cfg, embedding, inputs, positions, deterministic)
+
+        valid = inputs != PAD_ID
+        mask = combine_masks(padding_mask(valid, valid),
+                             None if segmentation is None else segment_mask(segmentation,
+                                                                            segmentation))
+        bias = _relative_bias(cfg, positions, positions, causal=False)
+        for i in range(cfg.encoder_layers):
+            x = EncoderBlock(**_block_fields(cfg), name=f"block_{i}")(
+                x, mask=mask, bias=bias, positions=positions, deterministic=deterministic)
+        if cfg.norm_position == "pre":  # pre-LN stacks end with a norm
+            x = make_norm(cfg.norm, epsilon=cfg.norm_epsilon, dtype=x.dtype,
+                          param_dtype=_dtypes(cfg)[1], name="norm")(x)
+        return x
+
+
+class Decoder(nn.Module):
+    """Decoder inputs ``[b, t]`` (shifted targets) and encodings -> logits ``[b, t, vocab]`` f32.
+
+    ``decode=True`` (autoregressive decoding, unpacked rows only) keeps a cache: the first call
+    (the 'cache' collection mutable and empty) takes full-length dummy ``targets`` ``[b, L]`` to
+    size it (``L`` = the longest decode); later calls take the next ``targets`` ``[b, 1]`` and
+    place them at position ``cache/position_index``. ``cache/slot_positions`` ``[b, L]`` are the
+    key positions for ALiBi/T5 biases.
+    """
+
+    config: TransformerConfig
+    shared_embedding: nn.Module | None = None
+
+    @nn.compact
+    def __call__(self, encoded, inputs, targets, *, inputs_segmentation=None,
+                 targets_segmentation=None, targets_positions=None, deterministic: bool = True,
+                 decode: bool = False):
+        cfg = self.config
+        if (inputs_segmentation is None) != (targets_segmentation is None):
+            raise ValueError("packed sequences need both inputs_segmentation and "
+                             "targets_segmentation (or neither)")
+        batch, length = targets.shape
+        step = None   # while decoding: the position of targets[:, 0]
+        if decode:
+            if targets_segmentation is not None or targets_positions is not None:
+                raise ValueError("decode=True decodes unpacked rows: pass no targets_segmentation "
+                                 "or targets_positions")
+            filled = self.has_variable("cache", "position_index")
+            index = self.variable("cache", "position_index", lambda: jnp.array(0, jnp.int32))
+            slots = self.variable("cache", "slot_positions", _default_positions, targets)
+            if filled:
+                step = index.value
+                index.value = step + length
+                targets_positions = _default_positions(targets, step)
+        if targets_positions is None:
+            targets_positions = _default_positions(targets)
+
+        embedding = (self.shared_embedding if self.shared_embedding is not None
+                     else _make_embedding(cfg, "embedding"))
+        y = _embed_tokens(cfg, embedding, targets, targets_positions, deterministic)
+
+        valid_inputs, valid_targets = inputs != PAD_ID, targets != PAD_ID
+        packed = targets_segmentation is not None
+        if step is None:   # whole sequences: causal, padding and segment masks
+            self_mask = combine_masks(
+                causal_mask(length), padding_mask(valid_targets, valid_targets),
+                segment_mask(targets_segmentation, targets_segmentation) if packed else None)
+            key_positions = targets_positions
+        else:              # one step: the attention cache hides the slots not yet written
+            self_mask, key_positions = None, slots.value
+            valid_targets = jnp.ones_like(valid_targets)
+        cross_mask = combine_masks(
+            padding_mask(valid_targets, valid_inputs),
+            segment_mask(targets_segmentation, inputs_segmentation) if packed else None)
+        self_bias = _relative_bias(cfg, targets_positions, key_positions, causal=True)
+
+        for i in range(cfg.decoder_layers):
+            y = DecoderBlock(**_block_fields(cfg), name=f"block_{i}")(
+                y, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=self_bias,
+                positions=targets_positions, deterministic=deterministic, decode=decode)
+        if cfg.norm_position == "pre":
+            y = make_norm(cfg.norm, epsilon=cfg.norm_epsilon, dtype=y.dtype,
+                          param_dtype=_dtypes(cfg)[1], name="norm")(y)
+
+        if self.shared_embedding is not None:
+            logits = self.shared_embedding.attend(y)    # Sec. 3.4: tied, logits = y E^T
+        else:
+            dtype, param_dtype = _dtypes(cfg)
+            logits = nn.Dense(
+                cfg.vocab_size, use_bias=False, dtype=dtype, param_dtype=param_dtype,
+                kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                         ("embed", "vocab")),
+                name="logits")(y)
+        logits = nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+        return logits.astype(jnp.float32)
+
+
+class Transformer(nn.Module):
+    """``Transformer(config)(inputs [b, s], targets [b, t]) -> logits [b, t, vocab]`` (float32).
+
+    ``targets`` are the decoder inputs (``shift_right`` of the target tokens). For packed rows
+    pass ``*_segmentation`` (ids >= 1 per example, 0 = padding) and ``*_positions``
+    (restarting at 0 per example). ``train=True`` enables dropout (rng collection 'dropout').
+    ``encode`` and ``decode`` run the two halves (``decode=True``: cached decoding, see
+    ``Decoder`` and ``models.decode``).
+    """
+
+    config: TransformerConfig
+
+    def setup(self):
+        cfg = self.config
+        self.shared_embedding = _make_embedding(cfg) if cfg.share_embeddings else None
+        self.encoder = Encoder(cfg, shared_embedding=self.shared_embedding)
+        self.decoder = Decoder(cfg, shared_embedding=self.shared_embedding)
+
+    def encode(self, inputs, *, inputs_segmentation=None, inputs_positions=None,
+               train: bool = False):
+        return self.encoder(inputs, segmentation=inputs_segmentation, positions=inputs_positions,
+                            deterministic=not train)
+
+    def decode(self, encoded, inputs, targets, *, inputs_segmentation=None,
+               targets_segmentation=None, targets_positions=None, train: bool = False,
+               decode: bool = False):
+        return self.decoder(encoded, inputs, targets, inputs_segmentation=inputs_segmentation,
+                            targets_segmentation=targets_segmentation,
+                            targets_positions=targets_positions, deterministic=not train,
+                            decode=decode)
+
+    def __call__(self, inputs, targets, *, inputs_segmentation=None, targets_segmentation=None,
+                 inputs_positions=None, targets_positions=None, train: bool = False):
+        encoded = self.encode(inputs, inputs_segmentation=inputs_segmentation,
+                              inputs_positions=inputs_positions, train=train)
+        return self.decode(encoded, inputs, targets, inputs_segmentation=inputs_segmentation,
+                           targets_segmentation=targets_segmentation,
+                           targets_positions=targets_positions, train=train)

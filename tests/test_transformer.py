@@ -1,0 +1,265 @@
+"""Transformer: parameter counts of Table 3, causal/padding/packing masks, position encodings,
+tied embeddings, pre/post-LN, config validation."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models.transformer import (POSEMB_KINDS, Transformer, TransformerConfig, shift_right)
+
+BOS = 2
+VOCAB = 50
+
+
+def tiny(**overrides) -> TransformerConfig:
+    fields = dict(vocab_size=VOCAB, num_layers=2, d_model=32, d_ff=64, num_heads=4,
+                  dropout_rate=0.0, max_length=32)
+    fields.update(overrides)
+    return TransformerConfig(**fields)
+
+
+def words(rng, *shape):
+    """Random non-special tokens (0 pad, 1 EOS, 2 BOS are avoided)."""
+    return rng.integers(3, VOCAB, size=shape).astype(np.int32)
+
+
+def init(cfg, inputs, targets, seed=0):
+    """Random variables of the model's structure (boxed, with axis names). ``jax.eval_shape``
+    compiles nothing, and random (not zero/one) biases and norm scales are exercised too."""
+    shapes = jax.eval_shape(lambda: Transformer(cfg).init(
+        jax.random.PRNGKey(0), jnp.asarray(inputs), jnp.asarray(targets)))
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda s: jnp.asarray(0.3 * rng.standard_normal(s.shape), s.dtype), shapes)
+
+
+def count(cfg: TransformerConfig) -> int:
+    tokens = jnp.ones((1, 8), jnp.int32)
+    shapes = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.PRNGKey(0), tokens, tokens))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nn.meta.unbox(shapes["params"])))
+
+
+def expected_count(V, d, d_ff, h, N, d_k=None, d_v=None):
+    """Hand count for the post-LN, shared-embedding, sinusoidal model (no final norms)."""
+    d_k = d // h if d_k is None else d_k
+    d_v = d // h if d_v is None else d_v
+    # W_Q, W_K [d, h d_k] with biases; W_V [d, h d_v] with bias; W_O [h d_v, d] with bias.
+    # With d_k = d_v = d / h this is 4 d^2 + 4 d.
+    attention = 2 * (d * h * d_k + h * d_k) + (d * h * d_v + h * d_v) + (h * d_v * d + d)
+    ffn = 2 * d * d_ff + d_ff + d            # W_1, b_1, W_2, b_2
+    norm = 2 * d                             # LayerNorm gain and bias
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    # V enters once: one [V, d] matrix embeds source and target tokens and is the output
+    # projection (Sec. 3.4); sinusoidal positions have no parameters.
+    return V * d + N * encoder_layer + N * decoder_layer
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes
+# ---------------------------------------------------------------------------------------------
+
+def test_base_parameter_count():
+    # The paper's shared BPE vocabulary has "about 37000" tokens; Table 3 lists 65M parameters.
+    n = count(TransformerConfig.from_size("base", vocab_size=37000))
+    assert n == expected_count(37000, 512, 2048, 8, 6) == 63_082_496
+    assert abs(n - 65e6) / 65e6 < 0.05
+
+
+def test_big_and_table3_row_b_parameter_counts():
+    big = count(TransformerConfig.from_size("big", vocab_size=37000))
+    assert big == expected_count(37000, 1024, 4096, 16, 6)
+    assert abs(big - 213e6) / 213e6 < 0.02
+    # Row (B) shrinks only d_k (d_v stays 64): 65M -> 58M (d_k=16) and 60M (d_k=32).
+    base = count(TransformerConfig.from_size("base", vocab_size=37000))
+    for d_k, paper in ((16, 58), (32, 60)):
+        n = count(TransformerConfig.from_size("base", vocab_size=37000, head_dim=d_k))
+        assert n == expected_count(37000, 512, 2048, 8, 6, d_k=d_k)
+        assert round((base - n) / 1e6) == 65 - paper
+
+
+def test_from_size_and_validation():
+    cfg = TransformerConfig.from_size("base", vocab_size=100)
+    assert (cfg.num_layers, cfg.d_model, cfg.d_ff, cfg.num_heads, cfg.dropout_rate) == (
+        6, 512, 2048, 8, 0.1)
+    assert (cfg.qk_dim, cfg.v_dim, cfg.norm_position, cfg.posemb) == (64, 64, "post", "sinusoidal")
+    with pytest.raises(ValueError, match="unknown Transformer size"):
+        TransformerConfig.from_size("huge", vocab_size=100)
+    for overrides, message in ((dict(posemb="rotary"), "posemb="),
+                               (dict(num_heads=5), "num_heads=5 does not divide d_model=32"),
+                               (dict(num_kv_heads=3), "num_kv_heads=3 must divide num_heads=4"),
+                               (dict(norm_position="middle"), "norm_position="),
+                               (dict(activation="swish"), "activation="),
+                               (dict(dtype="float64"), "dtype="),
+                               (dict(dropout_rate=1.0), "dropout_rate="),
+                               (dict(posemb="rope", head_dim=5), "even head_dim"),
+                               (dict(attention_implementation="cudnn", head_dim=4),
+                                "head_dim == value_head_dim")):
+        with pytest.raises(ValueError, match=message):
+            tiny(**overrides)
+    # head_dim != d_model / num_heads is allowed (Table 3 rows A-C).
+    assert tiny(num_heads=5, head_dim=8, value_head_dim=8).qk_dim == 8
+
+
+def test_shift_right():
+    targets = np.array([[5, 6, 1, 0, 0], [7, 1, 0, 0, 0]])
+    np.testing.assert_array_equal(shift_right(targets, BOS), [[BOS, 5, 6, 0, 0], [BOS, 7, 0, 0, 0]])
+    packed = np.array([[5, 6, 1, 7, 1, 0]])
+    segments = np.array([[1, 1, 1, 2, 2, 0]])
+    np.testing.assert_array_equal(shift_right(packed, BOS, segments), [[BOS, 5, 6, BOS, 7, 0]])
+    with pytest.raises(ValueError, match="bos_id"):
+        shift_right(targets, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Behaviour
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("posemb", POSEMB_KINDS)
+def test_every_posemb_runs_and_decoder_is_causal(posemb):
+    rng = np.random.default_rng(1)
+    cfg = tiny(posemb=posemb)
+    inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
+    inputs[1, 5:] = 0                                     # some source padding
+    variables = init(cfg, inputs, targets)
+    params = variables["params"]
+    assert ("posemb" in params["decoder"]) == (posemb == "learned")
+    assert ("relative_bias" in params["encoder"]) == (posemb == "t5")
+    logits = Transformer(cfg).apply(variables, inputs, targets)
+    assert logits.shape == (2, 9, VOCAB) and logits.dtype == jnp.float32
+    assert np.all(np.isfinite(logits))
+    # Decoder output at position t must not depend on the target tokens after t.
+    t = 4
+    changed = targets.copy()
+    changed[:, t + 1:] = words(rng, 2, 9 - t - 1)
+    changed_logits = Transformer(cfg).apply(variables, inputs, changed)
+    np.testing.assert_allclose(changed_logits[:, :t + 1], logits[:, :t + 1], atol=1e-5)
+    assert not np.allclose(changed_logits[:, t + 1:], logits[:, t + 1:], atol=1e-3)
+
+
+@pytest.mark.parametrize("posemb", ["sinusoidal", "rope", "alibi", "t5"])
+def test_packed_row_equals_separate_examples(posemb):
+    rng = np.random.default_rng(2)
+    cfg = tiny(posemb=posemb)
+    src = [words(rng, 4), words(rng, 2)]
+    tgt = [words(rng, 3), words(rng, 5)]
+    # Two examples alone, each padded to the packed lengths 7 / 9.
+    inputs = np.zeros((2, 7), np.int32)
+    targets = np.zeros((2, 9), np.int32)
+    for i in range(2):
+        inputs[i, :len(src[i])], targets[i, :len(tgt[i])] = src[i], tgt[i]
+    # The same two packed into one row: segment ids 1, 2 (0 = padding), positions restart.
+    packed_inputs = np.zeros((1, 7), np.int32)
+    packed_inputs[0, :6] = np.concatenate(src)
+    inputs_segmentation = np.array([[1] * 4 + [2] * 2 + [0]])
+    inputs_positions = np.array([[0, 1, 2, 3, 0, 1, 0]])
+    packed_targets = np.zeros((1, 9), np.int32)
+    packed_targets[0, :8] = np.concatenate(tgt)
+    targets_segmentation = np.array([[1] * 3 + [2] * 5 + [0]])
+    targets_positions = np.array([[0, 1, 2, 0, 1, 2, 3, 4, 0]])
+
+    variables = init(cfg, inputs, targets)
+    model = Transformer(cfg)
+    alone = model.apply(variables, inputs, targets)
+    packed = model.apply(variables, packed_inputs, packed_targets,
+                         inputs_segmentation=inputs_segmentation,
+                         targets_segmentation=targets_segmentation,
+                         inputs_positions=inputs_positions, targets_positions=targets_positions)
+    np.testing.assert_allclose(packed[0, :3], alone[0, :3], atol=2e-5)
+    np.testing.assert_allclose(packed[0, 3:8], alone[1, :5], atol=2e-5)
+    with pytest.raises(ValueError, match="both inputs_segmentation and targets_segmentation"):
+        model.apply(variables, packed_inputs, packed_targets,
+                    targets_segmentation=targets_segmentation)
+
+
+def _final_decoder_state(cfg, variables, inputs, targets):
+    """Logits and the decoder's last hidden state (post-LN: the output of its last block)."""
+    logits, state = Transformer(cfg).apply(variables, inputs, targets,
+                                           capture_intermediates=True)
+    hidden = state["intermediates"]["decoder"][f"block_{cfg.num_layers - 1}"]["__call__"][0]
+    return np.asarray(logits, np.float64), np.asarray(hidden, np.float64)
+
+
+def test_shared_embedding_is_the_output_projection():
+    rng = np.random.default_rng(3)
+    cfg = tiny()
+    inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
+    variables = init(cfg, inputs, targets)
+    params = nn.meta.unbox(variables["params"])
+    assert set(params) == {"shared_embedding", "encoder", "decoder"}
+    assert "embedding" not in params["encoder"] and "logits" not in params["decoder"]
+    logits, hidden = _final_decoder_state(cfg, variables, inputs, targets)
+    table = np.asarray(params["shared_embedding"]["embedding"], np.float64)     # [V, d]
+    assert table.shape == (VOCAB, 32)
+    np.testing.assert_allclose(logits, hidden @ table.T, rtol=1e-4, atol=1e-4)
+
+
+def test_separate_embeddings_and_output_projection():
+    rng = np.random.default_rng(4)
+    cfg = tiny(share_embeddings=False)
+    inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
+    variables = init(cfg, inputs, targets)
+    params = nn.meta.unbox(variables["params"])
+    assert set(params) == {"encoder", "decoder"}
+    assert {"embedding", "logits"} <= set(params["decoder"]) and "embedding" in params["encoder"]
+    logits, hidden = _final_decoder_state(cfg, variables, inputs, targets)
+    kernel = np.asarray(params["decoder"]["logits"]["kernel"], np.float64)       # [d, V]
+    np.testing.assert_allclose(logits, hidden @ kernel, rtol=1e-4, atol=1e-4)
+
+
+def test_embedding_scale_and_sinusoids_enter_the_encoder():
+    """Encoder input = E[x] * sqrt(d_model) + PE, checked through a 0-layer encoder."""
+    rng = np.random.default_rng(5)
+    cfg = tiny(num_encoder_layers=0)
+    inputs, targets = words(rng, 1, 6), words(rng, 1, 3)
+    variables = init(cfg, inputs, targets)
+    encoded = Transformer(cfg).apply(variables, inputs, method=Transformer.encode)
+    table = np.asarray(nn.meta.unbox(variables["params"])["shared_embedding"]["embedding"])
+    pos = np.arange(6)[:, None]
+    i = np.arange(0, 32, 2)[None, :]
+    pe = np.zeros((6, 32))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(pos / 10000 ** (i / 32)), np.cos(pos / 10000 ** (i / 32))
+    np.testing.assert_allclose(encoded[0], table[inputs[0]] * np.sqrt(32) + pe, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_post_and_pre_layer_norm(norm_position):
+    rng = np.random.default_rng(6)
+    cfg = tiny(norm_position=norm_position, num_kv_heads=2, posemb="learned",
+               share_embeddings=False)
+    inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
+    variables = init(cfg, inputs, targets)
+    params = variables["params"]
+    has_final_norms = "norm" in params["encoder"] and "norm" in params["decoder"]
+    assert has_final_norms == (norm_position == "pre")
+    # Every parameter carries one logical axis name per dimension.
+    leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+    assert leaves and all(isinstance(p, nn.Partitioned) and len(p.names) == p.value.ndim
+                          for p in leaves)
+    logits = Transformer(cfg).apply(variables, inputs, targets)
+    assert logits.shape == (2, 9, VOCAB) and np.all(np.isfinite(logits))
+
+
+def test_dropout_only_in_training():
+    rng = np.random.default_rng(7)
+    cfg = tiny(dropout_rate=0.3, attention_dropout_rate=0.1)
+    inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
+    variables = init(cfg, inputs, targets)
+    model = Transformer(cfg)
+    eval_logits = model.apply(variables, inputs, targets)
+    np.testing.assert_array_equal(eval_logits, model.apply(variables, inputs, targets))
+    # An 'rbg' key: its bit generator compiles much faster on CPU than the default threefry.
+    train = [model.apply(variables, inputs, targets, train=True,
+                         rngs={"dropout": jax.random.key(s, impl="rbg")}) for s in (0, 0, 1)]
+    np.testing.assert_array_equal(train[0], train[1])
+    assert not np.allclose(train[0], train[2]) and not np.allclose(train[0], eval_logits)
+
+
+def test_learned_positions_longer_than_max_length_fail():
+    cfg = tiny(posemb="learned", max_length=8)
+    tokens = np.full((1, 9), 5, np.int32)
+    with pytest.raises(ValueError, match="max_length=8"):
+        init(cfg, tokens, tokens)
