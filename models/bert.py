@@ -1,0 +1,432 @@
+"""BERT (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers").
+
+A stack of post-LN Transformer encoder blocks over WordPiece tokens. The input of token ``i`` is
+the sum of three embeddings, normalised (Sec. 3, Fig. 2):
+
+    E_i = LayerNorm(word[token_i] + position[i] + segment[type_i]),  then dropout.
+
+Pre-training has two heads (Sec. 3.1, App. A.1):
+  - masked LM: the final hidden vector of each *selected* position goes through a dense layer,
+    GELU and LayerNorm, then is scored against every vocabulary word with the word-embedding
+    matrix itself (output weights tied to the input embeddings) plus a per-word bias. The head is
+    applied only at the gathered positions (``masked_positions``, about 15% of the tokens), which
+    saves the [length, vocab] logits of all the other positions.
+  - next sentence prediction: the pooled output ``tanh(W h_[CLS] + b)`` goes through a dense
+    layer to 2 classes (IsNext, NotNext).
+
+``posemb`` chooses the position encoding (an ablation axis; BERT itself uses 'learned'):
+  'learned'     one trained vector per position, at most ``max_position_embeddings`` (BERT).
+  'sinusoidal'  the fixed table of Vaswani et al. 2017, same length limit, no parameters.
+  'rope'        rotary queries/keys in every layer (Su et al. 2021); no table, no length limit.
+  'alibi'       symmetric linear distance bias on the logits (Press et al. 2022); no limit.
+  'none'        no position information at all.
+
+Initialisation follows BERT: every dense kernel and embedding table ~ truncated normal with
+``initializer_range`` (0.02, cut at two standard deviations, as TensorFlow's
+``truncated_normal_initializer``), biases 0, LayerNorm scale 1 and bias 0. The feed-forward hidden
+activations are not dropped (BERT drops embeddings, attention probabilities and each sublayer's
+output only).
+
+Parameter names and the Hugging Face ``BertForPreTraining`` tensors they map onto, 1:1. A bare
+``BertModel`` has the same tree without the leading ``bert/``, and HF ``BertModel`` the same names
+without the leading ``bert.``. Below, each block gives our path prefix -> the HF name prefix;
+``n`` heads, ``d`` head dim, ``H = n d``, ``F`` mlp dim, ``i`` the layer index. "to HF": ``=`` as
+is; ``T`` kernel.T (our dense kernels are ``[in, out]``, HF ``nn.Linear.weight`` is ``[out,
+in]``); ``RT`` ``kernel.reshape(H, H).T``; ``R`` ``bias.reshape(H)``.
+
+  bert/embeddings/  ->  bert.embeddings.
+    word_embeddings/embedding        [V, H]    word_embeddings.weight                    =
+    position_embeddings/embedding    [P, H]    position_embeddings.weight                =
+    token_type_embeddings/embedding  [T, H]    token_type_embeddings.weight              =
+    norm/scale, bias                 [H]       LayerNorm.weight, .bias                   =
+  bert/encoder/layer_i/  ->  bert.encoder.layer.i.
+    attention/query/kernel           [H, n, d] attention.self.query.weight               RT
+    attention/query/bias             [n, d]    attention.self.query.bias                 R
+    attention/key/kernel, bias       (same)    attention.self.key.weight, .bias          RT, R
+    attention/value/kernel, bias     (same)    attention.self.value.weight, .bias        RT, R
+    attention/out/kernel             [n, d, H] attention.output.dense.weight             RT
+    attention/out/bias               [H]       attention.output.dense.bias               =
+    norm_attention/scale, bias       [H]       attention.output.LayerNorm.weight, .bias  =
+    mlp/wi/kernel, bias              [H, F]    intermediate.dense.weight, .bias          T, =
+    mlp/wo/kernel, bias              [F, H]    output.dense.weight, .bias                T, =
+    norm_mlp/scale, bias             [H]       output.LayerNorm.weight, .bias            =
+  bert/pooler/  ->  bert.pooler.
+    dense/kernel, bias               [H, H]    dense.weight, .bias                       T, =
+  predictions/  ->  cls.predictions.
+    transform/kernel, bias           [H, H]    transform.dense.weight, .bias             T, =
+    transform_norm/scale, bias       [H]       transform.LayerNorm.weight, .bias         =
+    bias                             [V]       bias (also decoder.bias, the same tensor) =
+    (tied, no parameter)                       decoder.weight = word_embeddings.weight
+  seq_relationship/  ->  cls.seq_relationship.
+    kernel, bias                     [H, 2]    weight, bias                              T, =
+
+``position_embeddings`` exists only with posemb 'learned' (HF has no other kind), and
+``seq_relationship`` only with ``nsp=True``. Head layout: ``reshape(H, H)`` of a ``[H, n, d]``
+kernel puts head ``h``'s feature ``j`` in column ``h * d + j``, which is how HF splits its ``H``
+outputs into heads (``view(..., n, d)``); the output kernel ``[n, d, H]`` reshapes to
+``[n * d, H]`` with rows in the same order. The inverse (HF to ours) is ``w.T.reshape(H, n, d)``,
+``b.reshape(n, d)`` and ``w.T.reshape(n, d, H)``. HF LayerNorm ``weight`` is our ``scale``. HF's
+``embeddings.position_ids`` / ``token_type_ids`` are buffers, not parameters. HF's
+``hidden_act='gelu'`` is the exact (erf) GELU used here, and its ``layer_norm_eps`` is 1e-12.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from models import position
+from models.attention import IMPLEMENTATIONS, MultiHeadAttention
+from models.layers import ACTIVATIONS, EncoderBlock, FeedForward, make_norm
+from models.sizes import BERT_SIZES
+
+POSEMB_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
+TABLE_POSEMBS = ("learned", "sinusoidal")  # bounded by max_position_embeddings
+DTYPES = ("float32", "bfloat16", "float16")
+
+Initializer = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Every architectural choice of a BERT; defaults are BERT-base uncased."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout_rate: float = 0.1              # embeddings and every sublayer output
+    attention_dropout_rate: float = 0.1    # attention probabilities
+    layer_norm_eps: float = 1e-12
+    posemb: str = "learned"
+    rotary_base: float = 10000.0           # posemb='rope' only
+    initializer_range: float = 0.02        # std of the truncated-normal kernels and embeddings
+    nsp: bool = True                       # BertForPreTraining builds the NSP head
+    attention_implementation: str = "xla"
+    dtype: str = "float32"                 # compute dtype
+    param_dtype: str = "float32"           # parameter (and optimizer state) dtype
+
+    def __post_init__(self):
+        for field in ("vocab_size", "hidden_size", "num_heads", "mlp_dim",
+                      "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field}={value!r} must be a positive integer")
+        if not isinstance(self.num_layers, int) or self.num_layers < 0:
+            raise ValueError(f"num_layers={self.num_layers!r} must be a non-negative integer")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} does not divide "
+                             f"hidden_size={self.hidden_size}")
+        for field in ("dropout_rate", "attention_dropout_rate"):
+            value = getattr(self, field)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{field}={value} must be in [0, 1)")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive")
+        if self.initializer_range <= 0:
+            raise ValueError(f"initializer_range={self.initializer_range} must be positive")
+        for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
+                                      ("attention_implementation", self.attention_implementation,
+                                       IMPLEMENTATIONS),
+                                      ("dtype", self.dtype, DTYPES),
+                                      ("param_dtype", self.param_dtype, DTYPES)):
+            if value not in allowed:
+                raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
+        if self.posemb == "rope" and self.head_dim % 2:
+            raise ValueError(f"posemb='rope' needs an even head dimension, got hidden_size/"
+                             f"num_heads = {self.hidden_size}/{self.num_heads} = {self.head_dim}")
+        if self.posemb == "sinusoidal" and self.hidden_size % 2:
+            raise ValueError(f"posemb='sinusoidal' needs an even hidden_size, got "
+                             f"{self.hidden_size}")
+
+    @classmethod
+    def from_size(cls, size: str, **overrides) -> "BertConfig":
+        """``BertConfig.from_size('base', posemb='rope')``: a ``models.sizes.BERT_SIZES`` entry."""
+        if size not in BERT_SIZES:
+            raise ValueError(f"unknown BERT size {size!r}; known: {list(BERT_SIZES)}")
+        return cls(**{**BERT_SIZES[size], **overrides})
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def check_length(self, length: int) -> None:
+        """Raises when ``length`` tokens do not fit the position table (learned / sinusoidal)."""
+        if self.posemb in TABLE_POSEMBS and length > self.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {length} exceeds max_position_embeddings="
+                f"{self.max_position_embeddings} (posemb={self.posemb!r} has one row per "
+                "position); truncate the inputs or raise max_position_embeddings")
+
+
+def _init(cfg: BertConfig) -> Initializer:
+    # BERT (TF reference): truncated_normal_initializer(stddev=initializer_range), cut at 2 std.
+    return nn.initializers.truncated_normal(stddev=cfg.initializer_range)
+
+
+def _dtypes(cfg: BertConfig):
+    return jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+
+
+def _dense(cfg: BertConfig, features: int, names: tuple[str, str], name: str) -> nn.Dense:
+    dtype, param_dtype = _dtypes(cfg)
+    return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, name=name,
+                    kernel_init=nn.with_logical_partitioning(_init(cfg), names),
+                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, names[1:]))
+
+
+def _layer_norm(cfg: BertConfig, name: str | None = None) -> nn.Module:
+    dtype, param_dtype = _dtypes(cfg)
+    return make_norm("layernorm", epsilon=cfg.layer_norm_eps, dtype=dtype,
+                     param_dtype=param_dtype, name=name)
+
+
+class BertEmbeddings(nn.Module):
+    """``LayerNorm(word + position + segment)`` then dropout: ``[b, l] ids -> [b, l, H]``.
+
+    Submodules ``word_embeddings``, ``token_type_embeddings``, ``position_embeddings`` (posemb
+    'learned' only), ``norm``. ``positions`` ``[b, l]`` index the position table.
+    """
+
+    config: BertConfig
+
+    def setup(self):
+        cfg = self.config
+        dtype, param_dtype = _dtypes(cfg)
+        self.word_embeddings = nn.Embed(
+            cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
+            embedding_init=nn.with_logical_partitioning(_init(cfg), ("vocab", "embed")))
+        self.token_type_embeddings = nn.Embed(
+            cfg.type_vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
+            embedding_init=nn.with_logical_partitioning(_init(cfg), ("type_vocab", "embed")))
+        if cfg.posemb == "learned":
+            self.position_embeddings = position.LearnedPositionEmbedding(
+                cfg.max_position_embeddings, cfg.hidden_size, embedding_init=_init(cfg),
+                dtype=dtype, param_dtype=param_dtype)
+        self.norm = _layer_norm(cfg)
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool = True):
+        cfg = self.config
+        cfg.check_length(input_ids.shape[-1])
+        # Devlin et al. 2019, Fig. 2: input = token + segment + position embeddings.
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        if cfg.posemb == "learned":
+            x = x + self.position_embeddings(positions)
+        elif cfg.posemb == "sinusoidal":
+            table = position.sinusoidal_table(cfg.max_position_embeddings, cfg.hidden_size)
+            x = x + jnp.take(jnp.asarray(table), positions, axis=0).astype(x.dtype)
+        x = self.norm(x)
+        x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+        return self.dropout(x, deterministic=deterministic)
+
+
+class BertLayer(EncoderBlock):
+    """A post-LN ``EncoderBlock`` with BERT's initialiser and no FFN-hidden dropout.
+
+    Same submodules and forward pass as ``EncoderBlock`` (``attention``, ``norm_attention``,
+    ``mlp``, ``norm_mlp``); only the kernels' initialiser and the feed-forward's inner dropout
+    differ from the generic block.
+    """
+
+    kernel_init: Initializer = nn.initializers.xavier_uniform()
+
+    def _attention(self, name, rotary_base):
+        return MultiHeadAttention(
+            num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
+            dropout_rate=self.attention_dropout_rate, use_bias=self.use_bias,
+            rotary_base=rotary_base, implementation=self.implementation, dtype=self.dtype,
+            param_dtype=self.param_dtype, kernel_init=self.kernel_init, name=name)
+
+    def _mlp(self):
+        return FeedForward(hidden_dim=self.mlp_dim, activation=self.activation, dropout_rate=0.0,
+                           use_bias=self.use_bias, dtype=self.dtype,
+                           param_dtype=self.param_dtype, kernel_init=self.kernel_init, name="mlp")
+
+
+class BertEncoder(nn.Module):
+    """``num_layers`` post-LN blocks with exact GELU: ``[b, l, H] -> [b, l, H]``.
+
+    ``mask`` (bool, broadcastable to ``[b, heads, l, l]``), ``bias`` (ALiBi) and ``positions``
+    (RoPE) go to every layer.
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, *, mask=None, bias=None, positions=None, deterministic: bool = True):
+        cfg = self.config
+        dtype, param_dtype = _dtypes(cfg)
+        for i in range(cfg.num_layers):
+            x = BertLayer(
+                num_heads=cfg.num_heads, head_dim=cfg.head_dim, mlp_dim=cfg.mlp_dim,
+                activation="gelu", norm="layernorm", norm_epsilon=cfg.layer_norm_eps,
+                norm_position="post", dropout_rate=cfg.dropout_rate,
+                attention_dropout_rate=cfg.attention_dropout_rate,
+                rotary_base=cfg.rotary_base if cfg.posemb == "rope" else None,
+                implementation=cfg.attention_implementation, dtype=dtype,
+                param_dtype=param_dtype, kernel_init=_init(cfg), name=f"layer_{i}")(
+                    x, mask=mask, bias=bias, positions=positions, deterministic=deterministic)
+        return x
+
+
+class BertPooler(nn.Module):
+    """``tanh(dense(h_[CLS]))``: the first token's final state, ``[b, l, H] -> [b, H]``."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, sequence_output):
+        cls = sequence_output[:, 0]
+        return jnp.tanh(_dense(self.config, self.config.hidden_size, ("embed", "mlp"),
+                               "dense")(cls))
+
+
+class BertModel(nn.Module):
+    """The BERT encoder with its pooler.
+
+    ``__call__(input_ids [b, l] int, token_type_ids [b, l] | None, attention_mask [b, l] |
+    None, *, train) -> (sequence_output [b, l, H], pooled [b, H])``. ``token_type_ids`` default
+    to 0 (segment A), ``attention_mask`` (1 real token, 0 padding) to all real. Padding keys are
+    hidden from every query, so real tokens never see padding; padding positions still get
+    (meaningless) outputs, as in BERT. ``train=True`` enables dropout (rng ``'dropout'``).
+    """
+
+    config: BertConfig
+
+    def setup(self):
+        self.embeddings = BertEmbeddings(self.config)
+        self.encoder = BertEncoder(self.config)
+        self.pooler = BertPooler(self.config)
+
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *,
+                 train: bool = False):
+        cfg = self.config
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids of shape [batch, length] expected, got "
+                             f"{tuple(input_ids.shape)}")
+        batch, length = input_ids.shape
+        cfg.check_length(length)
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+
+        mask = bias = None
+        if attention_mask is not None:
+            # Key padding mask [b, 1, 1, l]: every query sees exactly the real tokens.
+            mask = jnp.asarray(attention_mask).astype(bool)[:, None, None, :]
+        if cfg.posemb == "alibi":
+            bias = position.alibi_bias(cfg.num_heads, positions, positions, causal=False)
+
+        x = self.embeddings(input_ids, token_type_ids, positions, deterministic=not train)
+        x = self.encoder(x, mask=mask, bias=bias, positions=positions, deterministic=not train)
+        return x, self.pooler(x)
+
+
+class MlmHead(nn.Module):
+    """Masked-LM head: ``LayerNorm(GELU(dense(h))) @ word_embeddings^T + bias``.
+
+    ``__call__(hidden [..., H], word_embeddings [V, H]) -> float32 logits [..., V]``. The output
+    projection is the word-embedding table passed in (tied weights, Press & Wolf 2017 as used by
+    BERT); the head owns only ``transform``, ``transform_norm`` and the output ``bias`` [V].
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, hidden, word_embeddings):
+        cfg = self.config
+        dtype, param_dtype = _dtypes(cfg)
+        h = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), "transform")(hidden)
+        h = _layer_norm(cfg, "transform_norm")(ACTIVATIONS["gelu"](h))
+        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                          (cfg.vocab_size,), param_dtype)
+        logits = jnp.einsum("...h,vh->...v", h.astype(dtype), word_embeddings.astype(dtype))
+        return (logits + bias.astype(dtype)).astype(jnp.float32)
+
+
+class NspHead(nn.Module):
+    """Next-sentence head: ``pooled [b, H] -> float32 logits [b, 2]`` (0 IsNext, 1 NotNext)."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, pooled):
+        cfg = self.config
+        dtype, param_dtype = _dtypes(cfg)
+        kernel = self.param("kernel",
+                            nn.with_logical_partitioning(_init(cfg), ("embed", "classes")),
+                            (cfg.hidden_size, 2), param_dtype)
+        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)),
+                          (2,), param_dtype)
+        logits = pooled.astype(dtype) @ kernel.astype(dtype) + bias.astype(dtype)
+        return logits.astype(jnp.float32)
+
+
+def gather_positions(sequence_output, masked_positions):
+    """``[b, l, H]``, ``[b, P]`` int -> ``[b, P, H]``: the states at the given positions."""
+    return jnp.take_along_axis(sequence_output, masked_positions[..., None].astype(jnp.int32),
+                               axis=1)
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with the masked-LM and (optional) next-sentence heads; submodules ``bert``,
+    ``predictions`` (MlmHead), ``seq_relationship`` (NspHead, when ``config.nsp``).
+
+    ``__call__(input_ids, token_type_ids=None, attention_mask=None, *, masked_positions [b, P],
+    train=False, with_nsp=None) -> {'mlm_logits': [b, P, V], 'nsp_logits': [b, 2]}``; the MLM
+    head runs only at ``masked_positions`` (padding entries, e.g. position 0 with weight 0, give
+    logits the loss ignores). ``with_nsp`` (default ``config.nsp``) leaves out 'nsp_logits' when
+    False (RoBERTa-style training without NSP).
+    ``mlm_logits_all_positions`` is the same with the head on every position (``[b, l, V]``), the
+    same parameters; it exists for equal-work comparisons.
+    """
+
+    config: BertConfig
+
+    def setup(self):
+        self.bert = BertModel(self.config)
+        self.predictions = MlmHead(self.config)
+        if self.config.nsp:
+            self.seq_relationship = NspHead(self.config)
+
+    def _word_embeddings(self):
+        return self.bert.embeddings.word_embeddings.embedding
+
+    def masked_lm_logits(self, sequence_output, masked_positions):
+        """``sequence_output [b, l, H]``, ``masked_positions [b, P]`` -> logits ``[b, P, V]``."""
+        if masked_positions.ndim != 2 or masked_positions.shape[0] != sequence_output.shape[0]:
+            raise ValueError(f"masked_positions of shape [batch={sequence_output.shape[0]}, "
+                             f"num_predictions] expected, got {tuple(masked_positions.shape)}")
+        hidden = gather_positions(sequence_output, masked_positions)
+        return self.predictions(hidden, self._word_embeddings())
+
+    def _nsp(self, pooled, with_nsp):
+        use = self.config.nsp if with_nsp is None else with_nsp
+        if use and not self.config.nsp:
+            raise ValueError("with_nsp=True but the config has nsp=False (no NSP head was built)")
+        return {"nsp_logits": self.seq_relationship(pooled)} if use else {}
+
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *, masked_positions,
+                 train: bool = False, with_nsp: bool | None = None):
+        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask, train=train)
+        return {"mlm_logits": self.masked_lm_logits(sequence_output, masked_positions),
+                **self._nsp(pooled, with_nsp)}
+
+    def mlm_logits_all_positions(self, input_ids, token_type_ids=None, attention_mask=None, *,
+                                 train: bool = False, with_nsp: bool | None = None):
+        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask, train=train)
+        return {"mlm_logits": self.predictions(sequence_output, self._word_embeddings()),
+                **self._nsp(pooled, with_nsp)}
+
+
+def masked_lm_logits(model: BertForPreTraining, sequence_output, masked_positions):
+    """MLM logits ``[b, P, V]`` at ``masked_positions`` from a bound model
+    (``model.bind(variables)``); the same computation as inside ``BertForPreTraining``."""
+    return model.masked_lm_logits(sequence_output, masked_positions)
