@@ -5,6 +5,12 @@ model width D (eq. 1), a learned class token is prepended, positions are encoded
 pre-LN Transformer encoder blocks runs over the N + 1 tokens (eq. 2-3), and the final class token
 (or the mean of the patch tokens) goes through a LayerNorm and a linear classifier (eq. 4).
 
+Hybrid input (paper Sec. 3.1, "Hybrid Architecture"): with `stem_channels` > 0 the patches are cut
+from a feature map instead of raw pixels, here the smallest CNN there is: one 3x3 convolution
+(stride 1, GELU). It gives each patch local edge features, which a ViT trained from scratch on
+little data otherwise learns slowly (Xiao et al. 2021, "Early Convolutions Help Transformers See
+Better"). With `stem_channels=0` the model is the plain ViT.
+
 The position encoding is the subject of the paper's Table 8 ablation and is chosen by `posemb`:
   'none'        no position information: the encoder sees a bag of patches.
   'learned_1d'  one learned vector per token index (the paper's default).
@@ -42,6 +48,7 @@ class ViTConfig:
     posemb: str = "learned_1d"
     pool: str = "cls"
     head_hidden_size: int = 0          # >0: tanh pre-logits layer (the paper's pre-training head)
+    stem_channels: int = 0             # >0: hybrid input, patches cut from a 3x3-conv feature map
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     activation: str = "gelu"
@@ -60,6 +67,8 @@ class ViTConfig:
             raise ValueError(
                 f"patch_size={self.patch_size} does not divide image_size={self.image_size}; "
                 f"choose a patch size that divides both {height} and {width}")
+        if self.stem_channels < 0:
+            raise ValueError(f"stem_channels={self.stem_channels} must be >= 0 (0: no stem)")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
                              f"hidden_size={self.hidden_size}")
@@ -101,6 +110,15 @@ class ViT(nn.Module):
         grid_h, grid_w = cfg.grid
         p = cfg.patch_size
 
+        images = images.astype(dtype)
+        if cfg.stem_channels:  # hybrid: patches of a convolutional feature map
+            images = nn.gelu(nn.Conv(
+                cfg.stem_channels, (3, 3), padding="SAME", dtype=dtype, param_dtype=param_dtype,
+                name="stem", kernel_init=nn.with_logical_partitioning(
+                    nn.initializers.lecun_normal(), (None, None, None, None)),
+                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))(images),
+                approximate=False)
+            channels = cfg.stem_channels
         # Eq. 1: x_p in R^{N x (P^2 C)} -> x_p E. Patches in row-major order.
         patches = images.reshape(batch, grid_h, p, grid_w, p, channels)
         patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(batch, grid_h * grid_w, p * p * channels)
@@ -108,7 +126,7 @@ class ViT(nn.Module):
                      kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
                                                               ("patch", "embed")),
                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(
-                         patches.astype(dtype))
+                         patches)
 
         attention_bias = None
         if cfg.posemb == "learned_2d":

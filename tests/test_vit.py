@@ -116,3 +116,24 @@ def test_bfloat16_compute_stays_close_to_float32():
     half = ViT(small(dtype="bfloat16")).apply(variables, images)
     assert half.dtype == jnp.float32  # logits are returned in float32
     np.testing.assert_allclose(half, full, rtol=0.1, atol=0.1)
+
+
+def test_hybrid_stem_adds_one_convolution_and_feeds_the_patches():
+    plain, hybrid = small(), small(stem_channels=8)
+    # 3x3 kernel over 1 input channel to 8 channels plus 8 biases; the patch embedding then reads
+    # 7*7*8 instead of 7*7*1 values per patch.
+    extra = (3 * 3 * 1 * 8 + 8) + (7 * 7 * 8 - 7 * 7 * 1) * 32
+    assert count(hybrid, 1) - count(plain, 1) == extra
+    images = np.random.default_rng(0).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    variables = _randomised(nn.meta.unbox(ViT(hybrid).init(jax.random.PRNGKey(0), images)))
+    _, state = ViT(hybrid).apply(variables, images, capture_intermediates=True)
+    conv = np.asarray(state["intermediates"]["stem"]["__call__"][0])
+    kernel = np.asarray(variables["params"]["stem"]["kernel"])
+    bias = np.asarray(variables["params"]["stem"]["bias"])
+    padded = np.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    for y, x in [(0, 0), (13, 20), (27, 27)]:  # 'SAME' 3x3 convolution at a few pixels
+        window = padded[:, y:y + 3, x:x + 3, :]
+        expected = np.einsum("byxc,yxco->bo", window, kernel) + bias
+        np.testing.assert_allclose(conv[:, y, x], expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="stem_channels=-1 must be >= 0"):
+        small(stem_channels=-1)

@@ -36,7 +36,12 @@ def vit_train_flops_per_example(cfg, channels: int) -> float:
     patches = grid_h * grid_w
     tokens = patches + cfg.num_prefix_tokens
     d = cfg.hidden_size
-    forward = 2 * patches * (cfg.patch_size ** 2 * channels) * d          # patch embedding
+    forward = 0.0
+    if cfg.stem_channels:  # 3x3 convolution at every pixel
+        height, width = cfg.image_size
+        forward += 2 * height * width * 9 * channels * cfg.stem_channels
+        channels = cfg.stem_channels
+    forward += 2 * patches * (cfg.patch_size ** 2 * channels) * d         # patch embedding
     forward += encoder_forward_flops(tokens, d, cfg.mlp_dim, cfg.num_layers)
     head_in = cfg.head_hidden_size or d
     if cfg.head_hidden_size:
