@@ -38,7 +38,9 @@ def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
     single, sharded = np.load(single), np.load(sharded)
     assert int(single["devices"]) == 1 and int(sharded["devices"]) == 8
     np.testing.assert_allclose(sharded["losses"], single["losses"], rtol=1e-5)
-    assert len(set(single["losses"].tolist())) == len(single["losses"])  # the steps train
+    # The zero-initialised head starts at exactly ln(10) and the warmup's first lr is 0, so the
+    # first steps can tie; by the last one the parameters have moved.
+    assert single["losses"][-1] != single["losses"][0]
     for name, value in _params(single).items():
         np.testing.assert_allclose(sharded[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
