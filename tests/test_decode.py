@@ -14,21 +14,9 @@ import pytest
 
 from models import decode as D
 from models.attention import MultiHeadAttention, causal_mask
-from models.transformer import Transformer, TransformerConfig, shift_right
+from models.transformer import Transformer, shift_right
 
-PAD, EOS, BOS = 0, 1, 2
-VOCAB = 50
-
-
-def tiny(**overrides) -> TransformerConfig:
-    fields = dict(vocab_size=VOCAB, num_layers=2, d_model=32, d_ff=64, num_heads=4,
-                  dropout_rate=0.0, max_length=32)
-    fields.update(overrides)
-    return TransformerConfig(**fields)
-
-
-def words(rng, *shape):
-    return rng.integers(3, VOCAB, size=shape).astype(np.int32)
+from tiny_transformer import PAD, EOS, BOS, VOCAB, tiny, words
 
 
 def setup_model(cfg, seed=0):
