@@ -25,6 +25,10 @@ setup(
         "numpy",
         "tensorboardX",                  # TensorBoard event files without TensorFlow
         "tqdm",
+        "pysword>=0.2.8",                # reads the SWORD Bible modules (bible_en_es)
+        "sentencepiece>=0.2",            # shared source/target vocabulary for translation
+        "sacrebleu>=2.4",                # BLEU of translations
+        "tokenizers>=0.20",              # WordPiece vocabularies for BERT
     ],
     extras_require={
         "test": ["pytest", "pytest-xdist", "portpicker", "nbclient", "nbformat", "ipykernel",
