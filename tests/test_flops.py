@@ -1,9 +1,18 @@
-"""Model FLOPs for MFU: the formulas against a hand count of a small ViT."""
+"""Model FLOPs for MFU: the formulas against a hand count of a small ViT, and the Transformer's
+against the kernels of an initialised model."""
 
 from __future__ import annotations
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models.transformer import Transformer, TransformerConfig
 from models.vit import ViTConfig
-from train.flops import TRAIN_FLOPS_FACTOR, encoder_forward_flops, vit_train_flops_per_example
+from train.flops import (TRAIN_FLOPS_FACTOR, bert_train_flops_per_example, encoder_forward_flops,
+                         transformer_train_flops_per_example, vit_train_flops_per_example)
 
 
 def test_encoder_flops_by_hand():
@@ -28,3 +37,50 @@ def test_vit_training_flops_by_hand():
     patch_embedding = 2 * patches * (4 * 4 * 2) * 4
     assert vit_train_flops_per_example(hybrid, channels=3) == TRAIN_FLOPS_FACTOR * (
         stem + patch_embedding + encoder + head)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(),                                          # d_k = d_v = d_model / h
+    dict(head_dim=4, value_head_dim=16, num_kv_heads=1),  # Table 3 (B)-style and multi-query
+    dict(num_encoder_layers=1, num_decoder_layers=3),
+])
+def test_transformer_flops_match_the_kernels_of_the_model(overrides):
+    """The linear part equals 2 x (matmul weights applied per token) x tokens, counted here from
+    the initialised model's own kernels; the rest is the attention term written out."""
+    cfg = TransformerConfig(vocab_size=50, num_layers=2, d_model=16, d_ff=24, num_heads=4,
+                            **overrides)
+    source, target = 7, 5
+    tokens = jnp.ones((1, 3), jnp.int32)
+    params = nn.meta.unbox(Transformer(cfg).init(jax.random.PRNGKey(0), tokens, tokens)["params"])
+    per_source, per_target = 0, 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        names = [getattr(p, "key", "") for p in path]
+        if names[-1] != "kernel":
+            continue
+        size = int(np.prod(leaf.shape))
+        if names[0] == "encoder":
+            per_source += size
+        elif any(n.startswith("cross") for n in names) and names[-2] in ("key", "value"):
+            per_source += size   # keys and values of the cross-attention: one per source token
+        else:
+            per_target += size
+    per_target += int(np.prod(params["shared_embedding"]["embedding"].shape))  # output layer
+    h, dk, dv = cfg.num_heads, cfg.qk_dim, cfg.v_dim
+    scores = (cfg.encoder_layers * source * source
+              + cfg.decoder_layers * (target * target + target * source)) * h * (dk + dv)
+    expected = TRAIN_FLOPS_FACTOR * 2 * (per_source * source + per_target * target + scores)
+    assert transformer_train_flops_per_example(cfg, source, target) == expected
+
+
+def test_bert_flops_by_hand():
+    """BERT-base at 128 tokens with 20 predictions, written out term by term."""
+    from models.bert import BertConfig
+
+    cfg = BertConfig()  # H 768, L 12, F 3072, V 30522, NSP
+    h, f, v, t, p = 768, 3072, 30522, 128, 20
+    per_layer = 2 * t * (4 * h * h + 2 * h * f) + 2 * 2 * t * t * h
+    heads = 2 * p * (h * h + h * v) + 2 * (h * h + 2 * h)
+    assert bert_train_flops_per_example(cfg, t, p) == TRAIN_FLOPS_FACTOR * (12 * per_layer + heads)
+    no_nsp = BertConfig(nsp=False)
+    assert bert_train_flops_per_example(cfg, t, p) - bert_train_flops_per_example(no_nsp, t, p) \
+        == TRAIN_FLOPS_FACTOR * 2 * (h * h + 2 * h)

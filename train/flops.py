@@ -66,3 +66,54 @@ def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32) -
         matmul(a, b).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2 * size ** 3 / best
+
+
+def attention_forward_flops(q_tokens: int, kv_tokens: int, d_model: int, num_heads: int,
+                            kv_heads: int, qk_dim: int, v_dim: int) -> float:
+    """Forward FLOPs of one multi-head attention of `q_tokens` queries over `kv_tokens` keys.
+
+    Projections: queries h d_k and output h d_v per query token, keys and values
+    kv_heads (d_k + d_v) per key token, each times d_model; then Q K^T (d_k) and weights x V (d_v)
+    for every query-key pair in every head.
+    """
+    projections = (q_tokens * d_model * num_heads * (qk_dim + v_dim)
+                   + kv_tokens * d_model * kv_heads * (qk_dim + v_dim))
+    scores = q_tokens * kv_tokens * num_heads * (qk_dim + v_dim)
+    return 2.0 * (projections + scores)
+
+
+def transformer_train_flops_per_example(cfg, source_tokens: int, target_tokens: int) -> float:
+    """Training FLOPs of one (source, target) row through `models.transformer.Transformer`.
+
+    Encoder layers: self-attention and the feed-forward (2 d_model d_ff per token). Decoder
+    layers: causal self-attention (counted in full: the masked half is still computed), cross-
+    attention over the source, the feed-forward; then the output projection onto the vocabulary.
+    Packed rows count their full length: padding and masked pairs cost the same as real ones.
+    """
+    d, f = cfg.d_model, cfg.d_ff
+    heads = dict(num_heads=cfg.num_heads, kv_heads=cfg.kv_heads, qk_dim=cfg.qk_dim,
+                 v_dim=cfg.v_dim)
+    encoder = cfg.encoder_layers * (
+        attention_forward_flops(source_tokens, source_tokens, d, **heads)
+        + 2.0 * 2 * source_tokens * d * f)
+    decoder = cfg.decoder_layers * (
+        attention_forward_flops(target_tokens, target_tokens, d, **heads)
+        + attention_forward_flops(target_tokens, source_tokens, d, **heads)
+        + 2.0 * 2 * target_tokens * d * f)
+    logits = 2.0 * target_tokens * d * cfg.vocab_size
+    return TRAIN_FLOPS_FACTOR * (encoder + decoder + logits)
+
+
+def bert_train_flops_per_example(cfg, seq_length: int, num_predictions: int) -> float:
+    """Training FLOPs of one sequence through `models.bert.BertForPreTraining`.
+
+    The encoder over every token; the MLM head (dense H x H, then scores against the V word
+    embeddings) only at the `num_predictions` gathered positions, as it is computed; the pooler
+    and the NSP layer on [CLS] when the model has NSP. Embedding lookups are not matmuls.
+    """
+    h = cfg.hidden_size
+    forward = encoder_forward_flops(seq_length, h, cfg.mlp_dim, cfg.num_layers)
+    forward += 2.0 * num_predictions * (h * h + h * cfg.vocab_size)
+    if cfg.nsp:
+        forward += 2.0 * (h * h + h * 2)
+    return TRAIN_FLOPS_FACTOR * forward

@@ -68,6 +68,11 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
         raise ConfigError(f"config.train.num_steps={config.train.num_steps} must be >= 1")
 
 
+def _numeric(batch: dict) -> dict:
+    """The arrays of a host batch that go to the devices; strings (references) stay here."""
+    return {k: v for k, v in batch.items() if np.asarray(v).dtype.kind in "biuf"}
+
+
 def _sum_metrics(total, new):
     return jax.tree.map(jnp.add, total, new)
 
@@ -188,6 +193,11 @@ class Trainer:
         self._eval_step = jax.jit(self.task.eval_fn,
                                   in_shardings=(self.state_shardings.params, batch_sharding),
                                   out_shardings=replicated)
+        # Generation (beam search) for tasks scored on their outputs, e.g. BLEU; the outputs come
+        # back replicated, so process 0 can score every example.
+        self._predict_step = (None if self.task.decode_every is None else jax.jit(
+            self.task.predict_fn, in_shardings=(self.state_shardings.params, batch_sharding),
+            out_shardings=replicated))
 
     def _context(self):
         """Mesh and logical rules in scope while tracing, so activation constraints resolve."""
@@ -203,21 +213,32 @@ class Trainer:
 
     def train_step(self, state: TrainState, local_batch: dict) -> tuple[TrainState, dict]:
         with self._context():
-            return self._train_step(state, partitioning.global_batch(local_batch, self.mesh))
+            return self._train_step(state, partitioning.global_batch(_numeric(local_batch),
+                                                                     self.mesh))
 
-    def evaluate(self, params) -> dict[str, float]:
-        """Metrics over the whole eval split; every process runs the same number of steps."""
+    def evaluate(self, params, *, decode: bool = False, log=print) -> dict[str, float]:
+        """Metrics over the whole eval split; every process runs the same number of steps.
+
+        With `decode`, the task also generates for every eval example (its `predict_fn`) and
+        scores the outputs on the host (`score_predictions`, e.g. BLEU; samples go to `log`).
+        """
         global_size = self.config.data.eval_batch_size
         local_size = global_size // self.process_count
         iterator, num_batches = self.task.eval_batches(
             batch_size=local_size, process_index=self.process_index,
             process_count=self.process_count)
-        totals = None
+        totals, outputs = None, []
         with self._context():
             for _ in range(num_batches):  # padded batches (mask 0) keep every process in step
-                metrics = self._eval_step(params, partitioning.global_batch(next(iterator), self.mesh))
+                batch = partitioning.global_batch(_numeric(next(iterator)), self.mesh)
+                metrics = self._eval_step(params, batch)
                 totals = metrics if totals is None else _sum_metrics(totals, metrics)
-        return summarize(jax.device_get(totals))
+                if decode:
+                    outputs.append(self._predict_step(params, batch))
+        values = self.task.derived_metrics(summarize(jax.device_get(totals)))
+        if decode:
+            values.update(self.task.score_predictions(jax.device_get(outputs), log))
+        return values
 
     def _peak_flops(self) -> float:
         configured = self.config.train.peak_flops
@@ -298,7 +319,8 @@ class Trainer:
                     for flag in ("finite_loss", "finite_grads"):
                         del sums[flag]
                     skipped_total += float(sums.pop("nonfinite_steps")[0])
-                    values = summarize(sums)
+                    values = self.task.derived_metrics(summarize(sums))
+                    values.update(self.task.data_metrics(train_iter))
                     if cfg.nonfinite == "skip":  # steps whose update was dropped, this run
                         values["skipped_steps_total"] = skipped_total
                     elapsed = time.perf_counter() - timer_start
@@ -309,8 +331,10 @@ class Trainer:
                     writer.write(done, "train", values)
                     writer.advance(timer_steps, loss=values["loss"], steps_s=steps_per_s)
                     pending, timer_start, timer_steps = None, time.perf_counter(), 0
-                if (cfg.eval_every and done % cfg.eval_every == 0) or last:
-                    final_eval = self.evaluate(state.params)
+                decode = self.task.decode_every is not None and (
+                    last or (self.task.decode_every > 0 and done % self.task.decode_every == 0))
+                if (cfg.eval_every and done % cfg.eval_every == 0) or last or decode:
+                    final_eval = self.evaluate(state.params, decode=decode, log=writer.message)
                     writer.write(done, "eval", final_eval)
                     timer_start = time.perf_counter()  # eval time is not train time
                 if done % cfg.checkpoint_every == 0 or done == stop or received:
@@ -324,7 +348,8 @@ class Trainer:
                                    f"{checkpointer.directory}; run the same command to resume")
                     break
             if start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
-                final_eval = self.evaluate(state.params)
+                final_eval = self.evaluate(state.params, decode=self.task.decode_every is not None,
+                                           log=writer.message)
         finally:
             checkpointer.wait()
             checkpointer.close()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
+
 from train.config import check_choice
 
 
 def get_task(config):
-    # Imported lazily so that a task's data and model dependencies load only when it is used.
-    from train.tasks.classify import ClassificationTask
-
-    tasks = {"classify": ClassificationTask}
+    # Imported lazily, so that a task's data and model dependencies load only when it is used.
+    tasks = {"classify": "train.tasks.classify:ClassificationTask",
+             "translate": "train.tasks.translate:TranslationTask",
+             "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask"}
     check_choice(config, "task.name", tasks)
-    return tasks[config.task.name](config)
+    module, cls = tasks[config.task.name].split(":")
+    return getattr(importlib.import_module(module), cls)(config)

@@ -1,14 +1,13 @@
 """Image classification: softmax cross-entropy (optionally label-smoothed), accuracy.
 
-A task is what the trainer is generic over: it builds the model and the data from the config,
-and gives the pure loss and eval functions that the trainer jits. Losses and metrics are returned
-as sums with their counts; the trainer normalises (and the host divides when it logs), so padded
-examples and gradient accumulation never bias an average.
+A task is what the trainer is generic over (train/tasks/base.py): it builds the model and the
+data from the config, and gives the pure loss and eval functions that the trainer jits. Losses
+and metrics are returned as sums with their counts; the trainer normalises (and the host
+divides when it logs), so padded examples and gradient accumulation never bias an average.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -18,20 +17,13 @@ from data import sources
 from models.vit import ViT, ViTConfig
 from train import flops
 from train.config import ConfigError, check_choice, to_dataclass
+from train.losses import cross_entropy
+from train.tasks.base import Task
 
 MODELS = {"vit": (ViT, ViTConfig)}
 
 
-def cross_entropy(logits, labels, label_smoothing: float = 0.0):
-    """Per-example cross-entropy against one-hot targets smoothed to (1 - eps) + eps / K
-    (Szegedy et al. 2016, label smoothing)."""
-    num_classes = logits.shape[-1]
-    targets = jax.nn.one_hot(labels, num_classes)
-    targets = targets * (1.0 - label_smoothing) + label_smoothing / num_classes
-    return -jnp.sum(targets * jax.nn.log_softmax(logits.astype(jnp.float32)), axis=-1)
-
-
-class ClassificationTask:
+class ClassificationTask(Task):
     """ViT (or any `images -> logits` model) on a labelled image dataset."""
 
     def __init__(self, config: ml_collections.ConfigDict):

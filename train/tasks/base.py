@@ -1,0 +1,42 @@
+"""What the trainer is generic over: a task builds its model and data from the config and gives
+the pure functions the trainer jits.
+
+Required (see train/tasks/classify.py for a complete example):
+  dummy_inputs(batch_size) -> dict            inputs for shape-only initialisation
+  init_variables(rng, inputs) -> variables     the model's `init`
+  flops_per_example() -> float                 training FLOPs of one example (for MFU)
+  loss_fn(params, batch, rng) -> (loss_sum, (weight, {name: (sum, count)}))
+  eval_fn(params, batch) -> {name: (sum, count)}
+  train_iterator(batch_size, seed, process_index, process_count) -> grain iterator
+  eval_batches(batch_size, process_index, process_count) -> (iterator, batches per process)
+  d_model                                      width used by the inverse-sqrt schedule
+
+Optional, with the defaults below:
+  derived_metrics(values)  metrics computed on the host from the averaged ones (perplexity)
+  decode_every             None: the task does not generate; 0: generate at the end only;
+                           N: also every N steps (on the eval split, with the eval)
+  predict_fn(params, batch) -> {name: array}   a jittable generation step (beam search)
+  score_predictions(outputs, log) -> metrics   host-side scoring of the gathered outputs (BLEU)
+  data_metrics(train_iterator) -> metrics      counters of the input pipeline to log (dropped or
+                                               truncated examples)
+Eval batches may carry non-numeric entries (reference strings); the trainer sends only numeric
+arrays to the devices.
+"""
+
+from __future__ import annotations
+
+
+class Task:
+    decode_every: int | None = None
+
+    def derived_metrics(self, values: dict[str, float]) -> dict[str, float]:
+        return values
+
+    def predict_fn(self, params, batch):
+        raise NotImplementedError(f"{type(self).__name__} does not generate")
+
+    def score_predictions(self, outputs: list[dict], log) -> dict[str, float]:
+        raise NotImplementedError(f"{type(self).__name__} does not generate")
+
+    def data_metrics(self, train_iterator) -> dict[str, float]:
+        return {}
