@@ -1,0 +1,1 @@
+"""Translation configs (Vaswani et al. 2017) and the rows of its Table 3."""

@@ -1,0 +1,122 @@
+"""python -m train --config configs/transformer/translate.py --workdir workdirs/transformer_en_es
+
+Encoder-decoder Transformer (Vaswani et al. 2017) trained for translation; by default a CPU-sized
+model on World English Bible -> Reina-Valera 1909 verses (`python -m data.fetch bible_en_es`).
+
+Variants (`:arg`, comma-separated):
+  size=cpu|base|big          cpu (default): 3+3 layers, d_model 256, sized for a 2-core CPU hour;
+                             base / big: Table 3's base and big models (GPU/TPU scale)
+  data=bible_en_es|ding_de_en|wmt14
+                             bible_en_es: en -> es verses (public domain, Debian);
+                             ding_de_en: de -> en dictionary sentences (GPL: fetched, never
+                             committed); wmt14: the paper's WMT 2014 en -> de from the TFDS
+                             catalog (needs internet once)
+  row=base|A1..A4|B1|B2|C1..C7|D1..D4|E|rope|alibi|t5
+                             a row of Table 3 applied to the chosen size (configs/transformer/
+                             table3.py), or a modern position encoding as an extra row
+  posemb=sinusoidal|learned|rope|alibi|t5|none
+                             the position encoding directly (row E = posemb=learned)
+  smoke                      a seconds-long run for tests
+e.g. `--config configs/transformer/translate.py:row=A3` or `...:size=base,data=wmt14`.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import common
+from configs.transformer import table3
+from models.sizes import TRANSFORMER_SIZES
+
+# name -> (dataset, source key, target key, source kind, eval split)
+DATASETS = {
+    "bible_en_es": ("bible_en_es", "en", "es", "local", "test"),
+    "ding_de_en": ("ding_de_en", "de", "en", "local", "test"),
+    "wmt14": ("wmt14_translate/de-en", "en", "de", "tfds", "test"),
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    args = common.parse_arg(arg, size="cpu", data="bible_en_es", row="base", posemb="",
+                            smoke=False)
+    if args.size not in ("cpu", *TRANSFORMER_SIZES):
+        raise ValueError(f"size={args.size!r} is not one of ['cpu', 'base', 'big']")
+    if args.data not in DATASETS:
+        raise ValueError(f"data={args.data!r} is not one of {sorted(DATASETS)}")
+    config = ml_collections.ConfigDict()
+    config.seed = 0                          # parameter init, dropout and data order
+
+    config.task = ml_collections.ConfigDict()
+    config.task.name = "translate"           # train/tasks/translate.py
+    config.task.label_smoothing = 0.1        # [eps_ls] Sec. 5.4
+    config.task.beam_size = 4                # Sec. 6.1: beam 4 (1: greedy)
+    config.task.length_penalty = 0.6         # Sec. 6.1: alpha 0.6 (Wu et al. 2016 penalty)
+    config.task.max_decode_length = 0        # 0: data.max_length + 50 (Sec. 6.1: input + 50)
+    config.task.decode_every = 0             # steps between BLEU evals (0: only at the end)
+    config.task.num_samples = 4              # translations written to the log at each BLEU eval
+
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "transformer"        # models/transformer.py
+    config.model.num_layers = 3              # [N] in the encoder and in the decoder
+    config.model.d_model = 256
+    config.model.d_ff = 1024
+    config.model.num_heads = 4               # [h]
+    config.model.head_dim = None             # [d_k]; None: d_model / h
+    config.model.value_head_dim = None       # [d_v]; None: d_model / h
+    config.model.num_kv_heads = None         # grouped-query attention; None: h
+    config.model.dropout_rate = 0.1          # [P_drop] embeddings and every sublayer
+    config.model.attention_dropout_rate = 0.0
+    config.model.activation = "relu"         # eq. 2
+    config.model.norm = "layernorm"          # layernorm | rmsnorm
+    config.model.norm_position = "post"      # post (the paper) | pre
+    config.model.posemb = "sinusoidal"       # sinusoidal|learned|rope|alibi|t5|none
+    config.model.max_length = 256            # rows of the sinusoidal / learned position table
+    config.model.share_embeddings = True     # source, target and output share one matrix
+    config.model.attention_implementation = "xla"  # xla | cudnn (GPU)
+    config.model.dtype = "float32"           # compute dtype
+    config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
+    if args.size != "cpu":
+        config.model.update(TRANSFORMER_SIZES[args.size])
+
+    name, source_key, target_key, source, eval_split = DATASETS[args.data]
+    config.data = ml_collections.ConfigDict()
+    config.data.name = name                  # python -m data.fetch NAME (local) or a TFDS name
+    config.data.source = source              # local (data/ builders) | tfds (standard catalog)
+    config.data.source_key = source_key      # translate from this field ...
+    config.data.target_key = target_key      # ... into this one
+    config.data.train_split = "train"
+    config.data.eval_split = eval_split      # loss, perplexity and BLEU are reported on it
+    config.data.vocab_size = 8000            # shared SentencePiece vocabulary (paper: 37k BPE)
+    config.data.vocab_model_type = "unigram"  # unigram | bpe
+    config.data.max_length = 96              # tokens per side of a row, EOS included
+    config.data.long_examples = "truncate"   # longer pairs: truncate | drop (training only)
+    config.data.pack = True                  # several pairs per training row
+    config.data.batch_size = 48              # rows per step (global; ~2.5 verse pairs per row)
+    config.data.eval_batch_size = 64         # eval rows, one pair each (last batch padded)
+
+    config.optimizer = common.optimizer_config(  # Sec. 5.3: Adam(0.9, 0.98, 1e-9), eq. 3
+        name="adam", schedule="inverse_sqrt", learning_rate=1.0, warmup_steps=800)
+    config.train = common.train_config(
+        num_steps=3000, log_every=50, eval_every=1000, checkpoint_every=500)
+    config.mesh = common.mesh_config()
+
+    if args.size != "cpu":  # the paper's recipe: 25k source + 25k target tokens, 4000 warmup
+        config.data.update(vocab_size=37000, vocab_model_type="bpe", max_length=256,
+                           batch_size=512)
+        config.model.max_length = 512
+        config.optimizer.warmup_steps = 4000
+        config.train.update(num_steps=100_000 if args.size == "base" else 300_000,
+                            eval_every=5000, checkpoint_every=5000, log_every=100)
+    if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
+        config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=2, max_length=128)
+    table3.apply_row(config, args.row)  # after the size, relative to it
+    if args.posemb:
+        config.model.posemb = args.posemb
+
+    if args.smoke:
+        config.data.update(vocab_size=300, max_length=32, batch_size=8, eval_batch_size=32)
+        config.task.update(beam_size=2, max_decode_length=40, num_samples=1)
+        config.optimizer.warmup_steps = 5
+        config.train.update(num_steps=12, log_every=4, eval_every=6, checkpoint_every=6,
+                            keep_checkpoints=2, progress_bar=False, peak_flops=1e11)
+    return config
