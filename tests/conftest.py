@@ -54,3 +54,59 @@ def run_python(args, *, env=None, devices: int | None = None, timeout=600, check
         raise AssertionError(f"python {' '.join(args)} failed ({result.returncode}):\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+@pytest.fixture(scope="session")
+def brown_data_root(tmp_path_factory) -> Path:
+    """A data root holding the real Brown excerpt (ten documents, five genres), laid out as
+    `python -m data.fetch brown` would leave it, already prepared (5 train / 5 validation)."""
+    from data.testing import install_brown_fixture
+
+    root = tmp_path_factory.mktemp("brown_root")
+    install_brown_fixture(root)
+    previous = os.environ.get("PAPERS_JAX_DATA")
+    os.environ["PAPERS_JAX_DATA"] = str(root)
+    try:
+        from data import builders
+        builders.prepare("brown")  # prepares the TFDS dataset once
+    finally:
+        if previous is None:
+            del os.environ["PAPERS_JAX_DATA"]
+        else:
+            os.environ["PAPERS_JAX_DATA"] = previous
+    return root
+
+
+@pytest.fixture
+def brown_env(brown_data_root, monkeypatch) -> Path:
+    """PAPERS_JAX_DATA pointing at the prepared Brown fixture for the duration of one test."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(brown_data_root))
+    return brown_data_root
+
+
+@pytest.fixture(scope="session")
+def bible_data_root(tmp_path_factory) -> Path:
+    """A data root holding the real Bible excerpt (~2,000 en-es verse pairs) as the two SWORD
+    modules `python -m data.fetch bible_en_es` would leave, already prepared."""
+    from data.testing import install_bible_fixture
+
+    root = tmp_path_factory.mktemp("bible_root")
+    install_bible_fixture(root)
+    previous = os.environ.get("PAPERS_JAX_DATA")
+    os.environ["PAPERS_JAX_DATA"] = str(root)
+    try:
+        from data import builders
+        builders.prepare("bible_en_es")  # prepares the TFDS dataset once
+    finally:
+        if previous is None:
+            del os.environ["PAPERS_JAX_DATA"]
+        else:
+            os.environ["PAPERS_JAX_DATA"] = previous
+    return root
+
+
+@pytest.fixture
+def bible_env(bible_data_root, monkeypatch) -> Path:
+    """PAPERS_JAX_DATA pointing at the prepared Bible fixture for the duration of one test."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(bible_data_root))
+    return bible_data_root

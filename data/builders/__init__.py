@@ -16,6 +16,11 @@ from data.errors import DataError
 # dataset name -> "module:Class"
 LOCAL_BUILDERS: dict[str, str] = {
     "fashion_mnist": "data.builders.fashion_mnist:FashionMnistLocal",
+    "bible_en_es": "data.builders.bible_en_es:BibleEnEsLocal",
+    "ding_de_en": "data.builders.ding_de_en:DingDeEnLocal",
+    "brown": "data.builders.brown:BrownLocal",
+    "austen": "data.builders.austen:AustenLocal",
+    "sotu": "data.builders.sotu:SotuLocal",
 }
 
 

