@@ -1,0 +1,605 @@
+"""WordPiece vocabularies (data/wordpiece.py) and BERT/RoBERTa pretraining examples
+(data/pretraining_instances.py, data/pretraining.py), on documents of English text made here.
+
+Tolerances. A rate p estimated from n independent draws has standard error sqrt(p (1 - p) / n);
+we accept |observed - p| <= 4 standard errors, which a correct implementation fails with
+probability about 6e-5 per check. Rates of exactly 0 or 1 must be met exactly. Each check below
+names its n. Everything is seeded, so the outcomes are fixed; the bounds say how far a correct
+implementation may legitimately stray.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from data import pretraining as pt
+from data import pretraining_instances as pi
+from data import wordpiece as wp
+from data.corpora.documents import Document
+from data.errors import DataError
+
+# --------------------------------------------------------------------------------- the corpus
+
+_SUBJECTS = [
+    "The old farmer", "Her younger brother", "The committee", "A tired soldier",
+    "The captain of the ship", "Mrs. Bennet", "The president", "Our neighbour",
+    "The schoolteacher", "A young lawyer from Philadelphia", "The governor", "My grandmother",
+    "The engineer", "Several witnesses", "The mayor's wife", "Elizabeth", "The congregation",
+    "A stranger from Boston", "The editor of the Gazette", "Mr. Darcy", "Colonel Brandon",
+    "The Secretary of the Treasury", "Nobody in the village", "The eldest daughter"]
+_VERBS = [
+    "walked slowly toward", "wrote a long letter about", "refused to speak of",
+    "spoke warmly about", "carefully examined", "could not forget", "laughed at",
+    "argued bitterly over", "quietly admired", "never understood", "returned at once to",
+    "had long suspected", "was delighted by", "complained loudly about", "described in detail",
+    "recommended to Congress", "was astonished by", "hurried past", "painted a picture of"]
+_OBJECTS = [
+    "the abandoned mill", "the new railway", "the treaty with Spain",
+    "the evening's entertainment", "the price of cotton", "the unfinished bridge",
+    "her sister's engagement", "the federal budget", "the harvest",
+    "the little church on the hill", "the letters from London", "the war in the West",
+    "the broken carriage", "the annual ball", "the governor's proposal", "the tariff question",
+    "the deserted schoolhouse", "an extraordinary inheritance", "the neighbouring estate"]
+_ENDINGS = [
+    "before the sun went down", "in the spring of {year}", "despite the heavy rain",
+    "while the others waited outside", "without saying a word to anyone",
+    "as the clock struck {hour}", "after dinner", "for nearly {n} hours",
+    "during the long winter of {year}", "with considerable enthusiasm", "{n} miles from town",
+    "", "", ""]
+_OPENERS = ["", "", "", "", "However, ", "In truth, ", "Meanwhile, ", "Unfortunately, ",
+            "On Tuesday, ", "Naturally, "]
+
+
+def _sentence(rng: random.Random) -> str:
+    ending = rng.choice(_ENDINGS).format(year=rng.randint(1790, 1899), n=rng.randint(2, 60),
+                                         hour=rng.choice(["nine", "ten", "eleven", "noon"]))
+    opener = rng.choice(_OPENERS)
+    subject = rng.choice(_SUBJECTS)
+    if opener and subject.startswith(("The", "A ", "Her", "My", "Our")):
+        subject = subject[0].lower() + subject[1:]
+    text = f"{opener}{subject} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}"
+    return text + (f" {ending}." if ending else ".")
+
+
+def make_documents(num_docs: int, seed: int, *, paragraphs=(2, 4), sentences=(3, 8),
+                   prefix: str = "doc") -> list[Document]:
+    rng = random.Random(seed)
+    return [Document(f"{prefix}{d:03d}",
+                     [[_sentence(rng) for _ in range(rng.randint(*sentences))]
+                      for _ in range(rng.randint(*paragraphs))], {"year": 1800 + d})
+            for d in range(num_docs)]
+
+
+DOCS = make_documents(150, seed=0)      # 2,551 sentences, 65,000 word pieces
+VOCAB_SIZE = 400                        # small: 39% of the pieces are "##" continuations
+
+
+@pytest.fixture(scope="module")
+def tok() -> wp.WordPieceTokenizer:
+    return wp.train_wordpiece(wp.document_texts(DOCS), vocab_size=VOCAB_SIZE, lowercase=True)
+
+
+@pytest.fixture(scope="module")
+def corpus(tok) -> pi.TokenizedCorpus:
+    return pi.tokenize_documents(DOCS, tok)
+
+
+def within(observed: float, p: float, n: int, num_se: float = 4.0) -> bool:
+    return abs(observed - p) <= num_se * math.sqrt(p * (1 - p) / n)
+
+
+def take(it, num_batches: int) -> list[dict]:
+    return [next(it) for _ in range(num_batches)]
+
+
+def rows(batches: list[dict]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+def originals(b: dict[str, np.ndarray]) -> np.ndarray:
+    """The unmasked ids: input_ids with the labels put back at the predicted positions."""
+    ids = b["input_ids"].copy()
+    r, c = np.nonzero(b["masked_weights"] > 0)
+    ids[r, b["masked_positions"][r, c]] = b["masked_ids"][r, c]
+    return ids
+
+
+def batches(tok, docs=DOCS, **kwargs):
+    """The pipeline on `docs` with these tests' defaults."""
+    kwargs.setdefault("masking", pt.masking_config(tok, max_predictions=20))
+    kwargs.setdefault("max_seq_length", 64)
+    kwargs.setdefault("batch_size", 16)
+    kwargs.setdefault("seed", 0)
+    kwargs.setdefault("train", True)
+    return pt.pretraining_batches(docs, tok, **kwargs)
+
+
+# ------------------------------------------------------------------------------- vocabulary
+
+
+def test_vocab_special_tokens_and_ids(tok):
+    assert [tok.id_to_token(i) for i in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+                                                      "[MASK]"]
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+    assert tok.special_ids == (0, 1, 2, 3, 4)
+    assert 100 < tok.vocab_size <= VOCAB_SIZE
+    text = "The schoolteacher complained loudly about the unfinished bridge."
+    ids = tok.encode(text)
+    assert not set(ids) & set(tok.special_ids)          # no [CLS]/[SEP], nothing unknown
+    pieces = [tok.id_to_token(i) for i in ids]
+    assert any(p.startswith("##") for p in pieces)      # a small vocabulary splits words
+    np.testing.assert_array_equal(tok.word_starts(ids), [not p.startswith("##") for p in pieces])
+    assert tok.decode(ids) == "the schoolteacher complained loudly about the unfinished bridge."
+    assert tok.encode_batch([text, "after dinner"]) == [ids, tok.encode("after dinner")]
+    assert pickle.loads(pickle.dumps(tok)).encode(text) == ids
+    # Every character seen in training has both forms, so no known letter makes a word [UNK].
+    assert tok.encode("Zygote") != [tok.unk_id] and tok.token_to_id("##z") is not None
+
+
+def test_cased_and_uncased():
+    texts = [*wp.document_texts(DOCS[:40]), "Élise and Zoë met the Bennets at the café."]
+    uncased = wp.train_wordpiece(texts, vocab_size=300, lowercase=True)
+    cased = wp.train_wordpiece(texts, vocab_size=300, lowercase=False)
+    assert uncased.lowercase and not cased.lowercase
+    assert uncased.encode("Élise BENNET") == uncased.encode("elise bennet")   # lower, no accents
+    assert cased.encode("Bennet") != cased.encode("bennet")
+    assert "É" in "".join(cased.id_to_token(i) for i in cased.encode("Élise"))
+    assert all(t == t.lower() for t in map(uncased.id_to_token, range(5, uncased.vocab_size)))
+    assert any(t != t.lower() for t in map(cased.id_to_token, range(5, cased.vocab_size)))
+
+
+def test_training_is_deterministic():
+    # HF's WordPieceTrainer is not (tokenizers#1794); ours must give byte-identical files.
+    texts = list(wp.document_texts(DOCS[:60]))
+    first = wp.train_wordpiece(texts, vocab_size=400, lowercase=True)
+    for _ in range(3):
+        assert wp.train_wordpiece(texts, vocab_size=400, lowercase=True).tokenizer_json == (
+            first.tokenizer_json)
+
+
+def test_vocab_cache_reuse_name_and_corrupt_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    calls = []
+
+    def documents():
+        calls.append(1)
+        return DOCS[:40]
+
+    kwargs = dict(datasets=("brown", "austen"), split="train", vocab_size=300, lowercase=True,
+                  verbose=False)
+    first = wp.vocab_for_documents(documents, **kwargs)
+    path = wp.cache_path(("brown", "austen"), "train", vocab_size=300, lowercase=True)
+    assert path.parent == tmp_path / "vocab" and path.is_file()
+    assert path.name == "brown+austen.train.wordpiece.v300.uncased.wp1.json"
+    assert first.path == path
+    again = wp.vocab_for_documents(lambda: pytest.fail("must not train again"), **kwargs)
+    assert again.tokenizer_json == first.tokenizer_json and len(calls) == 1
+    cased = wp.vocab_for_documents(documents, **{**kwargs, "lowercase": False})
+    assert cased.path.name == "brown+austen.train.wordpiece.v300.cased.wp1.json"
+    assert wp.load_tokenizer(path).encode("The governor") == first.encode("The governor")
+    assert not list(path.parent.glob("*.partial"))     # the temporary file was renamed
+
+    path.write_text('{"version": "1.0", "model": {"type": "WordPie')
+    with pytest.raises(DataError, match="corrupt.*delete"):
+        wp.vocab_for_documents(documents, **kwargs)
+    with pytest.raises(DataError, match="does not exist"):
+        wp.load_tokenizer(tmp_path / "missing.json")
+
+
+def test_vocab_txt_loading(tok, tmp_path):
+    saved = tmp_path / "vocab.txt"
+    tok.save_vocab_txt(saved)
+    loaded = wp.load_vocab_txt(saved, lowercase=True)
+    text = "In truth, Colonel Brandon hurried past the deserted schoolhouse."
+    assert loaded.encode(text) == tok.encode(text) and loaded.vocab_size == tok.vocab_size
+
+    # Google's layout: [PAD] 0, [unused*], [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
+    google = (["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]",
+              "[MASK]"] + ["the", "bridge", "un", "##finished", "."])
+    (tmp_path / "google.txt").write_text("\n".join(google) + "\n")
+    g = wp.load_tokenizer(tmp_path / "google.txt", lowercase=True)
+    assert (g.pad_id, g.unk_id, g.cls_id, g.sep_id, g.mask_id) == (0, 100, 101, 102, 103)
+    assert g.encode("The unfinished bridge.") == [104, 106, 107, 105, 108]
+    assert g.encode("The Zebra") == [104, 100]
+    assert list(g.word_starts([106, 107])) == [True, False]
+
+    (tmp_path / "nomask.txt").write_text("\n".join(google[:103]) + "\n")
+    with pytest.raises(DataError, match=r"lacks the special tokens \['\[MASK\]'\]"):
+        wp.load_vocab_txt(tmp_path / "nomask.txt", lowercase=True)
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(DataError, match="corrupt"):
+        wp.load_vocab_txt(tmp_path / "empty.txt", lowercase=True)
+    with pytest.raises(DataError, match="does not exist"):
+        wp.load_vocab_txt(tmp_path / "absent.txt", lowercase=True)
+    with pytest.raises(DataError, match="casing"):
+        wp.load_tokenizer(saved)
+
+
+# ------------------------------------------------------------------------ segment pairs (NSP)
+
+
+class Locator:
+    """Finds token sequences in the documents, tokenized here sentence by sentence."""
+
+    def __init__(self, tok, docs):
+        self.docs, self.bounds = [], []
+        for doc in docs:
+            sentences = [ids for p in doc.paragraphs for s in p if (ids := tok.encode(s))]
+            self.docs.append(np.concatenate(sentences))
+            self.bounds.append(set(np.cumsum([0] + [len(s) for s in sentences]).tolist()))
+        self.index = collections.defaultdict(list)
+        for d, tokens in enumerate(self.docs):
+            for p in range(len(tokens) - 2):
+                self.index[tuple(tokens[p:p + 3])].append((d, p))
+
+    def find(self, seq: np.ndarray) -> list[tuple[int, int]]:
+        return [(d, p) for d, p in self.index[tuple(seq[:3])]
+                if np.array_equal(self.docs[d][p:p + len(seq)], seq)]
+
+
+def split_pair(ids: np.ndarray, tok) -> tuple[np.ndarray, np.ndarray]:
+    seps = np.flatnonzero(ids == tok.sep_id)
+    return ids[1:seps[0]], ids[seps[0] + 1:seps[1]]
+
+
+def test_segment_pair_layout_next_and_random_b(tok):
+    num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=3, short_seq_prob=0.0)
+    it = batches(tok, seed=3, short_seq_prob=0.0, train=False)
+    b = rows(take(it, pt.num_batches(num, batch_size=16)))
+    real = b["mask"] > 0
+    assert real.sum() == num and not b["input_mask"][~real].any()
+    ids, seg, inmask = originals(b)[real], b["segment_ids"][real], b["input_mask"][real]
+    labels = b["next_sentence_label"][real]
+    locate = Locator(tok, DOCS)
+    checked = {0: 0, 1: 0}
+    untruncated_next = 0
+    for r in range(len(ids)):
+        n = int(inmask[r].sum())
+        assert n <= 64 and inmask[r, :n].all() and not inmask[r, n:].any()
+        assert (b["input_ids"][real][r, n:] == tok.pad_id).all()
+        row = ids[r, :n]
+        seps = np.flatnonzero(row == tok.sep_id)
+        assert row[0] == tok.cls_id and len(seps) == 2 and seps[1] == n - 1
+        assert not np.isin(row, [tok.cls_id, tok.mask_id, tok.pad_id])[1:].any()
+        np.testing.assert_array_equal(seg[r, :seps[0] + 1], 0)        # [CLS] A [SEP]
+        np.testing.assert_array_equal(seg[r, seps[0] + 1:n], 1)       # B [SEP]
+        assert not seg[r, n:].any()
+        a, bb = split_pair(row, tok)
+        assert len(a) >= 1 and len(bb) >= 1
+        if len(a) < 3 or len(bb) < 3:
+            continue
+        places_a = locate.find(a)
+        assert places_a, "A is not a span of a document"
+        if labels[r] == pi.IS_NEXT:
+            # B follows A in the same document; only truncation may have cut tokens around the
+            # sentence boundary between them.
+            ok = False
+            for d, p in places_a:
+                for d2, q in locate.find(bb):
+                    end = p + len(a)
+                    if d2 == d and q >= end and any(end <= s <= q for s in locate.bounds[d]):
+                        ok = True
+                        untruncated_next += q == end
+            assert ok, f"example {r}: label 0 but B does not follow A"
+        else:
+            docs_a = {d for d, _ in places_a}
+            docs_b = {d for d, _ in locate.find(bb)}
+            assert docs_b and not docs_b & docs_a, f"example {r}: random B from A's document"
+        checked[int(labels[r])] += 1
+    assert min(checked.values()) > 150 and untruncated_next > 50
+
+
+def test_nsp_labels_are_balanced(corpus, tok):
+    # A chunk of one sentence always gets a random B (as in BERT's code); with these short
+    # sentences and no short targets that happens only for a document's last sentence alone,
+    # i.e. exactly when A is the last sentence of its document. All other examples: 50/50.
+    last_sentence = {(int(corpus.sentence_starts[e - 1]), int(corpus.sentence_starts[e]))
+                     for e in corpus.doc_sentences[1:]}
+    plans = [pi.segment_pair_plan(corpus, max_seq_length=64, short_seq_prob=0.0,
+                                  rng=random.Random(s)) for s in range(6)]
+    plan = np.concatenate(plans)
+    forced = np.array([(a, b) in last_sentence for a, b in plan[:, :2].tolist()])
+    assert (plan[forced, pi.LABEL] == pi.RANDOM_NEXT).all()
+    free = plan[~forced, pi.LABEL]
+    assert len(free) > 3000                          # 4 SE = +-0.036 at n = 3,000
+    assert within(free.mean(), 0.5, len(free)), free.mean()
+    # In the pipeline output (one eval pass, ~1,250 examples): 1/2 plus half the forced share.
+    num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=5, short_seq_prob=0.0)
+    b = rows(take(batches(tok, seed=5, short_seq_prob=0.0, train=False),
+                  pt.num_batches(num, batch_size=16)))
+    labels = b["next_sentence_label"][b["mask"] > 0]
+    assert set(labels.tolist()) == {0, 1}
+    expected = 0.5 + forced.mean() / 2
+    assert within(labels.mean(), expected, len(labels)), (labels.mean(), expected)
+
+
+def truncate_reference(la, lb, max_tokens):
+    """BERT's truncate_seq_pair, token by token: final lengths."""
+    while la + lb > max_tokens:
+        if la > lb:
+            la -= 1
+        else:
+            lb -= 1
+    return la, lb
+
+
+@pytest.mark.parametrize("la, lb, max_tokens", [
+    (100, 10, 50), (10, 100, 50), (60, 50, 100), (55, 55, 100), (56, 55, 100), (7, 3, 9),
+    (30, 30, 61), (1, 500, 2), (500, 1, 2), (3, 3, 61)])
+def test_truncation_removes_from_the_longer_segment(la, lb, max_tokens):
+    rng = random.Random(0)
+    fronts = []
+    for _ in range(400):
+        a0, a1, b0, b1 = pi.truncate_pair(1000, 1000 + la, 5000, 5000 + lb, max_tokens, rng)
+        assert (a1 - a0, b1 - b0) == truncate_reference(la, lb, max_tokens)
+        assert a1 - a0 + b1 - b0 <= max_tokens and a1 - a0 >= 1 and b1 - b0 >= 1
+        assert 1000 <= a0 <= a1 <= 1000 + la and 5000 <= b0 <= b1 <= 5000 + lb
+        fronts.append((a0 - 1000, b0 - 5000))
+    cut_a, cut_b = la - (a1 - a0), lb - (b1 - b0)
+    # Front or back with probability 1/2 per token: front cuts ~ Binomial(cut, 1/2).
+    for k, cut in enumerate((cut_a, cut_b)):
+        front = np.array([f[k] for f in fronts])
+        if cut == 0:
+            assert not front.any()
+        else:   # mean of 400 Binomial(cut, 1/2) draws: SE sqrt(cut / 4 / 400)
+            assert abs(front.mean() - cut / 2) <= 4 * math.sqrt(cut / 4 / 400)
+
+
+def test_short_seq_prob(corpus, tok):
+    max_tokens = 64 - 3
+    for p in (0.0, 0.1, 0.5):
+        plan = np.concatenate([pi.segment_pair_plan(corpus, max_seq_length=64,
+                                                    short_seq_prob=p, rng=random.Random(s))
+                               for s in range(4)])
+        targets = plan[:, pi.TARGET]
+        assert targets.min() >= 2 and targets.max() == max_tokens
+        short = targets < max_tokens   # a short target equals the max with prob 1/60: ignored
+        assert within(short.mean(), p * (1 - 1 / (max_tokens - 1)), len(short)) if p else (
+            not short.any()), (p, short.mean(), len(short))
+        if p:  # short targets are uniform on [2, max - 1]: mean ~ (max + 1) / 2
+            assert abs(targets[short].mean() - (max_tokens + 1) / 2) < 4 * 17.6 / math.sqrt(
+                short.sum())
+    # In the pipeline output: short targets give shorter sequences (not very short here: A and
+    # B hold a whole sentence each, ~15 pieces, before truncation).
+    lengths = {}
+    for p in (0.0, 1.0):
+        b = rows(take(batches(tok, short_seq_prob=p), 10))
+        lengths[p] = b["input_mask"].sum(1)
+    assert lengths[0.0].mean() > 62 and lengths[1.0].mean() < lengths[0.0].mean() - 4, {
+        k: v.mean() for k, v in lengths.items()}
+    assert (lengths[1.0] < 48).mean() > (lengths[0.0] < 48).mean() + 0.05
+
+
+# ------------------------------------------------------------------------------ packed formats
+
+
+def inner(ids: np.ndarray, tok) -> np.ndarray:
+    """Tokens between [CLS] and the final [SEP] of one unpadded row."""
+    assert ids[0] == tok.cls_id and ids[-1] == tok.sep_id
+    return ids[1:-1]
+
+
+@pytest.mark.parametrize("input_format", ["full_sentences", "doc_sentences"])
+def test_packed_formats_boundaries(tok, input_format):
+    num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=0, input_format=input_format)
+    b = rows(take(batches(tok, train=False, input_format=input_format),
+                  pt.num_batches(num, batch_size=16)))
+    assert "next_sentence_label" not in b and not b["segment_ids"].any()
+    real = b["mask"] > 0
+    ids, inmask = originals(b)[real], b["input_mask"][real]
+    locate = Locator(tok, DOCS)
+    doc_tokens, budget = locate.docs, 64 - 2
+
+    def next_sentence(doc, position):  # length of the sentence starting at `position`
+        return min(e for e in locate.bounds[doc] if e > position) - position
+
+    lengths, position, doc = [], 0, 0        # walk the corpus along the examples (plan order)
+    for r in range(len(ids)):
+        body = inner(ids[r, :inmask[r].sum()], tok)
+        parts = np.split(body, np.flatnonzero(body == tok.sep_id))
+        parts = [parts[0]] + [p[1:] for p in parts[1:]]
+        if input_format == "doc_sentences":
+            assert len(parts) == 1                                   # never crosses documents
+        for k, part in enumerate(parts):
+            if k > 0:   # an inner [SEP] stands exactly between two documents
+                assert position == len(doc_tokens[doc]), "a [SEP] inside a document"
+                doc, position = doc + 1, 0
+            elif position == len(doc_tokens[doc]):   # this example starts the next document
+                doc, position = doc + 1, 0
+            assert position in locate.bounds[doc]        # starts with a whole sentence
+            np.testing.assert_array_equal(part, doc_tokens[doc][position:position + len(part)])
+            position += len(part)
+            assert position in locate.bounds[doc]        # ends with a whole sentence
+        lengths.append(len(body))
+        # Greedy: the next sentence would not have fit (after a [SEP] at a document's end).
+        if position < len(doc_tokens[doc]):
+            assert len(body) + next_sentence(doc, position) > budget
+        elif input_format == "full_sentences" and doc + 1 < len(doc_tokens):
+            assert len(body) + 1 + next_sentence(doc + 1, 0) > budget
+    assert doc == len(doc_tokens) - 1 and position == len(doc_tokens[doc])   # all, in order
+    assert max(lengths) <= budget and np.mean(lengths) > 40
+
+
+def test_overlong_sentence_is_cut_into_pieces(tok):
+    long = " ".join(["the unfinished bridge"] * 40) + "."
+    docs = [Document("a", [["After dinner.", long, "The harvest."]]),
+            Document("b", [["The annual ball."]])]
+    c = pi.tokenize_documents(docs, tok)
+    for fmt, cross in (("full_sentences", True), ("doc_sentences", False)):
+        plan = pi.packed_plan(c, max_seq_length=32, cross_documents=cross)
+        spans = plan[:, :2]
+        assert (spans[:, 1] - spans[:, 0] <= 30).all()
+        np.testing.assert_array_equal(spans[1:, 0], spans[:-1, 1])   # nothing lost or repeated
+        assert spans[0, 0] == 0 and spans[-1, 1] == len(c.tokens)
+    segment = pi.segment_pair_plan(c, max_seq_length=32, short_seq_prob=0.0,
+                                   rng=random.Random(0))
+    lengths = segment[:, 1] - segment[:, 0] + segment[:, 3] - segment[:, 2]
+    assert (lengths <= 29).all() and (lengths >= 2).all()
+
+
+# ------------------------------------------------------------------------------------ masking
+
+
+@pytest.mark.parametrize("rates, whole_word, max_predictions", [
+    ((0.15, 0.8, 0.1, 0.1), False, 20),      # BERT
+    ((0.20, 1.0, 0.0, 0.0), True, 32),       # 20%, all [MASK], whole words
+])
+def test_masking_rates_from_the_pipeline(tok, rates, whole_word, max_predictions):
+    select, p_mask, p_random, p_keep = rates
+    cfg = pt.masking_config(tok, select_prob=select, mask_prob=p_mask, random_prob=p_random,
+                            keep_prob=p_keep, max_predictions=max_predictions,
+                            whole_word=whole_word)
+    b = rows(take(batches(tok, masking=cfg, max_seq_length=128, batch_size=50), 20))
+    original = originals(b)
+    special = np.isin(original, tok.special_ids)
+    candidates = ~special
+    assert candidates.sum() >= 100_000
+    weights = b["masked_weights"] > 0
+    r, c = np.nonzero(weights)
+    positions = b["masked_positions"][r, c]
+    labels = b["masked_ids"][r, c]
+    shown = b["input_ids"][r, positions]
+
+    assert not np.isin(labels, tok.special_ids).any()          # specials never chosen
+    assert (b["input_ids"][:, 0] == tok.cls_id).all()
+    assert ((b["input_ids"] == tok.sep_id).sum(1) == 2).all()   # both [SEP] intact
+    unchanged = np.ones_like(weights[:, :1]).repeat(128, 1).astype(bool)
+    unchanged[r, positions] = False
+    np.testing.assert_array_equal(b["input_ids"][unchanged], original[unchanged])
+
+    per_row = weights.sum(1)
+    target = [min(max_predictions, max(1, round(n * select))) for n in candidates.sum(1)]
+    if whole_word:
+        assert (per_row <= target).all() and per_row.sum() >= 0.99 * sum(target)
+    else:
+        np.testing.assert_array_equal(per_row, target)
+    assert abs(per_row.sum() / candidates.sum() - select) < 0.005
+
+    n = len(labels)
+    is_mask = shown == tok.mask_id
+    is_random = ~is_mask & (shown != labels)
+    assert not np.isin(shown[is_random], tok.special_ids).any()  # random never special
+    pool = tok.vocab_size - len(tok.special_ids)
+    for observed, p in ((is_mask.mean(), p_mask), (is_random.mean(), p_random * (1 - 1 / pool)),
+                        ((~is_mask & ~is_random).mean(), p_keep + p_random / pool)):
+        assert (observed == p) if p in (0.0, 1.0) else within(observed, p, n), (observed, p, n)
+
+    if whole_word:  # every chosen word is chosen whole
+        chosen = np.zeros_like(original, bool)
+        chosen[r, positions] = True
+        starts = tok.word_starts(original) | special
+        # Token j + 1 continues the word of token j (a '##' piece right after [SEP], left by
+        # truncating B at the front, starts a word of its own).
+        follows = ~starts[:, 1:] & ~special[:, :-1]
+        np.testing.assert_array_equal(chosen[:, 1:][follows], chosen[:, :-1][follows])
+        assert follows[chosen[:, 1:]].any()                     # multi-piece words were chosen
+
+
+# --------------------------------------------------------------------- static, dynamic, resume
+
+
+def as_set(b: dict[str, np.ndarray], keys=("input_ids", "masked_positions", "segment_ids")):
+    return collections.Counter(b"".join(b[k][r].tobytes() for k in keys)
+                               for r in range(len(b[keys[0]])))
+
+
+@pytest.mark.parametrize("input_format", ["segment_pair", "full_sentences"])
+def test_static_repeats_epochs_and_dynamic_does_not(tok, input_format):
+    n = pt.num_examples(DOCS, tok, max_seq_length=64, seed=0, input_format=input_format)
+    need = -(-2 * n // 16)
+    static = rows(take(batches(tok, input_format=input_format, dynamic=False), need))
+    first = {k: v[:n] for k, v in static.items()}
+    second = {k: v[n:2 * n] for k, v in static.items()}
+    assert as_set(first) == as_set(second)                      # same pairs and masks
+    assert not np.array_equal(first["input_ids"], second["input_ids"])   # reshuffled
+    if input_format == "segment_pair":
+        assert (np.sort(first["next_sentence_label"]) ==
+                np.sort(second["next_sentence_label"])).all()
+
+    dynamic = rows(take(batches(tok, input_format=input_format), need))
+    first = {k: v[:n] for k, v in dynamic.items()}
+    second = {k: v[n:2 * n] for k, v in dynamic.items()}
+    overlap = sum((as_set(first) & as_set(second)).values()) / n
+    assert overlap < 0.05, overlap                              # new masks (and pairs)
+    unmasked = [as_set({"x": originals(x)}, ("x",)) for x in (first, second)]
+    if input_format == "full_sentences":                        # the packing stays, masks change
+        assert unmasked[0] == unmasked[1]
+    else:                                                       # a fresh pairing every epoch
+        assert sum((unmasked[0] & unmasked[1]).values()) / n < 0.2
+
+    # Static with dupe_factor 2: two different pairings, each with its own masks.
+    n2 = pt.num_examples(DOCS, tok, max_seq_length=64, seed=0, input_format=input_format,
+                         dupe_factor=2)
+    assert abs(n2 - 2 * n) <= (0.1 * n if input_format == "segment_pair" else 0)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(),                                                  # dynamic segment pairs
+    dict(dynamic=False, dupe_factor=2),                      # static
+    dict(input_format="doc_sentences"),
+    dict(train=False),
+])
+def test_resume_is_exact(tok, kwargs):
+    # Training: the state is taken after 960 examples and the next 1,920 cross the end of the
+    # first epoch (~1,250 examples; ~2,500 with dupe_factor 2), so a new plan is made.
+    kwargs = dict(batch_size=64, **kwargs)
+    it = batches(tok, **kwargs)
+    head = take(it, 15 if kwargs.get("train", True) else 5)
+    state = it.get_state()
+    tail = take(it, 30 if kwargs.get("train", True) else 5)
+    resumed = batches(tok, **kwargs)
+    resumed.set_state(state)
+    for expected, got in zip(tail, take(resumed, len(tail))):
+        assert expected.keys() == got.keys()
+        for k in expected:
+            np.testing.assert_array_equal(expected[k], got[k], err_msg=k)
+    assert head   # and a fresh pipeline starts from the beginning again
+    np.testing.assert_array_equal(next(batches(tok, **kwargs))["input_ids"], head[0]["input_ids"])
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(dynamic=False)])
+def test_process_sharding_train(tok, kwargs):
+    single = take(batches(tok, batch_size=8, **kwargs), 8)
+    shards = [take(batches(tok, batch_size=8, process_index=i, process_count=2, **kwargs), 4)
+              for i in range(2)]
+    for step in range(4):     # process i takes global batches i, i + 2, ...
+        for i in range(2):
+            for k in single[0]:
+                np.testing.assert_array_equal(shards[i][step][k], single[2 * step + i][k])
+
+
+def test_process_sharding_eval(tok):
+    num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=0)
+    single = rows(take(batches(tok, train=False), pt.num_batches(num, batch_size=16)))
+    count = pt.num_batches(num, batch_size=16, process_count=3)
+    shards = []
+    for i in range(3):
+        it = batches(tok, train=False, process_index=i, process_count=3)
+        shards.append(rows(take(it, count)))
+        with pytest.raises(StopIteration):        # every process yields exactly `count`
+            next(it)
+    assert sum(int(s["mask"].sum()) for s in shards) == num
+    got = collections.Counter()
+    for s in shards:
+        got += as_set({k: v[s["mask"] > 0] for k, v in s.items()})
+    assert got == as_set({k: v[single["mask"] > 0] for k, v in single.items()})
+
+
+def test_config_errors(tok):
+    with pytest.raises(DataError, match="input_format"):
+        batches(tok, input_format="sentence_pair")
+    with pytest.raises(DataError, match="dupe_factor"):
+        batches(tok, dupe_factor=5)                   # dynamic by default
+    wrong = pt.MaskingConfig(vocab_size=tok.vocab_size, mask_id=tok.mask_id, special_ids=(0,))
+    with pytest.raises(DataError, match="special_ids"):
+        batches(tok, masking=wrong)
+    with pytest.raises(DataError, match="at least 2 documents"):
+        batches(tok, docs=DOCS[:1])
+    with pytest.raises(DataError, match="max_seq_length"):
+        batches(tok, max_seq_length=4)
