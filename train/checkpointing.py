@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
@@ -161,3 +163,30 @@ class Checkpointer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
+    """The parameters of a run's checkpoint (default the latest), as host NumPy arrays.
+
+    `workdir` is a run's workdir (with checkpoints/) or its checkpoints/ folder. No model or
+    shardings are needed: this is how fine-tuning and analysis start from a pretraining run.
+    Raises CheckpointError naming the folder when it holds no readable checkpoint.
+    """
+    directory = os.path.abspath(workdir)
+    if os.path.isdir(os.path.join(directory, "checkpoints")):
+        directory = os.path.join(directory, "checkpoints")
+    with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
+        steps = sorted(manager.all_steps())
+        if not steps or (step is not None and step not in steps):
+            raise CheckpointError(f"no checkpoint{'' if step is None else f' of step {step}'} "
+                                  f"in {directory} (saved steps: {steps})")
+        chosen = steps[-1] if step is None else step
+        try:
+            restored = manager.restore(chosen, args=ocp.args.Composite(
+                **{STATE: ocp.args.StandardRestore()}))
+        except Exception as error:  # orbax raises many kinds for damaged files
+            raise CheckpointError(f"checkpoint {directory}/{chosen} could not be read "
+                                  f"({type(error).__name__}: {error})") from error
+    state = restored[STATE]
+    params = state["params"] if isinstance(state, dict) else state.params
+    return jax.tree.map(np.asarray, params)

@@ -1,0 +1,1 @@
+"""BERT pretraining and fine-tuning configs."""

@@ -1,0 +1,130 @@
+"""python -m train --config configs/bert/pretrain.py --workdir workdirs/bert_pretrain
+
+BERT pretraining (Devlin et al. 2019): masked LM + next-sentence prediction on Brown, Austen and the
+State of the Union speeches (`python -m data.fetch brown austen sotu`), with a WordPiece
+vocabulary trained on their training documents. The default is sized for a 2-core CPU.
+
+Variants (`:arg`, comma-separated):
+  size=cpu|tiny|mini|small|medium|base|large   cpu (default): 4 layers, 256 wide, 4 heads;
+                                                the others: BERT's presets (Turc et al. sizes)
+  mask=80-10-10        % of the selected tokens replaced by [MASK] - a random token - kept
+                       (BERT Table 8 rows: 80-10-10, 100-0-0, 80-0-20, 80-20-0, 0-20-80, 0-0-100)
+  nsp=on|off           next-sentence prediction (off: MLM only)
+  inputs=segment_pair|full_sentences|doc_sentences
+                       BERT's sentence pairs, or RoBERTa's packed sentences (no NSP)
+  posemb=learned|sinusoidal|rope|alibi|none
+  whole_word           whole-word masking
+  smoke                a seconds-long run for tests
+e.g. `--config configs/bert/pretrain.py:mask=100-0-0` or `...:inputs=full_sentences,nsp=off`.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import common
+from models.sizes import BERT_SIZES
+
+TABLE8_MASKS = ("80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80", "0-0-100")
+INPUT_FORMATS = ("segment_pair", "full_sentences", "doc_sentences")
+
+
+def parse_mask(spec: str) -> tuple[float, float, float]:
+    """'80-10-10' -> (0.8, 0.1, 0.1): the [MASK] / random / unchanged split of selected tokens."""
+    parts = spec.split("-")
+    try:
+        mask, random, keep = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"mask={spec!r} must look like 80-10-10 ([MASK]-random-same in %)") from None
+    if mask + random + keep != 100 or min(mask, random, keep) < 0:
+        raise ValueError(f"mask={spec!r}: the three percentages must be >= 0 and sum to 100")
+    return mask / 100, random / 100, keep / 100
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    args = common.parse_arg(arg, size="cpu", mask="80-10-10", nsp="on", inputs="segment_pair",
+                            posemb="learned", whole_word=False, smoke=False)
+    if args.size not in ("cpu", *BERT_SIZES):
+        raise ValueError(f"size={args.size!r} is not one of {['cpu', *BERT_SIZES]}")
+    if args.inputs not in INPUT_FORMATS:
+        raise ValueError(f"inputs={args.inputs!r} is not one of {list(INPUT_FORMATS)}")
+    if args.nsp not in ("on", "off"):
+        raise ValueError(f"nsp={args.nsp!r} must be on or off")
+    nsp = args.nsp == "on"
+    if nsp and args.inputs != "segment_pair":
+        raise ValueError(f"inputs={args.inputs} has no sentence pairs: use nsp=off with it "
+                         "(RoBERTa trains these formats on MLM only)")
+    mask_prob, random_prob, keep_prob = parse_mask(args.mask)
+
+    config = ml_collections.ConfigDict()
+    config.seed = 0                          # parameter init, dropout, pairs and masks
+
+    config.task = ml_collections.ConfigDict()
+    config.task.name = "bert_pretrain"       # train/tasks/bert_pretrain.py
+
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "bert"               # models/bert.py BertForPreTraining
+    config.model.hidden_size = 256           # H
+    config.model.num_layers = 4              # L
+    config.model.num_heads = 4               # A
+    config.model.mlp_dim = 1024              # 4H
+    config.model.max_position_embeddings = 512  # rows of the learned / sinusoidal table
+    config.model.type_vocab_size = 2         # segments A and B
+    config.model.dropout_rate = 0.1
+    config.model.attention_dropout_rate = 0.1
+    config.model.posemb = args.posemb        # learned (BERT)|sinusoidal|rope|alibi|none
+    config.model.nsp = nsp                   # build and train the next-sentence head
+    config.model.attention_implementation = "xla"  # xla | cudnn (GPU)
+    config.model.dtype = "float32"           # compute dtype
+    config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
+    if args.size != "cpu":
+        config.model.update(BERT_SIZES[args.size])
+
+    config.data = ml_collections.ConfigDict()
+    config.data.names = ("brown", "austen", "sotu")  # python -m data.fetch NAME, documents of all
+    config.data.source = "local"             # local (data/ builders)
+    config.data.train_split = "train"
+    config.data.eval_split = "validation"    # held-out documents
+    config.data.vocab_file = ""              # an existing vocab.txt / tokenizer.json; "": train one
+    config.data.vocab_size = 8192            # WordPiece vocabulary trained on the train split
+    config.data.lowercase = True             # uncased (True) or cased (False) vocabulary
+    config.data.input_format = args.inputs   # segment_pair (BERT) | full_sentences | doc_sentences
+    config.data.max_seq_length = 128         # tokens per example, [CLS]/[SEP] included
+    config.data.short_seq_prob = 0.1         # chance of a shorter target length (BERT: 0.1)
+    config.data.dupe_factor = 0              # 0: new pairs and masks every epoch (dynamic, RoBERTa);
+                                             # N: N fixed copies with different masks (static, BERT)
+    config.data.select_prob = 0.15           # fraction of tokens chosen for prediction
+    config.data.mask_prob = mask_prob        # of the chosen: replaced by [MASK] ...
+    config.data.random_prob = random_prob    # ... by a random token ...
+    config.data.keep_prob = keep_prob        # ... left unchanged
+    config.data.max_predictions = 20         # predictions per sequence (BERT: 20 at 128)
+    config.data.whole_word = args.whole_word  # choose whole words (all their pieces) at once
+    config.data.batch_size = 64              # global batch of sequences
+    config.data.eval_batch_size = 128        # eval batch (last one padded and masked)
+    config.data.phase2_fraction = 0.0        # last fraction of steps at phase2_max_seq_length
+                                             # (BERT: 0.1 at 512); same optimizer state
+    config.data.phase2_max_seq_length = 512
+    config.data.phase2_max_predictions = 80  # BERT: 80 at 512
+
+    config.optimizer = common.optimizer_config(  # BERT App. A.2: AdamW, linear warmup and decay
+        name="adamw", schedule="linear", learning_rate=5e-4, warmup_steps=500,
+        b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, clip_norm=1.0)
+    config.train = common.train_config(
+        num_steps=6000, log_every=100, eval_every=1000, checkpoint_every=1000)
+    config.mesh = common.mesh_config()
+
+    if args.size in ("base", "large"):  # the paper's recipe at full scale
+        config.data.update(vocab_size=30522, batch_size=256, phase2_fraction=0.1)
+        config.optimizer.update(learning_rate=1e-4, warmup_steps=10_000)
+        config.train.update(num_steps=1_000_000, eval_every=10_000, checkpoint_every=10_000)
+
+    if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
+        config.model.update(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64,
+                            max_position_embeddings=64)
+        config.data.update(vocab_size=400, max_seq_length=32, max_predictions=5, batch_size=8,
+                           eval_batch_size=16, phase2_max_seq_length=64,
+                           phase2_max_predictions=10)
+        config.optimizer.warmup_steps = 5
+        config.train.update(num_steps=12, log_every=4, eval_every=6, checkpoint_every=6,
+                            keep_checkpoints=2, progress_bar=False, peak_flops=1e11)
+    return config

@@ -1,0 +1,118 @@
+"""BERT pretraining task: smoke training on real Brown text lowers both losses, the loss is the
+MLM mean over predicted tokens plus the NSP mean, phase 2 switches sequence length, and the
+pretrained encoder loads into a bare BertModel for fine-tuning."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from train.config import ConfigError, apply_override, load_config_file
+from train.tasks.bert_pretrain import BertPretrainingTask
+
+SMOKE = "configs/bert/pretrain.py:smoke"
+
+
+def smoke_config(arg: str = "", **overrides):
+    config = load_config_file(SMOKE + ("," + arg if arg else ""))
+    apply_override(config, "data.names", "('brown',)")
+    for key, value in overrides.items():
+        apply_override(config, key, str(value))
+    return config
+
+
+def test_smoke_pretraining_lowers_both_losses_and_loads_for_fine_tuning(brown_env, tmp_path):
+    from models.bert import BertModel
+    from train.checkpointing import load_params
+    from train.trainer import Trainer
+
+    config = smoke_config(**{"train.num_steps": 60, "train.eval_every": 0,
+                             "optimizer.learning_rate": 3e-3, "model.dropout_rate": 0.0,
+                             "model.attention_dropout_rate": 0.0})
+    trainer = Trainer(config, tmp_path)
+    before = trainer.evaluate(trainer.init_state().params)
+    final = trainer.run()
+    assert final["mlm_loss"] < before["mlm_loss"] - 0.3
+    assert final["nsp_loss"] < before["nsp_loss"]
+    assert {"mlm_accuracy", "nsp_accuracy"} <= final.keys()
+
+    # The encoder of the last checkpoint is a BertModel's parameters, as fine-tuning loads them.
+    params = load_params(tmp_path)
+    encoder = BertModel(trainer.task.model_config)
+    ids = jnp.asarray(np.arange(1, 17, dtype=np.int32)[None])
+    sequence, pooled = encoder.apply({"params": params["bert"]}, ids)
+    full = trainer.task.model.apply({"params": trainer.final_state.params}, ids,
+                                    masked_positions=jnp.zeros((1, 2), jnp.int32),
+                                    method=lambda m, x, masked_positions: m.bert(x))
+    np.testing.assert_allclose(sequence, full[0], rtol=1e-6, atol=1e-6)
+    assert pooled.shape == (1, trainer.task.model_config.hidden_size)
+
+
+def test_loss_is_mlm_mean_plus_nsp_mean(brown_env):
+    """The training loss equals the MLM cross-entropy averaged over predicted tokens plus the
+    NSP cross-entropy averaged over sequences, computed here in NumPy from the logits."""
+    task = BertPretrainingTask(smoke_config(**{"model.dropout_rate": 0.0,
+                                               "model.attention_dropout_rate": 0.0}))
+    params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
+    batch = next(task.train_iterator(batch_size=8, seed=0, process_index=0, process_count=1))
+    loss, (weight, metrics) = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    out = task.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
+                           batch["input_mask"], masked_positions=batch["masked_positions"])
+
+    def log_softmax(x):
+        x = np.asarray(x, np.float64)
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    mlm = -np.take_along_axis(log_softmax(out["mlm_logits"]), batch["masked_ids"][..., None],
+                              -1)[..., 0]
+    w = batch["masked_weights"]
+    nsp = -np.take_along_axis(log_softmax(out["nsp_logits"]),
+                              batch["next_sentence_label"][:, None], -1)[:, 0]
+    expected = (mlm * w).sum() / w.sum() + nsp.mean()
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    assert float(weight) == 1.0
+    assert float(metrics["mlm_loss"][1]) == w.sum()  # MLM counts only the predicted positions
+
+
+def test_mlm_only_formats_have_no_nsp_metrics(brown_env):
+    task = BertPretrainingTask(smoke_config("inputs=full_sentences,nsp=off"))
+    params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
+    assert "seq_relationship" not in params
+    batch = next(task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1))
+    _, (_, metrics) = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    assert "nsp_loss" not in metrics and "mlm_loss" in metrics
+
+
+def test_phase2_switches_to_longer_sequences(brown_env):
+    config = smoke_config(**{"train.num_steps": 10, "data.phase2_fraction": 0.2})
+    task = BertPretrainingTask(config)
+    iterator = task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1)
+    lengths = [next(iterator)["input_ids"].shape[1] for _ in range(10)]
+    assert lengths == [32] * 8 + [64] * 2
+    predictions = next(iterator)["masked_positions"].shape[1]
+    assert predictions == config.data.phase2_max_predictions
+
+
+def test_length_and_format_checks(brown_env):
+    with pytest.raises(ConfigError, match="max_seq_length=128.*max_position_embeddings"):
+        BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128}))
+    with pytest.raises(ConfigError, match="phase2_max_seq_length=128"):
+        BertPretrainingTask(smoke_config(**{"data.phase2_fraction": 0.1,
+                                            "data.phase2_max_seq_length": 128}))
+    with pytest.raises(ConfigError, match="nsp=True needs config.data.input_format"):
+        BertPretrainingTask(smoke_config(**{"data.input_format": "doc_sentences"}))
+    with pytest.raises(ConfigError, match="mask_prob"):
+        BertPretrainingTask(smoke_config(**{"data.mask_prob": 0.5}))
+
+
+def test_table8_mask_variants():
+    for spec, rates in (("80-10-10", (0.8, 0.1, 0.1)), ("100-0-0", (1.0, 0.0, 0.0)),
+                        ("80-0-20", (0.8, 0.0, 0.2)), ("80-20-0", (0.8, 0.2, 0.0)),
+                        ("0-20-80", (0.0, 0.2, 0.8)), ("0-0-100", (0.0, 0.0, 1.0))):
+        data = load_config_file(f"configs/bert/pretrain.py:mask={spec}").data
+        assert (data.mask_prob, data.random_prob, data.keep_prob) == pytest.approx(rates)
+    with pytest.raises(ConfigError, match="sum to 100"):
+        load_config_file("configs/bert/pretrain.py:mask=80-10-20")

@@ -1,0 +1,184 @@
+"""BERT pretraining (Devlin et al. 2019, Sec. 3.1 and App. A.2): masked LM + next sentence.
+
+The loss is the mean MLM cross-entropy over the predicted positions plus the mean NSP
+cross-entropy over the sequences (BERT's `get_masked_lm_output` / `get_next_sentence_output`),
+each normalised within the batch; without NSP (RoBERTa's formats) only the first term. Metrics
+are kept apart: `mlm_loss` / `mlm_accuracy` per predicted token, `nsp_loss` / `nsp_accuracy`
+per sequence, and `loss` (their sum, what is optimised).
+
+Examples are built in the input pipeline (data/pretraining.py): sentence pairs, truncation and
+masking, with every rate from the config. An optional second phase switches to longer
+sequences for the last `data.phase2_fraction` of the steps (data/phases.py).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from data import pretraining, wordpiece
+from data.errors import DataError
+from data.corpora.documents import read_documents
+from data.masking import MaskingConfig
+from data.pretraining_instances import INPUT_FORMATS
+from data.phases import PhasedIterator
+from models.bert import BertConfig, BertForPreTraining
+from train import flops
+from train.config import ConfigError, check_choice, to_dataclass
+from train.losses import cross_entropy
+from train.tasks.base import Task
+
+
+class BertPretrainingTask(Task):
+    """`BertForPreTraining` on documents from one or more corpora."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        check_choice(config, "model.name", ("bert",))
+        check_choice(config, "data.source", ("local",))
+        check_choice(config, "data.input_format", INPUT_FORMATS)
+        self.config = config
+        self._document_cache: dict[str, list] = {}
+        data = config.data
+        if data.dupe_factor < 0:
+            raise ConfigError(f"config.data.dupe_factor={data.dupe_factor} must be >= 0 (0: "
+                              "dynamic pairs and masks; N: N static copies)")
+        if config.model.nsp and data.input_format != "segment_pair":
+            raise ConfigError(f"config.model.nsp=True needs config.data.input_format="
+                              f"'segment_pair' (got {data.input_format!r}, which has no pairs)")
+        if not 0.0 <= data.phase2_fraction < 1.0:
+            raise ConfigError(f"config.data.phase2_fraction={data.phase2_fraction} must be in "
+                              "[0, 1)")
+        self.tokenizer = self._vocabulary()
+        model_section = config.model.copy_and_resolve_references()
+        with model_section.unlocked():
+            del model_section["name"]
+        self.model_config = to_dataclass(BertConfig, model_section, "model",
+                                         vocab_size=self.tokenizer.vocab_size)
+        for key in ("max_seq_length",) + (("phase2_max_seq_length",) if self.phase2_steps else ()):
+            try:
+                self.model_config.check_length(data[key])
+            except ValueError as error:
+                raise ConfigError(f"config.data.{key}={data[key]}: {error} "
+                                  "(config.model.max_position_embeddings)") from error
+        self.masking = self._masking(data.max_predictions)  # checks the rates now
+        self.model = BertForPreTraining(self.model_config)
+        self.d_model = self.model_config.hidden_size
+
+    @property
+    def phase2_steps(self) -> int:
+        return int(round(self.config.train.num_steps * self.config.data.phase2_fraction))
+
+    def _vocabulary(self):
+        data = self.config.data
+        if data.vocab_file:
+            return wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
+        return wordpiece.vocab_for_documents(
+            lambda: self._documents(data.train_split), datasets=tuple(data.names),
+            split=data.train_split, vocab_size=data.vocab_size, lowercase=data.lowercase)
+
+    def _masking(self, max_predictions: int) -> MaskingConfig:
+        data = self.config.data
+        try:
+            return pretraining.masking_config(
+                self.tokenizer, select_prob=data.select_prob, mask_prob=data.mask_prob,
+                random_prob=data.random_prob, keep_prob=data.keep_prob,
+                max_predictions=max_predictions, whole_word=data.whole_word)
+        except DataError as error:  # its own checks, named by config section here
+            raise ConfigError(f"config.data masking: {error}") from error
+
+    # ---- model -----------------------------------------------------------------------------
+    def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
+        length = self.config.data.max_seq_length
+        return {"input_ids": np.ones((batch_size, length), np.int32),
+                "masked_positions": np.zeros((batch_size, self.config.data.max_predictions),
+                                             np.int32)}
+
+    def init_variables(self, rng, inputs):
+        return self.model.init({"params": rng}, inputs["input_ids"],
+                               masked_positions=inputs["masked_positions"], train=False)
+
+    def flops_per_example(self) -> float:
+        """Phase-1 FLOPs (the longer phase 2, when configured, costs more per example)."""
+        return flops.bert_train_flops_per_example(
+            self.model_config, self.config.data.max_seq_length, self.config.data.max_predictions)
+
+    def _metric_sums(self, params, batch, *, train: bool, rng=None, row_weights=None):
+        outputs = self.model.apply(
+            {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+            masked_positions=batch["masked_positions"], train=train,
+            rngs=None if rng is None else {"dropout": rng})
+        weights = batch["masked_weights"]
+        rows = jnp.ones(batch["input_ids"].shape[:1]) if row_weights is None else row_weights
+        weights = weights * rows[:, None]
+        mlm = cross_entropy(outputs["mlm_logits"], batch["masked_ids"]) * weights
+        mlm_correct = (jnp.argmax(outputs["mlm_logits"], -1) == batch["masked_ids"]) * weights
+        mlm_count = weights.sum()
+        metrics = {"mlm_loss": (mlm.sum(), mlm_count),
+                   "mlm_accuracy": (mlm_correct.sum(), mlm_count)}
+        loss = mlm.sum() / jnp.maximum(mlm_count, 1.0)
+        if "nsp_logits" in outputs:
+            labels = batch["next_sentence_label"]
+            nsp = cross_entropy(outputs["nsp_logits"], labels) * rows
+            correct = (jnp.argmax(outputs["nsp_logits"], -1) == labels) * rows
+            count = rows.sum()
+            metrics.update(nsp_loss=(nsp.sum(), count), nsp_accuracy=(correct.sum(), count))
+            loss = loss + nsp.sum() / jnp.maximum(count, 1.0)
+        return loss, metrics
+
+    # ---- pure functions the trainer jits ---------------------------------------------------
+    def loss_fn(self, params, batch, rng):
+        """(MLM mean + NSP mean, (1, metric sums)): the means are taken within the (micro)batch,
+        as BERT does, so the trainer's weight is 1 per microbatch."""
+        loss, metrics = self._metric_sums(params, batch, train=True, rng=rng)
+        one = jnp.ones(())
+        metrics["loss"] = (loss, one)
+        return loss, (one, metrics)
+
+    def eval_fn(self, params, batch):
+        _, metrics = self._metric_sums(params, batch, train=False, row_weights=batch["mask"])
+        return metrics
+
+    # ---- data --------------------------------------------------------------------------------
+    def _documents(self, split: str) -> list:
+        """The Documents of `split` of every corpus in data.names, one list (cached)."""
+        if split not in self._document_cache:
+            self._document_cache[split] = [doc for name in self.config.data.names
+                                           for doc in read_documents(name, split)]
+        return self._document_cache[split]
+
+    def _batches(self, documents, *, max_seq_length: int, max_predictions: int, train: bool,
+                 batch_size: int, seed: int, process_index: int, process_count: int):
+        data = self.config.data
+        return pretraining.pretraining_batches(
+            documents, self.tokenizer, batch_size=batch_size, max_seq_length=max_seq_length,
+            input_format=data.input_format, masking=self._masking(max_predictions),
+            short_seq_prob=data.short_seq_prob, dynamic=data.dupe_factor == 0,
+            dupe_factor=max(1, data.dupe_factor), seed=seed, train=train, process_index=process_index, process_count=process_count)
+
+    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
+        data = self.config.data
+        documents = self._documents(data.train_split)
+        common = dict(train=True, batch_size=batch_size, seed=seed, process_index=process_index,
+                      process_count=process_count)
+        first = self._batches(documents, max_seq_length=data.max_seq_length,
+                              max_predictions=data.max_predictions, **common)
+        if not self.phase2_steps:
+            return first
+        return PhasedIterator(
+            first, lambda: self._batches(documents, max_seq_length=data.phase2_max_seq_length,
+                                         max_predictions=data.phase2_max_predictions, **common),
+            switch_after=self.config.train.num_steps - self.phase2_steps)
+
+    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
+        data = self.config.data
+        documents = self._documents(data.eval_split)
+        iterator = self._batches(documents, max_seq_length=data.max_seq_length,
+                                 max_predictions=data.max_predictions, train=False,
+                                 batch_size=batch_size, seed=0, process_index=process_index,
+                                 process_count=process_count)
+        count = pretraining.num_examples(
+            documents, self.tokenizer, max_seq_length=data.max_seq_length, seed=0,
+            input_format=data.input_format, short_seq_prob=data.short_seq_prob)
+        return iterator, pretraining.num_batches(count, batch_size=batch_size,
+                                                 process_count=process_count)

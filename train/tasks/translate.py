@@ -1,0 +1,197 @@
+"""Translation (Vaswani et al. 2017): label-smoothed cross-entropy per target token, BLEU by beam
+search.
+
+Training rows are packed (several sentence pairs per row, attention never crossing them);
+evaluation rows hold one pair each. Metrics: `loss` (label-smoothed, what is optimised),
+`nll` (plain cross-entropy per target token) and its `perplexity` = exp(nll) (the paper's PPL
+per wordpiece), `accuracy` (next-token, teacher-forced). At the end (and every
+`task.decode_every` steps) the eval split is translated with beam search and scored with
+sacrebleu (`bleu`, detokenized text, the standard 13a tokenization); a few samples are logged.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from data import sentencepiece_vocab, sources
+from data import text as text_data
+from models import decode as decoding
+from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_right
+from train import flops
+from train.config import ConfigError, check_choice, to_dataclass
+from train.losses import cross_entropy
+from train.tasks.base import Task
+
+# Position encodings that read a table with `model.max_length` rows.
+TABLE_POSEMBS = ("sinusoidal", "learned")
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> float:
+    """Corpus BLEU (Papineni et al. 2002) of detokenized text, as sacrebleu reports it."""
+    import sacrebleu
+
+    return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+
+
+class TranslationTask(Task):
+    """An encoder-decoder Transformer on a parallel corpus (source_key -> target_key)."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        check_choice(config, "model.name", ("transformer",))
+        check_choice(config, "data.source", sources.SOURCE_KINDS)
+        check_choice(config, "data.long_examples", text_data.LONG_EXAMPLE_POLICIES)
+        check_choice(config, "data.vocab_model_type", sentencepiece_vocab.MODEL_TYPES)
+        self.config = config
+        task = config.task
+        self.label_smoothing = float(task.label_smoothing)
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"config.task.label_smoothing={self.label_smoothing} must be in [0, 1)")
+        if task.beam_size < 1:
+            raise ConfigError(f"config.task.beam_size={task.beam_size} must be >= 1 (1: greedy)")
+        if task.decode_every < 0:
+            raise ConfigError(f"config.task.decode_every={task.decode_every} must be >= 0 "
+                              "(0: translate the eval split only at the end)")
+        self.decode_every = int(task.decode_every)
+        self.max_length = int(config.data.max_length)
+        if self.max_length < 2:
+            raise ConfigError(f"config.data.max_length={self.max_length} must be >= 2 (a token "
+                              "and EOS)")
+        self.max_decode_length = int(task.max_decode_length) or self.max_length + 50
+
+        self.tokenizer = sentencepiece_vocab.load_or_train_for_dataset(
+            config.data.name, split=config.data.train_split, source=config.data.source,
+            keys=(config.data.source_key, config.data.target_key),
+            vocab_size=config.data.vocab_size, model_type=config.data.vocab_model_type)
+        model_section = config.model.copy_and_resolve_references()
+        with model_section.unlocked():
+            del model_section["name"]
+        self.model_config = to_dataclass(TransformerConfig, model_section, "model",
+                                         vocab_size=self.tokenizer.vocab_size)
+        self._check_lengths()
+        self.model = Transformer(self.model_config)
+        self.d_model = self.model_config.d_model
+
+    def _check_lengths(self) -> None:
+        """Sequences must fit the position table (issue: a row longer than the table would read
+        past it: silently clamped by a gather)."""
+        cfg = self.model_config
+        if cfg.posemb not in TABLE_POSEMBS:
+            return
+        for key, length in (("data.max_length", self.max_length),
+                            ("task.max_decode_length", self.max_decode_length)):
+            if length > cfg.max_length:
+                raise ConfigError(
+                    f"config.{key}={length} is longer than the position table "
+                    f"(config.model.max_length={cfg.max_length}, posemb={cfg.posemb!r}); raise "
+                    f"config.model.max_length to at least {length} or shorten config.{key}")
+
+    # ---- model -----------------------------------------------------------------------------
+    def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
+        tokens = np.ones((batch_size, self.max_length), np.int32)
+        return {"inputs": tokens, "targets": tokens}
+
+    def init_variables(self, rng, inputs):
+        return self.model.init({"params": rng}, inputs["inputs"], inputs["targets"], train=False)
+
+    def flops_per_example(self) -> float:
+        return flops.transformer_train_flops_per_example(self.model_config, self.max_length,
+                                                         self.max_length)
+
+    def _logits(self, params, batch, *, train: bool, rng=None):
+        segmentation = batch.get("targets_segmentation")
+        decoder_inputs = shift_right(batch["targets"], self.tokenizer.bos_id, segmentation)
+        return self.model.apply(
+            {"params": params}, batch["inputs"], decoder_inputs,
+            inputs_segmentation=batch.get("inputs_segmentation"),
+            targets_segmentation=segmentation,
+            inputs_positions=batch.get("inputs_position"),
+            targets_positions=batch.get("targets_position"),
+            train=train, rngs=None if rng is None else {"dropout": rng})
+
+    def _metric_sums(self, logits, targets, weights, label_smoothing):
+        """{'loss', 'nll', 'accuracy'} as (sum, number of target tokens)."""
+        smoothed = cross_entropy(logits, targets, label_smoothing) * weights
+        nll = smoothed if label_smoothing == 0.0 else cross_entropy(logits, targets) * weights
+        correct = (jnp.argmax(logits, -1) == targets) * weights
+        count = weights.sum()
+        return smoothed.sum(), count, {"loss": (smoothed.sum(), count), "nll": (nll.sum(), count),
+                                       "accuracy": (correct.sum(), count)}
+
+    # ---- pure functions the trainer jits ---------------------------------------------------
+    def loss_fn(self, params, batch, rng):
+        """Label-smoothed cross-entropy summed over real target tokens, with the token count:
+        the trainer divides, so the loss is normalised per target token (Sec. 5.4)."""
+        logits = self._logits(params, batch, train=True, rng=rng)
+        weights = (batch["targets"] != PAD_ID).astype(jnp.float32)
+        loss_sum, count, metrics = self._metric_sums(logits, batch["targets"], weights,
+                                                     self.label_smoothing)
+        return loss_sum, (count, metrics)
+
+    def eval_fn(self, params, batch):
+        logits = self._logits(params, batch, train=False)
+        weights = (batch["targets"] != PAD_ID).astype(jnp.float32) * batch["mask"][:, None]
+        _, _, metrics = self._metric_sums(logits, batch["targets"], weights, self.label_smoothing)
+        return metrics
+
+    def derived_metrics(self, values: dict[str, float]) -> dict[str, float]:
+        if "nll" in values:
+            values["perplexity"] = float(np.exp(min(values["nll"], 50.0)))
+        return values
+
+    def predict_fn(self, params, batch):
+        """Beam search (greedy for beam_size 1) translations of one eval batch."""
+        tokens, _ = decoding.predict(
+            self.model, params, batch["inputs"], beam_size=self.config.task.beam_size,
+            alpha=self.config.task.length_penalty, max_decode_len=self.max_decode_length,
+            eos_id=self.tokenizer.eos_id, bos_id=self.tokenizer.bos_id)
+        return {"tokens": tokens, "index": batch["index"], "mask": batch["mask"]}
+
+    def score_predictions(self, outputs: list[dict], log) -> dict[str, float]:
+        """BLEU of the detokenized translations against the raw reference sentences."""
+        source = self._source(self.config.data.eval_split)
+        keys = self.config.data.source_key, self.config.data.target_key
+        hypotheses, references, sources_text = [], [], []
+        for out in outputs:
+            for tokens, index, real in zip(out["tokens"], out["index"], out["mask"]):
+                if not real:
+                    continue
+                example = source[int(index)]
+                sources_text.append(text_data.as_text(example[keys[0]]))
+                references.append(text_data.as_text(example[keys[1]]))
+                hypotheses.append(self.tokenizer.decode(np.asarray(tokens).tolist()))
+        for i in range(min(self.config.task.num_samples, len(hypotheses))):
+            log(f"sample {i}: source    {sources_text[i]}\n"
+                f"          reference {references[i]}\n"
+                f"          output    {hypotheses[i]}")
+        return {"bleu": bleu(hypotheses, references), "decoded": float(len(hypotheses))}
+
+    # ---- data --------------------------------------------------------------------------------
+    def _source(self, split: str):
+        return sources.get_data_source(self.config.data.name, split,
+                                       source=self.config.data.source)
+
+    def _pipeline_args(self) -> dict:
+        data = self.config.data
+        return dict(tokenizer=self.tokenizer, source_key=data.source_key,
+                    target_key=data.target_key, max_length=self.max_length)
+
+    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
+        data = self.config.data
+        return text_data.translation_batches(
+            self._source(data.train_split), batch_size=batch_size, train=True, seed=seed,
+            pack=data.pack, long_examples=data.long_examples, process_index=process_index,
+            process_count=process_count, **self._pipeline_args())
+
+    def data_metrics(self, train_iterator) -> dict[str, float]:
+        return text_data.long_example_counts(train_iterator)
+
+    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
+        source = self._source(self.config.data.eval_split)
+        iterator = text_data.translation_batches(
+            source, batch_size=batch_size, train=False, seed=0, pack=False,
+            long_examples="truncate", process_index=process_index, process_count=process_count,
+            **self._pipeline_args())
+        return iterator, text_data.num_batches(len(source), batch_size=batch_size,
+                                               process_count=process_count)
