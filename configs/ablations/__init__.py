@@ -1,0 +1,1 @@
+"""Sweep configs (`get_sweep(arg)`, run by `python -m train.sweep`): the papers' ablation tables."""

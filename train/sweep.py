@@ -1,0 +1,513 @@
+"""python -m train.sweep --config FILE[:ARG] --workdir DIR [--seeds N] [--rows a,b] [--config.k=v]
+
+Runs an ablation: every row of a sweep config x every seed (x every stage), each as its own
+`python -m train` subprocess in DIR/<row>/seed_<k>/<stage> with `config.seed = k`, then tabulates
+the final evals beside the paper's numbers in DIR/results.csv, results.md and results.png.
+
+A sweep config file declares `get_sweep(arg) -> Sweep`:
+
+    Sweep(title="ViT Table 8: position embeddings",
+          stages=(Stage("train", "configs/vit/fashion_mnist.py", {"train.num_steps": 600}),),
+          rows={"none": "posemb=none",                   # a `:arg` of the stage's config file,
+                "wide": {"model.hidden_size": 256}},     # or {config key: value} overrides
+          metrics=(Metric("accuracy", "max"), Metric("loss", "min")),  # the first ranks the rows
+          paper={"none": {"accuracy": 0.61382}})
+
+Stages run in order for each row and seed, each once the previous one has finished (a failed
+stage skips the later ones of its row and seed). A stage with `previous_workdir_key` gets the
+previous stage's workdir (absolute path) in that config key: e.g. BERT pretraining, then a
+fine-tuning config that restores from `<key>/checkpoints`. `apply_rows=False` runs a stage the
+same way for every row (only its input differs). `--config.k=v` here applies to every stage.
+
+Runs go seed by seed (all rows with seed 0 first), so a sweep stopped early already holds one
+seed of every row. Each run is a subprocess: one that crashes is reported (its log tail is
+printed; the whole log is DIR/<row>/seed_<k>/<stage>/train.log) and the sweep goes on.
+
+Resuming: the same command again skips the finished runs (result.json, or a final eval at
+train.num_steps in metrics.jsonl) and lets the trainer resume the unfinished ones from their
+checkpoints. DIR/sweep.json records how the runs were defined; a command that would define them
+differently is refused unless --allow_config_change (adding rows or seeds is always allowed).
+Ctrl-C / SIGTERM: the running trainer checkpoints, the sweep writes its reports and stops.
+
+Exit status: 0 every selected run finished; 1 some failed (listed); 2 the sweep itself is wrong;
+130 / 143 interrupted by SIGINT / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")  # row and stage names are directory names
+
+
+class SweepError(ValueError):
+    """The sweep config, the command line or the sweep directory is inconsistent."""
+
+
+# ---- what a sweep config declares -----------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A number from a run's final eval (the 'eval' record at train.num_steps in metrics.jsonl)."""
+
+    name: str                  # key of the eval record, e.g. 'accuracy'
+    better: str = "max"        # 'max' | 'min'
+    stage: str = ""            # the stage whose final eval holds it; '': the last stage
+
+    def __post_init__(self):
+        if self.better not in ("max", "min"):
+            raise SweepError(f"Metric {self.name!r}: better={self.better!r} is not 'max' or 'min'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One `python -m train` run per row and seed."""
+
+    name: str                  # the run's workdir is DIR/<row>/seed_<k>/<name>
+    config: str                # FILE[:ARG]; a relative FILE is found from the cwd, else the repo
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # key -> value, all rows
+    apply_rows: bool = True    # apply the row's change to this stage
+    previous_workdir_key: str = ""  # config key that receives the previous stage's workdir
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """An ablation table: its rows, the runs behind each (stages x seeds) and what to report."""
+
+    title: str
+    stages: tuple[Stage, ...]
+    rows: Mapping[str, Mapping[str, Any] | str]  # ordered; a config `:arg` or {key: value}
+    metrics: tuple[Metric, ...]                  # the first one ranks the rows
+    seeds: int = 3                               # default of --seeds: seeds 0 .. seeds-1
+    paper: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    paper_note: str = ""                         # what the paper's numbers measure
+
+    def __post_init__(self):
+        names = [stage.name for stage in self.stages]
+        if not names:
+            raise SweepError("a sweep needs at least one stage")
+        if len(set(names)) != len(names):
+            raise SweepError(f"stage names repeat: {names}")
+        if self.stages[0].previous_workdir_key:
+            raise SweepError(f"the first stage {names[0]!r} has no previous stage for "
+                             f"previous_workdir_key={self.stages[0].previous_workdir_key!r}")
+        if not self.rows:
+            raise SweepError("a sweep needs at least one row")
+        for name in [*names, *self.rows]:
+            if not _NAME.match(name):
+                raise SweepError(f"{name!r} cannot name a directory: use letters, digits, _.+=-")
+        if not self.metrics:
+            raise SweepError("a sweep needs at least one metric")
+        for metric in self.metrics:
+            if metric.stage and metric.stage not in names:
+                raise SweepError(f"Metric {metric.name!r}: stage {metric.stage!r} is not one of "
+                                 f"{names}")
+        labels = [self.label(metric) for metric in self.metrics]
+        if len(set(labels)) != len(labels):
+            raise SweepError(f"metrics repeat: {labels}")
+        for row, values in self.paper.items():
+            if row not in self.rows:
+                raise SweepError(f"paper numbers for {row!r}, which is not a row: "
+                                 f"{list(self.rows)}")
+            unknown = set(values) - {self.label(m) for m in self.metrics}
+            if unknown:
+                raise SweepError(f"paper numbers for {row!r} name unknown metrics "
+                                 f"{sorted(unknown)}")
+        if self.seeds < 1:
+            raise SweepError(f"seeds={self.seeds} must be >= 1")
+
+    def label(self, metric: Metric) -> str:
+        """Column name: 'accuracy', or 'pretrain.mlm_accuracy' for a stage other than the last."""
+        stage = metric.stage or self.stages[-1].name
+        return metric.name if stage == self.stages[-1].name else f"{stage}.{metric.name}"
+
+
+def load_sweep_file(spec: str) -> Sweep:
+    """'configs/ablations/vit_posemb.py:smoke' -> get_sweep('smoke')."""
+    path, _, arg = spec.partition(":")
+    file = Path(path)
+    if not file.is_file():
+        raise SweepError(f"sweep config file {path!r} does not exist")
+    module_spec = importlib.util.spec_from_file_location(f"_sweep_{file.stem}", file)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_sweep"):
+        raise SweepError(f"{path!r} defines no get_sweep(arg) function")
+    try:
+        sweep = module.get_sweep(arg or None)
+    except ValueError as error:  # the config's own argument checks
+        raise SweepError(f"{path}: {error}") from error
+    if not isinstance(sweep, Sweep):
+        raise SweepError(f"{path}: get_sweep returned {type(sweep).__name__}, not a Sweep")
+    return sweep
+
+
+# ---- the plan: one Run per row x seed x stage ------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Run:
+    row: str
+    seed: int
+    stage: str
+    workdir: Path
+    argv: tuple[str, ...]      # after `python -m train`
+    previous: Path | None      # the previous stage's workdir: it must finish first
+
+    @property
+    def name(self) -> str:
+        return f"{self.row}/seed_{self.seed}/{self.stage}"
+
+
+def _format_value(value: Any) -> str:
+    """A Python value as `--config.k=` text that train/config.py reads back as the same value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return repr(value)
+
+
+def _with_arg(config: str, arg: str) -> str:
+    """'f.py:smoke' + 'posemb=none' -> 'f.py:smoke,posemb=none'."""
+    if not arg:
+        return config
+    path, has_arg, base = config.partition(":")
+    return f"{path}:{base},{arg}" if has_arg and base else f"{path}:{arg}"
+
+
+def _resolve(config: str) -> str:
+    """A relative config path that is not found from the cwd is taken from the repo root."""
+    path, sep, arg = config.partition(":")
+    if not Path(path).is_absolute() and not Path(path).exists() and (REPO / path).exists():
+        path = str(REPO / path)
+    return f"{path}{sep}{arg}"
+
+
+def plan(sweep: Sweep, sweep_dir: Path, rows: list[str], seeds: list[int],
+         cli_overrides: list[str]) -> list[Run]:
+    """Seed by seed, row by row, stage by stage; each run's `python -m train` arguments."""
+    runs = []
+    for seed in seeds:
+        for row in rows:
+            definition = sweep.rows[row]
+            previous = None
+            for stage in sweep.stages:
+                workdir = sweep_dir / row / f"seed_{seed}" / stage.name
+                config = stage.config
+                overrides = {**stage.overrides}
+                if stage.apply_rows and isinstance(definition, str):
+                    config = _with_arg(config, definition)
+                elif stage.apply_rows:
+                    overrides.update(definition)
+                argv = ["--config", _resolve(config), "--workdir", str(workdir)]
+                argv += [f"--config.{k}={_format_value(v)}" for k, v in overrides.items()]
+                argv += cli_overrides
+                argv.append(f"--config.seed={seed}")
+                if stage.previous_workdir_key:
+                    argv.append(f"--config.{stage.previous_workdir_key}={previous.absolute()}")
+                runs.append(Run(row, seed, stage.name, workdir, tuple(argv), previous))
+                previous = workdir
+    return runs
+
+
+# ---- DIR/sweep.json: how the runs are defined ------------------------------------------------
+def _jsonable(value):
+    return json.loads(json.dumps(value, default=list))
+
+
+def run_spec(sweep: Sweep, cli_overrides: list[str]) -> dict:
+    """Everything that decides the runs' configs (not the seeds or rows chosen, not the report)."""
+    stages = [{"name": s.name, "config": s.config,
+               "overrides": {k: _format_value(v) for k, v in s.overrides.items()},
+               "apply_rows": s.apply_rows, "previous_workdir_key": s.previous_workdir_key}
+              for s in sweep.stages]
+    return _jsonable({"stages": stages, "overrides": list(cli_overrides), "rows": dict(sweep.rows)})
+
+
+def check_spec(sweep_dir: Path, spec: dict, allow_change: bool, save: bool = True) -> None:
+    """Refuses to define a run of DIR differently from before; saves the (merged) spec."""
+    path = sweep_dir / "sweep.json"
+    saved = json.loads(path.read_text()) if path.exists() else None
+    if saved is not None:
+        diff = [f"  {key}: {saved[key]!r} before, {spec[key]!r} now"
+                for key in ("stages", "overrides") if saved.get(key) != spec[key]]
+        diff += [f"  row {row!r}: {saved['rows'][row]!r} before, {spec['rows'][row]!r} now"
+                 for row in spec["rows"] if row in saved.get("rows", {})
+                 and saved["rows"][row] != spec["rows"][row]]
+        if diff and not allow_change:
+            raise SweepError(
+                f"{path} defines the runs differently:\n" + "\n".join(diff)
+                + "\nUse the same command line (and sweep config) to resume, another --workdir, "
+                  "or --allow_config_change (finished runs are kept as they are).")
+        spec = {**spec, "rows": {**saved.get("rows", {}), **spec["rows"]}}  # rows may be added
+    if save:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(spec, indent=2) + "\n")
+
+
+# ---- finished runs ---------------------------------------------------------------------------
+def final_eval(workdir: Path) -> dict | None:
+    """The eval record the trainer wrote at train.num_steps, or None if the run has not ended."""
+    try:
+        num_steps = json.loads((workdir / "config.json").read_text())["train"]["num_steps"]
+        lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    except (OSError, ValueError, KeyError):
+        return None
+    final = None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut short by a kill
+            continue
+        if record.get("split") == "eval" and record.get("step") == num_steps:
+            final = record
+    if final is None:
+        return None
+    return {k: v for k, v in final.items() if k not in ("step", "split", "time")}
+
+
+def _attempts(workdir: Path) -> list[dict]:
+    path = workdir / "sweep_attempts.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def _result(run: Run, metrics: dict) -> dict:
+    attempts = _attempts(run.workdir)
+    return {"row": run.row, "seed": run.seed, "stage": run.stage, "metrics": metrics,
+            "wall_s": sum(a["wall_s"] for a in attempts), "attempts": len(attempts),
+            "command": ["python", "-m", "train", *run.argv]}
+
+
+def _write_result(run: Run, result: dict) -> None:
+    (run.workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def load_result(run: Run) -> dict | None:
+    """result.json if the sweep wrote one, else one made from a final eval in metrics.jsonl (a
+    run that ended although the sweep did not record it: stopped in between, or run by hand)."""
+    path = run.workdir / "result.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    metrics = final_eval(run.workdir)
+    return None if metrics is None else _result(run, metrics)
+
+
+# ---- running ---------------------------------------------------------------------------------
+class _Signals:
+    """Records SIGINT/SIGTERM and passes them on to the running trainer (which checkpoints)."""
+
+    def __init__(self):
+        self.received, self.child = None, None
+
+    def __enter__(self):
+        self._previous = {sig: signal.signal(sig, self._handle)
+                          for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signal.Signals(signum)
+            print(f"\n[sweep] {self.received.name}: stopping after the current run checkpoints",
+                  flush=True)
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    if hours:
+        return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s"
+    return f"{rest // 60}m{rest % 60:02d}s"
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    text = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+def attempt(run: Run, signals: _Signals) -> tuple[str, float]:
+    """Runs (or resumes) one trainer subprocess; returns ('done' | 'failed (...)', seconds)."""
+    run.workdir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "train", *run.argv]
+    start = time.time()
+    with open(run.workdir / "train.log", "a") as log:
+        log.write(f"\n=== sweep attempt {len(_attempts(run.workdir)) + 1}, "
+                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
+        log.flush()
+        signals.child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        returncode = signals.child.wait()
+        signals.child = None
+    seconds = time.time() - start
+    metrics = final_eval(run.workdir) if returncode == 0 else None
+    if metrics is not None:
+        outcome = "done"
+    elif signals.received:
+        outcome = f"interrupted by {signals.received.name} (the same command resumes it)"
+    elif returncode == 0:
+        outcome = "failed (stopped before its final eval; the same command resumes it)"
+    else:
+        outcome = f"failed (exit status {returncode})"
+    with open(run.workdir / "sweep_attempts.jsonl", "a") as log:
+        log.write(json.dumps({"start": start, "wall_s": seconds, "returncode": returncode,
+                              "outcome": outcome}) + "\n")
+    if metrics is not None:
+        _write_result(run, _result(run, metrics))
+    return outcome, seconds
+
+
+def best_row(sweep: Sweep, results) -> str:
+    """'learned_1d accuracy 0.8123 (2 seeds)': the best mean of the first metric so far."""
+    metric = sweep.metrics[0]
+    stage = metric.stage or sweep.stages[-1].name
+    values: dict[str, list[float]] = {}
+    for result in results:
+        if result["stage"] == stage and metric.name in result["metrics"]:
+            values.setdefault(result["row"], []).append(result["metrics"][metric.name])
+    if not values:
+        return "none yet"
+    pick = max if metric.better == "max" else min
+    row = pick(values, key=lambda r: statistics.fmean(values[r]))
+    seeds = len(values[row])
+    return (f"{row} {sweep.label(metric)} {statistics.fmean(values[row]):.4f} "
+            f"({seeds} seed{'s' if seeds > 1 else ''})")
+
+
+def execute(sweep: Sweep, runs: list[Run]) -> tuple[list[str], signal.Signals | None]:
+    """Runs what is not finished yet, in order; returns the failures and the signal, if any."""
+    results = {}
+    for run in runs:
+        if (result := load_result(run)) is not None:
+            results[run.name] = result
+            if not (run.workdir / "result.json").exists():
+                _write_result(run, result)
+    todo = [run for run in runs if run.name not in results]
+    print(f"[sweep] {len(runs)} runs: {len(runs) - len(todo)} finished before, {len(todo)} to run",
+          flush=True)
+    failures, stuck, durations, start = [], set(), [], time.time()  # stuck: workdirs not done
+    with _Signals() as signals:
+        for run in todo:
+            if signals.received:
+                break
+            if run.previous in stuck:
+                failures.append(f"{run.name}: not run (its previous stage failed)")
+                stuck.add(run.workdir)
+                continue
+            resuming = (run.workdir / "checkpoints").exists()
+            print(f"[sweep] {'resume' if resuming else 'start'} {run.name}", flush=True)
+            outcome, seconds = attempt(run, signals)
+            durations.append(seconds)
+            if outcome == "done":
+                results[run.name] = load_result(run)
+                summary = ", ".join(f"{k} {v:.4f}" for k, v in results[run.name]["metrics"].items())
+                print(f"[sweep] done {run.name} in {_duration(seconds)}: {summary}", flush=True)
+            else:
+                stuck.add(run.workdir)
+                if not signals.received:
+                    failures.append(f"{run.name}: {outcome}; log {run.workdir / 'train.log'}")
+                    print(f"[sweep] FAILED {run.name}: {outcome}\n"
+                          f"{_tail(run.workdir / 'train.log')}", flush=True)
+            left = sum(1 for r in todo if r.name not in results and r.workdir not in stuck
+                       and r.previous not in stuck)
+            print(f"[sweep] {len(results)}/{len(runs)} runs done | elapsed "
+                  f"{_duration(time.time() - start)} | ETA "
+                  f"{_duration(statistics.fmean(durations) * left)} | best: "
+                  f"{best_row(sweep, results.values())}", flush=True)
+    return failures, signals.received
+
+
+# ---- the command line ------------------------------------------------------------------------
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m train.sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True,
+                        help="FILE[:ARG] declaring get_sweep(arg), "
+                             "e.g. configs/ablations/vit_posemb.py:smoke")
+    parser.add_argument("--workdir", required=True, help="DIR: runs, sweep.json and results.*")
+    parser.add_argument("--seeds", type=int, help="run seeds 0..N-1 (default: the sweep's)")
+    parser.add_argument("--rows", help="comma-separated rows to run (default: all)")
+    parser.add_argument("--dry_run", action="store_true",
+                        help="print each run's command and state, run nothing")
+    parser.add_argument("--report_only", action="store_true",
+                        help="write results.csv/md/png from the finished runs, run nothing")
+    parser.add_argument("--allow_config_change", action="store_true",
+                        help="run although DIR/sweep.json defines the runs differently")
+    args, rest = parser.parse_known_args(argv)
+    overrides = []
+    for item in rest:
+        if not item.startswith("--config.") or "=" not in item:
+            parser.error(f"unrecognised argument {item!r}; overrides look like "
+                         "--config.train.num_steps=100")
+        overrides.append(item)
+    return args, overrides
+
+
+def main(argv=None) -> int:
+    args, cli_overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    sweep_dir = Path(args.workdir)
+    try:
+        sweep = load_sweep_file(args.config)
+        rows = list(sweep.rows) if not args.rows else [r.strip() for r in args.rows.split(",")]
+        unknown = [r for r in rows if r not in sweep.rows]
+        if unknown:
+            raise SweepError(f"unknown rows {unknown}; the rows of {args.config}: "
+                             f"{list(sweep.rows)}")
+        seeds = args.seeds if args.seeds is not None else sweep.seeds
+        if seeds < 1:
+            raise SweepError(f"--seeds {seeds} must be >= 1")
+        runs = plan(sweep, sweep_dir, rows, list(range(seeds)), cli_overrides)
+        if args.report_only:
+            return _report(sweep, sweep_dir, args.config)
+        check_spec(sweep_dir, run_spec(sweep, cli_overrides), args.allow_config_change,
+                   save=not args.dry_run)
+        if args.dry_run:
+            for run in runs:
+                state = ("finished" if load_result(run) is not None else
+                         "resumes" if (run.workdir / "checkpoints").exists() else "new")
+                print(f"{run.name} [{state}]: python -m train {' '.join(run.argv)}")
+            return 0
+    except SweepError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.allow_config_change:
+        runs = [dataclasses.replace(r, argv=(*r.argv, "--allow_config_change")) for r in runs]
+    failures, received = execute(sweep, runs)
+    _report(sweep, sweep_dir, args.config)
+    if received:
+        print(f"[sweep] interrupted by {received.name}; run the same command to resume")
+        return 128 + received.value
+    if failures:
+        print(f"[sweep] {len(failures)} run(s) failed:\n  " + "\n  ".join(failures))
+        return 1
+    return 0
+
+
+def _report(sweep: Sweep, sweep_dir: Path, config: str) -> int:
+    from train import sweep_report  # numpy and matplotlib only when writing the report
+
+    paths = sweep_report.write_reports(sweep, sweep_dir, config)
+    print("[sweep] results: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as train.sweep, not __main__, so that the Sweep a config file imports is this one.
+    from train.sweep import main as _main
+    sys.exit(_main())

@@ -1,0 +1,157 @@
+"""The tables and the plot of a sweep (train/sweep.py): DIR/results.csv, results.md, results.png.
+
+Every finished row x seed found in DIR is reported, whichever command ran it. A row's spread is
+the sample standard deviation over its seeds (ddof=1; none with one seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from train.sweep import Sweep, final_eval
+
+
+def collect(sweep: Sweep, sweep_dir: Path) -> list[dict]:
+    """One record per row x seed whose stages all finished: row, seed, {label: value}, wall_s."""
+    records = []
+    for row in sweep.rows:
+        seed_dirs = [p for p in (sweep_dir / row).glob("seed_*") if p.name[5:].isdigit()]
+        for seed_dir in sorted(seed_dirs, key=lambda p: int(p.name[5:])):
+            stages = {}
+            for stage in sweep.stages:
+                path = seed_dir / stage.name / "result.json"
+                if path.exists():
+                    stages[stage.name] = json.loads(path.read_text())
+                elif (metrics := final_eval(seed_dir / stage.name)) is not None:
+                    stages[stage.name] = {"metrics": metrics, "wall_s": math.nan}
+            if len(stages) < len(sweep.stages):
+                continue
+            values = {}
+            for metric in sweep.metrics:
+                stage = metric.stage or sweep.stages[-1].name
+                values[sweep.label(metric)] = stages[stage]["metrics"].get(metric.name, math.nan)
+            records.append({"row": row, "seed": int(seed_dir.name[5:]), "metrics": values,
+                            "wall_s": sum(s["wall_s"] for s in stages.values())})
+    return records
+
+
+def summarize(sweep: Sweep, records: list[dict]) -> dict[str, dict]:
+    """row -> {'n', label: (mean, std or nan), 'wall_s': mean} over the row's seeds."""
+    out = {}
+    for row in sweep.rows:
+        mine = [r for r in records if r["row"] == row]
+        summary = {"n": len(mine)}
+        for key in [sweep.label(m) for m in sweep.metrics] + ["wall_s"]:
+            values = np.array([r["wall_s"] if key == "wall_s" else r["metrics"][key] for r in mine],
+                              dtype=np.float64)
+            mean = float(values.mean()) if len(values) else math.nan
+            std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+            summary[key] = (mean, std)
+        out[row] = summary
+    return out
+
+
+def _best(sweep: Sweep, summary: dict) -> str | None:
+    metric = sweep.metrics[0]
+    label = sweep.label(metric)
+    scored = {row: stats[label][0] for row, stats in summary.items()
+              if stats["n"] and not math.isnan(stats[label][0])}
+    if not scored:
+        return None
+    return (max if metric.better == "max" else min)(scored, key=scored.get)
+
+
+def write_csv(sweep: Sweep, records: list[dict], path: Path) -> None:
+    labels = [sweep.label(m) for m in sweep.metrics]
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["row", "seed", *labels, "wall_s"])
+        for record in records:
+            writer.writerow([record["row"], record["seed"],
+                             *(repr(record["metrics"][k]) for k in labels),
+                             f"{record['wall_s']:.1f}"])
+
+
+def _cell(mean: float, std: float) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
+
+
+def write_markdown(sweep: Sweep, summary: dict, config: str, path: Path) -> None:
+    labels = [sweep.label(m) for m in sweep.metrics]
+    with_paper = [k for k in labels if any(k in v for v in sweep.paper.values())]
+    best = _best(sweep, summary)
+    head = ["row", "n"]
+    for metric, label in zip(sweep.metrics, labels):
+        head.append(f"{label} ({'higher' if metric.better == 'max' else 'lower'} is better)")
+        if label in with_paper:
+            head.append(f"paper {label}")
+    head.append("wall time per seed (s)")
+    lines = [f"# {sweep.title}", "",
+             f"`python -m train.sweep --config {config}`: mean ± sample std (ddof=1) over seeds "
+             f"of each run's final eval; n = seeds finished. Best row by {labels[0]} in bold.", ""]
+    if sweep.paper_note:
+        lines += [f"Paper numbers: {sweep.paper_note}", ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row, stats in summary.items():
+        name = f"**{row}**" if row == best else row
+        cells = [name, str(stats["n"])]
+        for label in labels:
+            cells.append(_cell(*stats[label]))
+            if label in with_paper:
+                value = sweep.paper.get(row, {}).get(label)
+                cells.append("-" if value is None else f"{value:.4f}")
+        wall = stats["wall_s"][0]
+        cells.append("-" if math.isnan(wall) else f"{wall:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plot(sweep: Sweep, records: list[dict], summary: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(sweep.rows)
+    x = np.arange(len(rows))
+    metrics = [(m, sweep.label(m)) for m in sweep.metrics]
+    width = max(4.0, 1.1 * len(rows))
+    figure, axes = plt.subplots(1, len(metrics), figsize=(width * len(metrics), 4), squeeze=False)
+    for ax, (metric, label) in zip(axes[0], metrics):
+        for n, record in enumerate(records):  # seeds spread a little sideways
+            i = rows.index(record["row"])
+            ax.plot(i + 0.04 * (record["seed"] % 5 - 2), record["metrics"][label], "o",
+                    color="tab:blue", alpha=0.45, markersize=4, label="seeds" if n == 0 else None)
+        means = np.array([summary[r][label][0] for r in rows])
+        stds = np.nan_to_num(np.array([summary[r][label][1] for r in rows]))
+        ax.errorbar(x, means, yerr=stds, fmt="s", color="tab:blue", capsize=4,
+                    label="mean ± std over seeds")
+        paper = [(i, sweep.paper[r][label]) for i, r in enumerate(rows)
+                 if label in sweep.paper.get(r, {})]
+        if paper:
+            ax.plot(*zip(*paper), "x", color="tab:red", markersize=9, mew=2, label="paper")
+        ax.set_xticks(x, rows, rotation=30, ha="right")
+        ax.set_title(f"{label} ({'higher' if metric.better == 'max' else 'lower'} is better)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize="small")
+    figure.suptitle(sweep.title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def write_reports(sweep: Sweep, sweep_dir: Path, config: str) -> list[Path]:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    records = collect(sweep, sweep_dir)
+    summary = summarize(sweep, records)
+    paths = [sweep_dir / "results.csv", sweep_dir / "results.md", sweep_dir / "results.png"]
+    write_csv(sweep, records, paths[0])
+    write_markdown(sweep, summary, config, paths[1])
+    write_plot(sweep, records, summary, paths[2])
+    return paths
