@@ -274,6 +274,11 @@ class MultiHeadAttention(nn.Module):
         is not detected (``dynamic_update_slice`` clamps), so size the cache for the longest
         decode.
     With ``decode=False`` (the default) no cache is read or written.
+
+    Attention maps: ``apply(..., mutable=['intermediates'])`` also returns, under
+    ``['intermediates'][...]['attention_weights']``, a 1-tuple holding this layer's probabilities
+    ``attention_weights(query, key, bias=bias, mask=mask)`` ``[b, h, q, k]`` (after RoPE, before
+    dropout). Nothing is computed or stored otherwise.
     """
 
     num_heads: int
@@ -361,6 +366,13 @@ class MultiHeadAttention(nn.Module):
             cached_key.value, cached_value.value = key, value
             cache_index.value = start + q_len
             mask = combine_masks(mask, causal_mask(q_len, max_len, offset=start))
+
+        # Inspection, off by default: only when 'intermediates' is mutable (apply(...,
+        # mutable=['intermediates']) or capture_intermediates=True) are the probabilities
+        # (before dropout) recomputed and recorded; parameters and outputs never change.
+        if self.is_mutable_collection('intermediates'):
+            self.sow('intermediates', 'attention_weights',
+                     attention_weights(query, key, bias=bias, mask=mask))
 
         # 3. Attend, per head.
         dropout_rng = None
