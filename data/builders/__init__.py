@@ -21,6 +21,8 @@ LOCAL_BUILDERS: dict[str, str] = {
     "brown": "data.builders.brown:BrownLocal",
     "austen": "data.builders.austen:AustenLocal",
     "sotu": "data.builders.sotu:SotuLocal",
+    "spam": "data.builders.spam:SpamLocal",
+    "tweets": "data.builders.tweets:TweetsLocal",
 }
 
 

@@ -11,7 +11,8 @@ def get_task(config):
     # Imported lazily, so that a task's data and model dependencies load only when it is used.
     tasks = {"classify": "train.tasks.classify:ClassificationTask",
              "translate": "train.tasks.translate:TranslationTask",
-             "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask"}
+             "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask",
+             "finetune": "train.tasks.finetune:FinetuneTask"}
     check_choice(config, "task.name", tasks)
     module, cls = tasks[config.task.name].split(":")
     return getattr(importlib.import_module(module), cls)(config)

@@ -1,0 +1,276 @@
+"""Labelled datasets for BERT fine-tuning, by name, as random-access lists of raw examples.
+
+    ds = get_dataset("spam")                     # FinetuneDataset: kind, labels, splits
+    examples = ds.examples("train")              # len(), [i] -> {'text': ..., 'label': 1}
+
+Each dataset has one `kind`, which fixes the form of its raw examples:
+
+  classify         {'text': str, 'label': int}
+  pair_classify    {'text_a': str, 'text_b': str, 'label': int}
+  tag              {'words': [str], 'tags': [int]}       one tag per word
+  span             {'question': str, 'context': str, 'answers': [(char_start, answer_text)]}
+                   (character offsets into the context; [] when there is no answer)
+  multiple_choice  {'context': str, 'choices': [str] * num_choices, 'label': int}
+
+Labels and tags are indices into `labels`. data/finetune.py turns examples into BERT inputs.
+
+The datasets (local: `python -m data.fetch NAME` first; tfds: the standard catalog, which needs
+internet access once):
+
+  spam         classify, ham/spam emails (data/spam.py); train/validation/test by text hash
+  tweets       classify, negative/neutral/positive tweets (data/tweets.py); the same splits
+  brown_genre  classify, one Brown PARAGRAPH (its sentences joined) -> its document's genre
+               (15 labels)
+  brown_pos    tag, one Brown sentence's words -> coarse POS tags (data/corpora/brown_tags.py)
+  squad        span, TFDS 'squad' (v1.1): question + Wikipedia paragraph -> answer span;
+               train/validation
+  swag         multiple_choice, TFDS 'hellaswag': context + 4 endings -> the right one. TFDS
+               has no builder named 'swag'; HellaSwag is SWAG's harder successor with the same
+               4-way form (Zellers et al. 2018, 2019)
+
+Brown splits follow the documents, so no document is in two splits: `test` is Brown's own
+`validation` split (25 documents, ~5% of each genre, also held out of BERT pretraining here),
+and `validation` holds ~10% of each genre's remaining documents (data/corpora/splits.py's stable
+hash, stratified by genre); `train` is the rest. A genre with a single training document (the
+test fixture) has no validation document: evaluate on `test` there.
+
+`register(dataset)` adds a dataset (tests add generated ones; users their own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from data.errors import DataError
+
+KINDS = ("classify", "pair_classify", "tag", "span", "multiple_choice")
+SOURCE_KINDS = ("local", "tfds")
+BROWN_VALIDATION_FRACTION = 0.1  # of each genre's Brown training documents
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneDataset:
+    """A named labelled dataset: its kind, label names, splits, and how to read a split."""
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]  # class / tag names; () for span
+    splits: tuple[str, ...]
+    # (split, source kind, data_dir) -> random-access examples in the kind's form
+    read: Callable[[str, str, Any], Sequence[dict]]
+    source: str = "local"  # where its data comes from by default: 'local' | 'tfds'
+    num_choices: int = 0  # multiple_choice only
+    description: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"dataset {self.name!r}: kind {self.kind!r} is not one of "
+                             f"{list(KINDS)}")
+        if self.kind == "multiple_choice" and self.num_choices < 2:
+            raise ValueError(f"dataset {self.name!r}: multiple_choice needs num_choices >= 2")
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    def examples(self, split: str, *, source: str | None = None,
+                 data_dir: str | pathlib.Path | None = None) -> Sequence[dict]:
+        """The raw examples of `split` (module docstring); DataError for an unknown split."""
+        source = self.source if source is None else source
+        if source not in SOURCE_KINDS:
+            raise DataError(f"unknown data source kind {source!r}; allowed: {list(SOURCE_KINDS)}")
+        base = split.split("[", 1)[0]  # TFDS slices like 'train[:10%]' keep their base name
+        if base not in self.splits:
+            raise DataError(f"dataset {self.name!r} has no split {split!r}; splits: "
+                            f"{list(self.splits)}")
+        examples = self.read(split, source, data_dir)
+        if len(examples) == 0:
+            raise DataError(f"split {split!r} of dataset {self.name!r} has no examples"
+                            + (" (a Brown genre with one training document has no validation "
+                               "document: use the 'test' split)" if self.name.startswith("brown")
+                               else ""))
+        return examples
+
+
+class MappedExamples:
+    """A random-access source with each example converted by `fn`; batched reads go through
+    the source's `__getitems__` when it has one (TFDS array_record sources do)."""
+
+    def __init__(self, source, fn: Callable[[dict], dict]):
+        self.source, self.fn = source, fn
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.fn(self.source[int(index)])
+
+    def __iter__(self):  # explicit: TFDS sources raise ValueError, not IndexError, past the end
+        for start in range(0, len(self), 256):
+            yield from self.__getitems__(range(start, min(len(self), start + 256)))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
+        indices = [int(i) for i in indices]
+        if hasattr(self.source, "__getitems__"):
+            return [self.fn(e) for e in self.source.__getitems__(indices)]
+        return [self.fn(self.source[i]) for i in indices]
+
+
+def as_text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _texts(values) -> list[str]:
+    return [as_text(v) for v in np.asarray(values, dtype=object).reshape(-1)]
+
+
+# ----------------------------------------------------------------------------- local: texts
+
+
+def _text_example(example: dict) -> dict:
+    return {"text": as_text(example["text"]), "label": int(example["label"])}
+
+
+def _read_tfds_text(name: str) -> Callable:
+    def read(split: str, source: str, data_dir) -> Sequence[dict]:
+        from data.sources import get_data_source
+
+        return MappedExamples(get_data_source(name, split, source=source, data_dir=data_dir),
+                              _text_example)
+
+    return read
+
+
+# ----------------------------------------------------------------------------- local: Brown
+
+
+@functools.lru_cache(maxsize=4)
+def _brown_documents(split: str, root: str, data_dir: str | None) -> tuple:
+    """The Brown Documents of one of OUR splits (module docstring), cached per data root."""
+    del root  # part of the cache key only: PAPERS_JAX_DATA may change between calls
+    from data.corpora.documents import read_documents
+    from data.corpora.splits import assign_splits
+
+    if split == "test":
+        return tuple(read_documents("brown", "validation", data_dir=data_dir))
+    docs = list(read_documents("brown", "train", data_dir=data_dir))
+    assignment = assign_splits([d.doc_id for d in docs], [d.metadata["genre"] for d in docs],
+                               BROWN_VALIDATION_FRACTION)
+    return tuple(d for d in docs if assignment[d.doc_id] == split)
+
+
+def _brown(split: str, data_dir) -> tuple:
+    from data import paths
+
+    return _brown_documents(split, str(paths.data_root()), None if data_dir is None
+                            else str(data_dir))
+
+
+def _check_local(name: str, source: str) -> None:
+    if source != "local":
+        raise DataError(f"dataset {name!r} is built from the local Brown corpus; use "
+                        "source='local'")
+
+
+def _read_brown_genre(split: str, source: str, data_dir) -> list[dict]:
+    from data.corpora.brown import GENRE_NAMES
+
+    _check_local("brown_genre", source)
+    index = {g: i for i, g in enumerate(GENRE_NAMES)}
+    return [{"text": " ".join(paragraph), "label": index[doc.metadata["genre"]]}
+            for doc in _brown(split, data_dir) for paragraph in doc.paragraphs]
+
+
+def _read_brown_pos(split: str, source: str, data_dir) -> list[dict]:
+    from data.corpora.brown_tags import COARSE_TAGS, coarse_tag
+
+    _check_local("brown_pos", source)
+    index = {t: i for i, t in enumerate(COARSE_TAGS)}
+    return [{"words": list(words), "tags": [index[coarse_tag(t)] for t in tags]}
+            for doc in _brown(split, data_dir)
+            for words, tags in zip(doc.tokens, doc.tags, strict=True)]
+
+
+# ----------------------------------------------------------------------------- TFDS catalog
+
+
+def _tfds_source(name: str, split: str, source: str, data_dir):
+    from data.sources import get_data_source
+
+    if source != "tfds":
+        raise DataError(f"dataset {name!r} comes from the TFDS catalog (no package carries it "
+                        "here); use source='tfds' on a machine that can download it")
+    return get_data_source(name, split, source="tfds", data_dir=data_dir)
+
+
+def _squad_example(example: dict) -> dict:
+    answers = example["answers"]
+    return {"question": as_text(example["question"]), "context": as_text(example["context"]),
+            "answers": [(int(s), t) for s, t in zip(np.asarray(answers["answer_start"]).reshape(-1),
+                                                     _texts(answers["text"]))]}
+
+
+def _read_squad(split: str, source: str, data_dir) -> Sequence[dict]:
+    return MappedExamples(_tfds_source("squad", split, source, data_dir), _squad_example)
+
+
+def _hellaswag_example(example: dict) -> dict:
+    return {"context": as_text(example["context"]), "choices": _texts(example["endings"]),
+            "label": int(example["label"])}
+
+
+def _read_hellaswag(split: str, source: str, data_dir) -> Sequence[dict]:
+    return MappedExamples(_tfds_source("hellaswag", split, source, data_dir), _hellaswag_example)
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def _builtin() -> dict[str, FinetuneDataset]:
+    from data import spam, tweets
+    from data.corpora.brown import GENRE_NAMES
+    from data.corpora.brown_tags import COARSE_TAGS
+
+    splits = ("train", "validation", "test")
+    return {d.name: d for d in (
+        FinetuneDataset("spam", "classify", spam.LABELS, splits, _read_tfds_text("spam"),
+                        description="SpamAssassin emails: ham or spam"),
+        FinetuneDataset("tweets", "classify", tweets.LABELS, splits, _read_tfds_text("tweets"),
+                        description="tweets: negative, neutral or positive"),
+        FinetuneDataset("brown_genre", "classify", GENRE_NAMES, splits, _read_brown_genre,
+                        description="Brown paragraphs: the genre of their document"),
+        FinetuneDataset("brown_pos", "tag", COARSE_TAGS, splits, _read_brown_pos,
+                        description="Brown sentences: 12 coarse POS tags per word"),
+        FinetuneDataset("squad", "span", (), ("train", "validation"), _read_squad,
+                        source="tfds", description="SQuAD v1.1 (TFDS 'squad')"),
+        FinetuneDataset("swag", "multiple_choice", (), ("train", "validation", "test"),
+                        _read_hellaswag, source="tfds", num_choices=4,
+                        description="HellaSwag (TFDS 'hellaswag'), SWAG's 4-ending form"),
+    )}
+
+
+DATASETS: dict[str, FinetuneDataset] = {}
+
+
+def register(dataset: FinetuneDataset, *, replace: bool = False) -> FinetuneDataset:
+    """Adds `dataset` under its name (replace=True to overwrite one)."""
+    if not DATASETS:
+        DATASETS.update(_builtin())
+    if dataset.name in DATASETS and not replace:
+        raise DataError(f"a fine-tuning dataset named {dataset.name!r} exists; pass "
+                        "replace=True to overwrite it")
+    DATASETS[dataset.name] = dataset
+    return dataset
+
+
+def get_dataset(name: str) -> FinetuneDataset:
+    if not DATASETS:
+        DATASETS.update(_builtin())
+    if name not in DATASETS:
+        raise DataError(f"unknown fine-tuning dataset {name!r}; known: {sorted(DATASETS)}")
+    return DATASETS[name]

@@ -1,0 +1,252 @@
+"""Fine-tuning data: email and tweet readers, their TFDS builders and hashed splits, Brown's
+coarse tags, and the BERT input pipeline (pieces, segments, labels, truncation, state, padding).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data import finetune as ft
+from data import wordpiece
+from data.corpora.brown_tags import COARSE_TAGS, base_tag, coarse_tag
+from data.errors import DataError
+
+SPAM_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spam"
+WORDS = ("the a cat dog sat on mat red blue big small walked quickly and zebra where is "
+         "?").split()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """A tiny uncased vocabulary: whole words plus '##s' and '##ly' continuations."""
+    tokens = list(wordpiece.SPECIAL_TOKENS) + WORDS + ["##s", "##ly", "quick", "slow", ",", "."]
+    return wordpiece.from_vocab({t: i for i, t in enumerate(dict.fromkeys(tokens))},
+                                lowercase=True)
+
+
+# ----------------------------------------------------------------------------- readers
+
+
+def test_email_text_takes_subject_and_plain_parts_and_strips_html():
+    from data.spam import email_text, strip_html
+
+    multipart = (b"From: a@b.c\r\nSubject: =?iso-8859-1?q?Caf=E9_offer?=\r\nMIME-Version: 1.0\r\n"
+                 b"Content-Type: multipart/alternative; boundary=XX\r\n\r\n--XX\r\n"
+                 b"Content-Type: text/plain; charset=iso-8859-1\r\n"
+                 b"Content-Transfer-Encoding: quoted-printable\r\n\r\nCheap   caf=E9\r\nnow!\r\n"
+                 b"--XX\r\nContent-Type: text/html\r\n\r\n<b>ignored</b>\r\n--XX--\r\n")
+    assert email_text(multipart) == "Café offer\n\nCheap café now!"
+    html_only = (b"Subject: Hi\r\nContent-Type: text/html\r\n\r\n<html><head><title>t</title>"
+                 b"</head><body><style>p {}</style><p>Win&nbsp;big<br>today &amp; now"
+                 b"<!-- x --></p></body></html>")
+    assert email_text(html_only) == "Hi\n\nWin big today & now"
+    assert strip_html("<script>alert(1)</script>a<p>b</p>").split() == ["a", "b"]
+    assert email_text(b"Subject: only\r\n\r\n") == "only"
+
+
+def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
+    from data import builders
+    from data.builders.text_classification import split_of
+    from data.finetune_datasets import get_dataset
+
+    shutil.copytree(SPAM_FIXTURE / "package", tmp_path / "raw" / "spam" / "package")
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    builder = builders.prepare("spam")
+    info = builder.info
+    assert info.features["label"].names == ["ham", "spam"]
+    sizes = {s: info.splits[s].num_examples for s in ("train", "validation", "test")}
+    assert sizes == {"train": 79, "validation": 15, "test": 6}
+    seen = set()
+    for split in sizes:
+        examples = get_dataset("spam").examples(split)
+        texts = [examples[i]["text"] for i in range(len(examples))]
+        assert all(split_of(t) == split for t in texts)  # the split is a function of the text
+        ids = {builder.as_data_source(split)[i]["email_id"] for i in range(len(examples))}
+        assert not ids & seen
+        seen |= ids
+    assert len(seen) == 100
+    train = get_dataset("spam").examples("train")
+    labels = [train[i]["label"] for i in range(len(train))]
+    assert set(labels) == {0, 1}
+
+
+def test_tweets_reader_and_builder_on_a_synthetic_csv(tmp_path, monkeypatch):
+    """Written here (the real tweets must never be committed): invalid UTF-8, an empty
+    confidence, a carriage return inside a quoted text."""
+    from data import builders, tweets
+    from data.builders import tweets as tweets_builder
+
+    rows = [b"sentiment,confidence,text"]
+    for i in range(60):
+        label = ("negative", "neutral", "positive")[i % 3]
+        rows.append(f"{label},0.{i % 10}5,tweet number {i} is {label}".encode())
+    rows.append(b'positive,,"broken \xd1 bytes\r\nand a line"')
+    csv = tmp_path / "raw" / "tweets" / tweets.CSV_PATH
+    csv.parent.mkdir(parents=True)
+    csv.write_bytes(b"\r\n".join(rows) + b"\r\n")
+    parsed = list(tweets.read_tweets(csv))
+    assert len(parsed) == 61 and parsed[-1].text == "broken bytes and a line"
+    assert np.isnan(parsed[-1].confidence) and parsed[0].label == "negative"
+
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    assert tweets_builder.raw_file() == csv
+    builder = builders.prepare("tweets")
+    assert builder.info.features["label"].names == ["negative", "neutral", "positive"]
+    assert sum(builder.info.splits[s].num_examples for s in ("train", "validation", "test")) == 61
+
+    csv.write_bytes(b"sentiment,confidence,text\r\nangry,1,x\r\n")
+    with pytest.raises(DataError, match="angry"):
+        list(tweets.read_tweets(csv))
+
+
+def test_brown_coarse_tags():
+    cases = {"nn-tl": "NOUN", "vbd-hl": "VERB", "nn-tl-hl": "NOUN", "jj-nc": "ADJ",
+             "dod*": "VERB", "md*": "VERB", "*": "ADV", "*-hl": "ADV", "ppss+md": "PRON",
+             "ex+bez": "DET", "fw-nn": "X", "fw-in+at-tl": "X", "pp$": "PRON", "pp$$": "PRON",
+             "nn$-tl": "NOUN", "wp$": "PRON", "cs": "ADP", "in": "ADP", "cc": "CONJ",
+             "to": "PRT", "rp": "PRT", "cd": "NUM", "od": "ADJ", "``": ".", "---hl": ".",
+             "uh": "X", "at": "DET", "ql": "ADV", "np$": "NOUN", "hvz*": "VERB"}
+    for tag, coarse in cases.items():
+        assert coarse_tag(tag) == coarse, tag
+    assert set(cases.values()) == set(COARSE_TAGS)
+    assert base_tag("bez*-hl") == "bez"
+    with pytest.raises(DataError, match="no coarse tag"):
+        coarse_tag("zz")
+
+
+def test_brown_tasks_follow_the_document_split(brown_env):
+    from data.finetune_datasets import get_dataset
+
+    genre = get_dataset("brown_genre")
+    train, test = genre.examples("train"), genre.examples("test")
+    assert len(train) > 50 and len(test) > 50
+    assert {e["label"] for e in train} == {e["label"] for e in test}  # 5 genres in each
+    assert not {e["text"] for e in train} & {e["text"] for e in test}
+    with pytest.raises(DataError, match="use the 'test' split"):
+        genre.examples("validation")  # one training document per genre: none held out
+    pos = get_dataset("brown_pos").examples("test")
+    assert all(len(e["words"]) == len(e["tags"]) for e in pos)
+    assert max(t for e in pos for t in e["tags"]) < len(COARSE_TAGS)
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+def _ids(tok, text):
+    return tok.encode(text)
+
+
+def test_classify_and_pair_rows(tok):
+    enc = ft.FeatureEncoder("classify", tok, 8)
+    row, cut, _ = enc({"text": "the cat sat", "label": 1})
+    cls, sep, pad = tok.cls_id, tok.sep_id, tok.pad_id
+    assert row["input_ids"].tolist() == [cls, *_ids(tok, "the cat sat"), sep] + [pad] * 3
+    assert row["input_mask"].tolist() == [1] * 5 + [0] * 3 and not row["segment_ids"].any()
+    assert not cut and row["label"] == 1
+    row, cut, _ = enc({"text": "the cat sat on the red mat quickly", "label": 0})
+    assert cut and row["input_ids"][-1] == sep and row["input_mask"].all()
+
+    pair = ft.FeatureEncoder("pair_classify", tok, 10)
+    row, cut, _ = pair({"text_a": "the cat", "text_b": "a dog sat on the mat", "label": 1})
+    a, b = _ids(tok, "the cat"), _ids(tok, "a dog sat on the mat")[:5]  # b loses its last 1
+    assert cut and row["input_ids"].tolist() == [cls, *a, sep, *b, sep]
+    assert row["segment_ids"].tolist() == [0] * 4 + [1] * 6
+    assert ft.truncate_pair([1, 2, 3], [4, 5, 6], 4) == ([1, 2], [4, 5], True)
+    assert ft.truncate_pair([1, 2, 3, 4], [5], 3) == ([1, 2], [5], True)
+
+
+def test_tag_labels_sit_on_the_first_piece_of_each_word(tok):
+    enc = ft.FeatureEncoder("tag", tok, 12)
+    words = ["The", "cats", "walked", "slowly", "."]
+    row, cut, _ = enc({"words": words, "tags": [1, 2, 3, 4, 5]})
+    pieces = [tok.id_to_token(i) for i in row["input_ids"][row["input_mask"] == 1]]
+    assert pieces == ["[CLS]", "the", "cat", "##s", "walked", "slow", "##ly", ".", "[SEP]"]
+    assert row["labels"][:9].tolist() == [-100, 1, 2, -100, 3, 4, -100, 5, -100]
+    assert (row["labels"][9:] == -100).all() and not cut
+    np.testing.assert_array_equal(row["label_weights"], row["labels"] >= 0)
+    row, cut, _ = ft.FeatureEncoder("tag", tok, 6)({"words": words, "tags": [1, 2, 3, 4, 5]})
+    assert cut and row["labels"].tolist() == [-100, 1, 2, -100, 3, -100]
+
+
+def test_span_positions_and_truncation(tok):
+    enc = ft.FeatureEncoder("span", tok, 16, max_query_length=4)
+    context = "the red cat sat on the big mat"
+    start = context.index("big mat")
+    row, cut, weightless = enc({"question": "where is the zebra ?", "context": context,
+                                "answers": [(start, "big mat"), (8, "cat")]})
+    q = _ids(tok, "where is the zebra")  # the question is cut to 4 pieces
+    first = len(q) + 2
+    pieces = [tok.id_to_token(i) for i in row["input_ids"]]
+    assert pieces[row["start_positions"]] == "big" and pieces[row["end_positions"]] == "mat"
+    assert row["answer_starts"].tolist()[:2] == [first + 6, first + 2]
+    assert row["answer_ends"].tolist() == [first + 7, first + 2, -1]
+    assert row["context_mask"].sum() == 8 and row["context_mask"][first] == 1
+    assert row["segment_ids"][first] == 1 and row["segment_ids"][first - 1] == 0
+    assert not cut and not weightless and row["answer_weight"] == 1
+
+    short = ft.FeatureEncoder("span", tok, 11, max_query_length=4)  # context cut to 3 pieces
+    row, cut, weightless = short({"question": "where is the zebra", "context": context,
+                                  "answers": [(start, "big mat")]})
+    assert cut and weightless and row["answer_weight"] == 0 and row["start_positions"] == 0
+
+
+def test_multiple_choice_rows(tok):
+    enc = ft.FeatureEncoder("multiple_choice", tok, 9, num_choices=3)
+    row, cut, _ = enc({"context": "the cat sat", "choices": ["on the mat", "a dog", "red"],
+                       "label": 2})
+    assert row["input_ids"].shape == (3, 9) and row["label"] == 2 and not cut
+    assert row["segment_ids"][1].tolist() == [0] * 5 + [1] * 3 + [0]
+    with pytest.raises(DataError, match="2 choices"):
+        enc({"context": "a", "choices": ["b", "c"], "label": 0})
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def _examples(n):
+    rng = np.random.default_rng(0)
+    return [{"text": " ".join(rng.choice(WORDS[:12], rng.integers(2, 12))), "label": i % 2}
+            for i in range(n)]
+
+
+def test_train_batches_resume_from_their_state_and_count_truncations(tok):
+    examples = _examples(50)
+    enc = ft.FeatureEncoder("classify", tok, 8)
+    it = ft.finetune_batches(examples, enc, batch_size=4, train=True, seed=3)
+    for _ in range(5):
+        next(it)
+    state = it.get_state()
+    expected = [next(it) for _ in range(20)]  # crosses an epoch boundary
+    assert it.stats["examples"] == 100
+    truncated = sum(len(tok.encode(e["text"])) > 6 for e in examples) * 2  # two epochs
+    assert it.stats["truncated"] == truncated
+    again = ft.finetune_batches(examples, enc, batch_size=4, train=True, seed=3)
+    again.set_state(state)
+    for want in expected:
+        got = next(again)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+    assert again.stats == it.stats
+
+
+def test_eval_batches_pad_with_mask_and_shard_over_processes(tok):
+    examples = _examples(11)
+    enc = ft.FeatureEncoder("classify", tok, 8)
+    n = ft.num_batches(11, batch_size=2, process_count=2)
+    assert n == 3
+    seen = []
+    for process in range(2):
+        batches = list(ft.finetune_batches(examples, enc, batch_size=2, train=False,
+                                           process_index=process, process_count=2))
+        assert len(batches) == n
+        for batch in batches:
+            assert batch["mask"].dtype == np.float32 and batch["input_ids"].shape == (2, 8)
+            seen += [row.tolist() for row, m in zip(batch["input_ids"], batch["mask"]) if m]
+            assert (batch["input_mask"][batch["mask"] == 0] == 0).all()
+    assert len(seen) == 11
+    want = [enc(e)[0]["input_ids"].tolist() for e in examples]
+    assert sorted(seen) == sorted(want)

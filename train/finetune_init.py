@@ -1,0 +1,169 @@
+"""Where a fine-tuning run's encoder, vocabulary and model dimensions come from (`config.init`).
+
+    init = resolve_init(config, scratch_vocab=...)   # Pretrained(model_config, tokenizer, params)
+    variables = replace_encoder(variables, init.params)   # inside the task's init_variables
+
+  'scratch'   a random encoder of config.model's dimensions; the WordPiece vocabulary is
+              config.data.vocab_file, or one trained on the task's training texts (cached);
+  'minilm'    all-MiniLM-L6-v2 (data/pretrained.py; `python -m data.fetch minilm`): its
+              config.json gives the model dimensions (overriding config.model's), its
+              tokenizer.json the vocabulary, its weights the encoder (models/hf_bert.py);
+  <path>      the workdir of a pretraining run (`python -m train --config configs/bert/
+              pretrain.py ...`): its config.json gives the model dimensions and names the
+              vocabulary (its data.vocab_file, or the cached WordPiece vocabulary of its
+              data.names / train_split / vocab_size / lowercase, which data/wordpiece.py
+              retrains identically if the cache was deleted), the latest checkpoint the encoder
+              (train.checkpointing.load_params(path)['bert']).
+Settings that are not dimensions (dropout rates, dtype, attention implementation) always come
+from config.model, so fine-tuning chooses them. `replace_encoder` checks that every encoder
+parameter is there with its shape and names each difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import traverse_util
+
+from models.bert import BertConfig
+from train.config import ConfigError, to_dataclass
+
+INIT_NAMES = ("scratch", "minilm")  # or a path
+# BertConfig fields fine-tuning sets itself, whatever the pretrained model used.
+RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "attention_implementation", "dtype",
+                  "param_dtype")
+
+
+@dataclasses.dataclass
+class Pretrained:
+    """What `config.init` resolves to."""
+
+    model_config: BertConfig
+    tokenizer: Any  # data.wordpiece.WordPieceTokenizer
+    params: Any  # the encoder's parameter tree (a BertModel's), NumPy; None for 'scratch'
+    description: str
+
+
+def _model_section(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    section = config.model.to_dict()
+    section.pop("name", None)
+    return section
+
+
+def _runtime(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    section = _model_section(config)
+    return {k: section[k] for k in RUNTIME_FIELDS if k in section}
+
+
+def resolve_init(config: ml_collections.ConfigDict,
+                 scratch_vocab: Callable[[], Any]) -> Pretrained:
+    """The Pretrained of `config.init` (module docstring); `scratch_vocab()` gives the
+    vocabulary of init='scratch' when config.data.vocab_file is empty."""
+    init = config.init
+    if init == "scratch":
+        from data import wordpiece
+
+        data = config.data
+        tok = (wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
+               if data.vocab_file else scratch_vocab())
+        model_section = config.model.copy_and_resolve_references()
+        with model_section.unlocked():
+            del model_section["name"]
+        cfg = to_dataclass(BertConfig, model_section, "model", vocab_size=tok.vocab_size)
+        return Pretrained(cfg, tok, None, "a randomly initialised encoder")
+    if init == "minilm":
+        return _minilm(config)
+    if not init:
+        raise ConfigError(f"config.init is empty; use one of {list(INIT_NAMES)} or the workdir "
+                          "of a pretraining run")
+    return _workdir(config, pathlib.Path(init))
+
+
+def _minilm(config) -> Pretrained:
+    from data import pretrained, wordpiece
+    from models.hf_bert import load_hf_checkpoint
+
+    folder = pretrained.minilm_dir()
+    cfg, params = load_hf_checkpoint(folder)
+    cfg = dataclasses.replace(cfg, **_runtime(config))
+    tok = wordpiece.load_tokenizer(folder / "tokenizer.json")
+    if tok.vocab_size != cfg.vocab_size:
+        raise ConfigError(f"MiniLM's tokenizer has {tok.vocab_size} tokens, its config.json "
+                          f"vocab_size={cfg.vocab_size}")
+    return Pretrained(cfg, tok, params, f"all-MiniLM-L6-v2 from {folder}")
+
+
+def _workdir(config, workdir: pathlib.Path) -> Pretrained:
+    from data import wordpiece
+    from data.corpora.documents import read_documents
+    from train.checkpointing import load_params
+
+    saved_path = workdir / "config.json"
+    if not saved_path.is_file():
+        raise ConfigError(f"config.init={str(workdir)!r} is neither {list(INIT_NAMES)} nor a "
+                          f"pretraining workdir: {saved_path} does not exist (python -m train "
+                          "writes it)")
+    saved = json.loads(saved_path.read_text())
+    task = saved.get("task", {}).get("name")
+    if task != "bert_pretrain":
+        raise ConfigError(f"config.init={str(workdir)!r}: that run's task is {task!r}, not "
+                          "'bert_pretrain'")
+    data = saved["data"]
+    if data.get("vocab_file"):
+        tok = wordpiece.load_tokenizer(data["vocab_file"], lowercase=data["lowercase"])
+    else:  # the cached vocabulary the run trained (retrained identically when missing)
+        names = tuple(data["names"])
+        tok = wordpiece.vocab_for_documents(
+            lambda: [d for name in names for d in read_documents(name, data["train_split"])],
+            datasets=names, split=data["train_split"], vocab_size=data["vocab_size"],
+            lowercase=data["lowercase"])
+    fields = {f.name for f in dataclasses.fields(BertConfig)}
+    dims = {k: v for k, v in saved["model"].items() if k in fields and k not in RUNTIME_FIELDS}
+    try:
+        cfg = BertConfig(**{**dims, **_runtime(config), "vocab_size": tok.vocab_size})
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"the model of {saved_path} gives no valid BertConfig: {error}") from error
+    params = load_params(workdir)
+    if "bert" not in params:
+        raise ConfigError(f"the checkpoint in {workdir} has no 'bert' encoder (top-level "
+                          f"parameters {sorted(params)})")
+    return Pretrained(cfg, tok, params["bert"], f"the pretraining run in {workdir}")
+
+
+def replace_encoder(variables: dict, encoder_params: Any, *, where: str = "bert") -> dict:
+    """`variables` with `variables['params'][where]` replaced by `encoder_params` (NumPy), keeping
+    the logical-partitioning boxes and dtypes of the random ones. ConfigError naming every
+    missing, unexpected or mis-shaped parameter."""
+    if encoder_params is None:
+        return variables
+    encoder_params = nn.meta.unbox(encoder_params)
+    current = traverse_util.flatten_dict(variables["params"][where])
+    loaded = traverse_util.flatten_dict(encoder_params)
+    problems = [f"missing {'/'.join(k)} {tuple(nn.meta.unbox(v).shape)}"
+                for k, v in current.items() if k not in loaded]
+    problems += [f"unexpected {'/'.join(k)} {np.shape(v)}" for k, v in loaded.items()
+                 if k not in current]
+    problems += [f"{'/'.join(k)}: pretrained {np.shape(loaded[k])}, model "
+                 f"{tuple(nn.meta.unbox(v).shape)}" for k, v in current.items()
+                 if k in loaded and np.shape(loaded[k]) != tuple(nn.meta.unbox(v).shape)]
+    if problems:
+        raise ConfigError(f"the pretrained encoder does not fit the model's {where!r} "
+                          f"parameters ({len(problems)} differences):\n  "
+                          + "\n  ".join(problems[:40]))
+
+    def put(old, new):
+        value = jnp.asarray(new, dtype=nn.meta.unbox(old).dtype)
+        return old.replace_boxed(value) if isinstance(old, nn.meta.AxisMetadata) else value
+
+    replaced = {k: put(v, loaded[k]) for k, v in current.items()}
+    params = dict(variables["params"])
+    params[where] = traverse_util.unflatten_dict(replaced)
+    return {**variables, "params": params}
+

@@ -1,0 +1,239 @@
+"""BERT fine-tuning (Devlin et al. 2019, Sec. 4) and feature-based use (Sec. 5.3, Table 7).
+
+One task for the five kinds of labelled data (data/finetune_datasets.py), each with the head of
+models/bert.py that BERT's Fig. 4 draws for it:
+
+  kind             head                             loss (train/losses.py cross_entropy)
+  classify         BertForSequenceClassification    CE of the label, mean over sequences
+  pair_classify    BertForSequenceClassification    the same; the pair told apart by segment ids
+  tag              BertForTokenClassification       CE of each word's tag at its first piece,
+                                                    mean over words
+  span             BertForQuestionAnswering         (CE(start) + CE(end)) / 2, mean over the
+                                                    examples whose answer is inside the input
+  multiple_choice  BertForMultipleChoice            CE over the choices, mean over examples
+
+Metrics: `loss` and `accuracy` (tag: `token_accuracy` over words, and `sentence_accuracy`, every
+word right; span: `exact_match` and `f1` of the best span (models/spans.py, at most
+task.max_answer_length pieces) against any reference, counted on word pieces rather than the
+official script's normalised words). Sums with counts, as every task here.
+
+Initialisation (`config.init`, train/finetune_init.py): 'scratch', 'minilm' or the workdir of a
+pretraining run; the pretrained encoder replaces the random `params['bert']` in
+`init_variables`, which the trainer calls to build its state.
+
+Feature-based mode (`task.features` != 'none'): the encoder runs without dropout and its
+outputs are cut from the gradient (stop_gradient), so its parameters get exactly zero
+gradients; Adam then leaves them unchanged, and the config must set optimizer.weight_decay = 0
+(decoupled weight decay would shrink them). Available for classify, pair_classify and tag.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from data import finetune as ft_data
+from data import text as text_data
+from data.errors import DataError
+from data.finetune_datasets import get_dataset
+from models import bert
+from models.spans import best_span
+from train import flops
+from train.config import ConfigError, check_choice
+from train.finetune_init import replace_encoder, resolve_init
+from train.losses import cross_entropy
+from train.tasks.base import Task
+
+FEATURE_KINDS = ("classify", "pair_classify", "tag")
+
+
+class FinetuneTask(Task):
+    """A BERT head on a labelled dataset, from a pretrained (or random) encoder."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        check_choice(config, "model.name", ("bert",))
+        check_choice(config, "data.source", ("local", "tfds"))
+        check_choice(config, "task.features", bert.FEATURE_MODES)
+        check_choice(config, "task.feature_head", bert.TOKEN_FEATURE_HEADS)
+        self.config = config
+        try:
+            self.dataset = get_dataset(config.data.name)
+        except DataError as error:
+            raise ConfigError(f"config.data.name: {error}") from error
+        self.kind = self.dataset.kind
+        task = config.task
+        if task.features != "none":
+            if self.kind not in FEATURE_KINDS:
+                raise ConfigError(f"config.task.features={task.features!r}: the feature-based "
+                                  f"mode exists for {list(FEATURE_KINDS)}, not {self.kind!r}")
+            if config.optimizer.weight_decay != 0.0:
+                raise ConfigError(
+                    f"config.task.features={task.features!r} freezes the encoder, but "
+                    f"config.optimizer.weight_decay={config.optimizer.weight_decay} would still "
+                    "shrink its parameters (decoupled decay ignores gradients); set it to 0")
+        if task.max_answer_length < 1:
+            raise ConfigError(f"config.task.max_answer_length={task.max_answer_length} must "
+                              "be >= 1")
+        self.init = resolve_init(config, scratch_vocab=self._scratch_vocab)
+        self.model_config = self.init.model_config
+        self.tokenizer = self.init.tokenizer
+        try:
+            self.model_config.check_length(config.data.max_seq_length)
+            if task.features != "none":
+                bert.check_features(self.model_config, task.features)
+        except ValueError as error:
+            raise ConfigError(f"config.data.max_seq_length / config.task.features: {error}") \
+                from error
+        self.model = self._head()
+        try:
+            self.encoder = ft_data.FeatureEncoder(
+                self.kind, self.tokenizer, config.data.max_seq_length,
+                num_choices=self.dataset.num_choices,
+                max_query_length=config.data.max_query_length)
+        except DataError as error:
+            raise ConfigError(f"config.data: {error}") from error
+        self.d_model = self.model_config.hidden_size
+        self._num_train_examples, self._process_count = 0, 1
+
+    def _head(self):
+        cfg, task, n = self.model_config, self.config.task, self.dataset.num_labels
+        if self.kind in ("classify", "pair_classify"):
+            return bert.BertForSequenceClassification(cfg, num_labels=n, features=task.features,
+                                                      head_hidden=task.head_hidden)
+        if self.kind == "tag":
+            return bert.BertForTokenClassification(cfg, num_labels=n, features=task.features,
+                                                   head_hidden=task.head_hidden,
+                                                   feature_head=task.feature_head)
+        if self.kind == "span":
+            return bert.BertForQuestionAnswering(cfg)
+        return bert.BertForMultipleChoice(cfg)
+
+    def _scratch_vocab(self):
+        from data import wordpiece
+
+        data = self.config.data
+        return wordpiece.load_or_train(
+            f"finetune-{data.name}", data.train_split,
+            lambda: (t for e in self._examples(data.train_split)
+                     for t in ft_data.texts_of(e, self.kind)),
+            vocab_size=data.vocab_size, lowercase=data.lowercase)
+
+    # ---- model -----------------------------------------------------------------------------
+    def _shape(self, batch_size: int) -> tuple[int, ...]:
+        length = self.config.data.max_seq_length
+        if self.kind == "multiple_choice":
+            return (batch_size, self.dataset.num_choices, length)
+        return (batch_size, length)
+
+    def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
+        return {"input_ids": np.ones(self._shape(batch_size), np.int32)}
+
+    def init_variables(self, rng, inputs):
+        """The head's random variables with the pretrained encoder (if any) as params['bert']."""
+        variables = self.model.init({"params": rng}, inputs["input_ids"], train=False)
+        return replace_encoder(variables, self.init.params)
+
+    def flops_per_example(self) -> float:
+        cfg, length = self.model_config, self.config.data.max_seq_length
+        forward = flops.encoder_forward_flops(length, cfg.hidden_size, cfg.mlp_dim,
+                                              cfg.num_layers)
+        if self.kind == "multiple_choice":
+            forward *= self.dataset.num_choices
+        # A frozen encoder runs forward only; the small heads are left out.
+        factor = 1 if self.config.task.features != "none" else flops.TRAIN_FLOPS_FACTOR
+        return factor * forward
+
+    # ---- losses and metrics ----------------------------------------------------------------
+    def _apply(self, params, batch, *, train: bool, rng=None):
+        return self.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
+                                batch["input_mask"], train=train,
+                                rngs=None if rng is None else {"dropout": rng})
+
+    def _sums(self, params, batch, *, train: bool, rng=None):
+        """(loss sum, weight, {metric: (sum, count)}) of one batch."""
+        outputs = self._apply(params, batch, train=train, rng=rng)
+        rows = batch["mask"]
+        if self.kind == "tag":
+            weights = batch["label_weights"] * rows[:, None]
+            labels = jnp.maximum(batch["labels"], 0)  # -100 positions have weight 0
+            losses = cross_entropy(outputs, labels) * weights
+            right = (jnp.argmax(outputs, -1) == labels) * weights
+            words = weights.sum()
+            all_right = (right.sum(-1) == weights.sum(-1)) * rows
+            return losses.sum(), words, {
+                "loss": (losses.sum(), words), "token_accuracy": (right.sum(), words),
+                "sentence_accuracy": (all_right.sum(), rows.sum())}
+        if self.kind == "span":
+            start_logits, end_logits = outputs
+            weights = batch["answer_weight"] * rows
+            losses = 0.5 * (cross_entropy(start_logits, batch["start_positions"])
+                            + cross_entropy(end_logits, batch["end_positions"])) * weights
+            count = weights.sum()
+            metrics = {"loss": (losses.sum(), count)}
+            if not train:
+                metrics.update(self._span_scores(start_logits, end_logits, batch))
+            return losses.sum(), count, metrics
+        losses = cross_entropy(outputs, batch["label"]) * rows
+        right = (jnp.argmax(outputs, -1) == batch["label"]) * rows
+        count = rows.sum()
+        return losses.sum(), count, {"loss": (losses.sum(), count),
+                                     "accuracy": (right.sum(), count)}
+
+    def _span_scores(self, start_logits, end_logits, batch):
+        """exact_match and f1 (over word pieces) of the best span, the best over references."""
+        start, end, _ = best_span(start_logits, end_logits, self.config.task.max_answer_length,
+                                  batch["context_mask"])
+        gold_start, gold_end = batch["answer_starts"], batch["answer_ends"]
+        valid = gold_start >= 0
+        start, end = start[:, None], end[:, None]
+        exact = ((start == gold_start) & (end == gold_end) & valid).any(-1)
+        overlap = jnp.maximum(0, jnp.minimum(end, gold_end) - jnp.maximum(start, gold_start) + 1)
+        precision = overlap / (end - start + 1)
+        recall = overlap / jnp.maximum(gold_end - gold_start + 1, 1)
+        f1 = jnp.where(valid & (overlap > 0),
+                       2 * precision * recall / jnp.maximum(precision + recall, 1e-9), 0.0)
+        rows = batch["mask"]
+        return {"exact_match": ((exact * rows).sum(), rows.sum()),
+                "f1": ((f1.max(-1) * rows).sum(), rows.sum())}
+
+    # ---- pure functions the trainer jits ---------------------------------------------------
+    def loss_fn(self, params, batch, rng):
+        """(sum of per-example (tag: per-word) losses, (their weight, metric sums))."""
+        loss, weight, metrics = self._sums(params, batch, train=True, rng=rng)
+        return loss, (weight, metrics)
+
+    def eval_fn(self, params, batch):
+        return self._sums(params, batch, train=False)[2]
+
+    # ---- data --------------------------------------------------------------------------------
+    def _examples(self, split: str):
+        try:
+            return self.dataset.examples(split, source=self.config.data.source)
+        except DataError as error:
+            raise DataError(f"config.data.name={self.dataset.name!r}: {error}") from error
+
+    def train_iterator(self, *, batch_size: int, seed: int, process_index: int,
+                       process_count: int):
+        examples = self._examples(self.config.data.train_split)
+        self._num_train_examples, self._process_count = len(examples), process_count
+        return ft_data.finetune_batches(examples, self.encoder, batch_size=batch_size,
+                                        train=True, seed=seed, process_index=process_index,
+                                        process_count=process_count)
+
+    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
+        examples = self._examples(self.config.data.eval_split)
+        iterator = ft_data.finetune_batches(examples, self.encoder, batch_size=batch_size,
+                                            train=False, process_index=process_index,
+                                            process_count=process_count)
+        return iterator, ft_data.num_batches(len(examples), batch_size=batch_size,
+                                             process_count=process_count)
+
+    def data_metrics(self, train_iterator) -> dict[str, float]:
+        """Examples fed so far (this process), how many were truncated / had their answer cut
+        away, and the epochs all processes together have made."""
+        counts = text_data.long_example_counts(train_iterator)
+        if self._num_train_examples:
+            counts["epochs"] = (counts["examples"] * self._process_count
+                                / self._num_train_examples)
+        return counts
