@@ -56,7 +56,7 @@ def test_overrides_are_typed():
     ("--config.model.posemb=rope", "config.model: posemb='rope' is not one of"),
     ("--config.mesh.data=3", "config.mesh={'data': 3, 'fsdp': 1, 'tensor': 1} needs 3 devices but 1"),
     ("--config.data.batch_size=30", "config.data.batch_size=30 must split into grad_accum_steps=4"),
-    ("--config.task.name=regress", "config.task.name='regress' is not one of ['classify', 'translate', 'bert_pretrain']"),
+    ("--config.task.name=regress", "config.task.name='regress' is not one of ['classify', 'translate',"),
     ("--config.data.source=web", "config.data.source='web' is not one of ['local', 'tfds']"),
     ("--config.data.augment=rotate", "config.data.augment='rotate' is not one of ['none', 'flip', 'crop_flip']"),
     ("--config.train.nonfinite=ignore", "config.train.nonfinite='ignore' is not one of ['stop', 'skip']"),
