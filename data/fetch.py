@@ -17,9 +17,7 @@ marker against the files and does nothing when they match. See data/paths.py for
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import fcntl
 import fnmatch
 import hashlib
 import json
@@ -32,7 +30,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from typing import Callable, Iterator, Literal
+from typing import Callable, Literal
 
 from data import paths
 from data.errors import DataError
@@ -402,17 +400,9 @@ def _copy_members(source: Source, package_roots: list[pathlib.Path],
                         f"{missing}")
 
 
-@contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
+def _lock(name: str):
     """Serialises fetches of one dataset between processes on this machine."""
-    parent = paths.data_root() / "raw"
-    parent.mkdir(parents=True, exist_ok=True)
-    with open(parent / f".{name}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return paths.file_lock(paths.data_root() / "raw" / f".{name}.lock")
 
 
 def fetch(name: str | Source, *, force: bool = False, verbose: bool = True) -> bool:

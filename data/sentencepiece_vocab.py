@@ -37,8 +37,6 @@ worker processes rebuild it cheaply without reading the cache.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import io
 import itertools
@@ -148,16 +146,9 @@ def cache_path(name: str, *, vocab_size: int, model_type: str = "unigram",
                      f".max{cap}.{FORMAT}.model")
 
 
-@contextlib.contextmanager
-def _lock(path: pathlib.Path) -> Iterator[None]:
+def _lock(path: pathlib.Path):
     """Serialises the training of one cache file between processes on this machine."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return paths.file_lock(path.parent / f".{path.name}.lock")
 
 
 def _load(path: pathlib.Path, vocab_size: int) -> Tokenizer:

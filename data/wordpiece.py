@@ -49,8 +49,6 @@ Worker processes. A `WordPieceTokenizer` holds its serialized JSON and pickles a
 from __future__ import annotations
 
 import collections
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -329,16 +327,9 @@ def cache_path(datasets: str | Sequence[str], split: str, *, vocab_size: int, lo
                      f".{casing}.{FORMAT}.json")
 
 
-@contextlib.contextmanager
-def _lock(path: pathlib.Path) -> Iterator[None]:
+def _lock(path: pathlib.Path):
     """Serialises the training of one cache file between processes on this machine."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return paths.file_lock(path.parent / f".{path.name}.lock")
 
 
 def _load_cached(path: pathlib.Path, vocab_size: int, lowercase: bool) -> WordPieceTokenizer:
