@@ -14,25 +14,32 @@ import pytest  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="session")
-def fixture_data_root(tmp_path_factory) -> Path:
-    """A data root holding the real Fashion-MNIST excerpt (2,000 train / 1,000 test images),
-    laid out as `python -m data.fetch fashion_mnist` would leave it, already prepared."""
-    from data.testing import install_fashion_mnist_fixture
-
-    root = tmp_path_factory.mktemp("data_root")
-    install_fashion_mnist_fixture(root)
+def _prepared_root(tmp_path_factory, folder: str, install, dataset: str) -> Path:
+    """A fresh data root with a committed fixture installed by `install(root)` and the TFDS
+    dataset `dataset` prepared from it once (PAPERS_JAX_DATA is restored afterwards)."""
+    root = tmp_path_factory.mktemp(folder)
+    install(root)
     previous = os.environ.get("PAPERS_JAX_DATA")
     os.environ["PAPERS_JAX_DATA"] = str(root)
     try:
-        from data.sources import get_data_source
-        get_data_source("fashion_mnist", "train")  # prepares the TFDS dataset once
+        from data import builders
+        builders.prepare(dataset)
     finally:
         if previous is None:
             del os.environ["PAPERS_JAX_DATA"]
         else:
             os.environ["PAPERS_JAX_DATA"] = previous
     return root
+
+
+@pytest.fixture(scope="session")
+def fixture_data_root(tmp_path_factory) -> Path:
+    """A data root holding the real Fashion-MNIST excerpt (2,000 train / 1,000 test images),
+    laid out as `python -m data.fetch fashion_mnist` would leave it, already prepared."""
+    from data.testing import install_fashion_mnist_fixture
+
+    return _prepared_root(tmp_path_factory, "data_root", install_fashion_mnist_fixture,
+                          "fashion_mnist")
 
 
 @pytest.fixture
@@ -62,19 +69,7 @@ def brown_data_root(tmp_path_factory) -> Path:
     `python -m data.fetch brown` would leave it, already prepared (5 train / 5 validation)."""
     from data.testing import install_brown_fixture
 
-    root = tmp_path_factory.mktemp("brown_root")
-    install_brown_fixture(root)
-    previous = os.environ.get("PAPERS_JAX_DATA")
-    os.environ["PAPERS_JAX_DATA"] = str(root)
-    try:
-        from data import builders
-        builders.prepare("brown")  # prepares the TFDS dataset once
-    finally:
-        if previous is None:
-            del os.environ["PAPERS_JAX_DATA"]
-        else:
-            os.environ["PAPERS_JAX_DATA"] = previous
-    return root
+    return _prepared_root(tmp_path_factory, "brown_root", install_brown_fixture, "brown")
 
 
 @pytest.fixture
@@ -90,19 +85,7 @@ def bible_data_root(tmp_path_factory) -> Path:
     modules `python -m data.fetch bible_en_es` would leave, already prepared."""
     from data.testing import install_bible_fixture
 
-    root = tmp_path_factory.mktemp("bible_root")
-    install_bible_fixture(root)
-    previous = os.environ.get("PAPERS_JAX_DATA")
-    os.environ["PAPERS_JAX_DATA"] = str(root)
-    try:
-        from data import builders
-        builders.prepare("bible_en_es")  # prepares the TFDS dataset once
-    finally:
-        if previous is None:
-            del os.environ["PAPERS_JAX_DATA"]
-        else:
-            os.environ["PAPERS_JAX_DATA"] = previous
-    return root
+    return _prepared_root(tmp_path_factory, "bible_root", install_bible_fixture, "bible_en_es")
 
 
 @pytest.fixture
