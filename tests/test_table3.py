@@ -53,3 +53,16 @@ def test_unknown_row_names_the_allowed_ones():
 
     with pytest.raises(ConfigError, match="unknown Table 3 row 'F'"):
         load_config_file(f"{CONFIG}:row=F")
+
+
+def test_the_table3_sweep_declares_loadable_rows_and_the_papers_numbers():
+    from configs.ablations import transformer_table3
+
+    sweep = transformer_table3.get_sweep("steps=50")
+    assert list(sweep.rows) == ["base", "A1", "A2", "A3", "A4", "E", "rope", "alibi"]
+    assert sweep.paper["A1"] == {"bleu": 24.9, "perplexity": 5.29}
+    assert "rope" not in sweep.paper  # no paper number for the later encodings
+    (stage,) = sweep.stages
+    assert stage.overrides["train.num_steps"] == 50
+    for arg in sweep.rows.values():
+        load_config_file(f"{stage.config}:{arg}")
