@@ -117,6 +117,36 @@ def test_the_posemb_sweep_covers_every_position_embedding():
     assert sweep_lib.load_sweep_file(SMOKE).seeds == 2
 
 
+def test_the_bert_table8_sweep_fine_tunes_both_ways_from_each_rows_pretraining():
+    """Rows change only pretraining; both downstream stages get the row's pretraining workdir
+    (workdir_from) and depend on it, not on each other; every command's config loads."""
+    for arg in ("", "smoke"):
+        sweep = sweep_lib.load_sweep_file(f"configs/ablations/bert_table8.py:{arg}")
+        assert list(sweep.rows) == ["80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80",
+                                    "0-0-100"]
+        runs = sweep_lib.plan(sweep, Path("w"), ["0-20-80"], [1], [])
+        pretrain, features, finetune = runs
+        assert pretrain.argv[1].endswith("pretrain.py:mask=0-20-80" if not arg
+                                         else "pretrain.py:smoke,mask=0-20-80")
+        for run in (features, finetune):
+            assert run.previous == pretrain.workdir
+            assert run.argv[-1] == f"--config.init={pretrain.workdir.absolute()}"
+            assert "mask=" not in run.argv[1]
+        for run in runs:
+            config = load_config_file(run.argv[1])
+            for item in run.argv[4:]:
+                key, _, raw = item[len("--config."):].partition("=")
+                apply_override(config, key, raw)
+        assert config.task.features == "none" and config.init.endswith("pretrain")
+        assert sweep.paper["80-10-10"] == pytest.approx({"token_accuracy": 0.954,
+                                                         "features.token_accuracy": 0.949})
+    with pytest.raises(sweep_lib.SweepError, match="not an earlier stage"):
+        sweep_lib.Sweep(title="t", stages=(sweep_lib.Stage("a", "f.py", previous_workdir_key="k",
+                                                           workdir_from="b"),
+                                           sweep_lib.Stage("b", "f.py")),
+                        rows={"r": {}}, metrics=(sweep_lib.Metric("accuracy"),))
+
+
 # ---- a real 2-row x 2-seed smoke sweep -------------------------------------------------------
 @pytest.fixture(scope="module")
 def smoke_sweep(fixture_data_root, tmp_path_factory):

@@ -80,6 +80,7 @@ class Stage:
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # key -> value, all rows
     apply_rows: bool = True    # apply the row's change to this stage
     previous_workdir_key: str = ""  # config key that receives the previous stage's workdir
+    workdir_from: str = ""     # ... of this earlier stage instead ('': the one just before)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +104,13 @@ class Sweep:
         if self.stages[0].previous_workdir_key:
             raise SweepError(f"the first stage {names[0]!r} has no previous stage for "
                              f"previous_workdir_key={self.stages[0].previous_workdir_key!r}")
+        for index, stage in enumerate(self.stages):
+            if stage.workdir_from and stage.workdir_from not in names[:index]:
+                raise SweepError(f"stage {stage.name!r}: workdir_from={stage.workdir_from!r} is "
+                                 f"not an earlier stage ({names[:index]})")
+            if stage.workdir_from and not stage.previous_workdir_key:
+                raise SweepError(f"stage {stage.name!r}: workdir_from needs previous_workdir_key "
+                                 "(the config key that receives the workdir)")
         if not self.rows:
             raise SweepError("a sweep needs at least one row")
         for name in [*names, *self.rows]:
@@ -162,7 +170,7 @@ class Run:
     stage: str
     workdir: Path
     argv: tuple[str, ...]      # after `python -m train`
-    previous: Path | None      # the previous stage's workdir: it must finish first
+    previous: Path | None      # the workdir of the stage it needs: it must finish first
 
     @property
     def name(self) -> str:
@@ -201,7 +209,7 @@ def plan(sweep: Sweep, sweep_dir: Path, rows: list[str], seeds: list[int],
     for seed in seeds:
         for row in rows:
             definition = sweep.rows[row]
-            previous = None
+            previous, done = None, {}
             for stage in sweep.stages:
                 workdir = sweep_dir / row / f"seed_{seed}" / stage.name
                 config = stage.config
@@ -214,10 +222,11 @@ def plan(sweep: Sweep, sweep_dir: Path, rows: list[str], seeds: list[int],
                 argv += [f"--config.{k}={_format_value(v)}" for k, v in overrides.items()]
                 argv += cli_overrides
                 argv.append(f"--config.seed={seed}")
+                source = done[stage.workdir_from] if stage.workdir_from else previous
                 if stage.previous_workdir_key:
-                    argv.append(f"--config.{stage.previous_workdir_key}={previous.absolute()}")
-                runs.append(Run(row, seed, stage.name, workdir, tuple(argv), previous))
-                previous = workdir
+                    argv.append(f"--config.{stage.previous_workdir_key}={source.absolute()}")
+                runs.append(Run(row, seed, stage.name, workdir, tuple(argv), source))
+                previous = done[stage.name] = workdir
     return runs
 
 
@@ -230,7 +239,8 @@ def run_spec(sweep: Sweep, cli_overrides: list[str]) -> dict:
     """Everything that decides the runs' configs (not the seeds or rows chosen, not the report)."""
     stages = [{"name": s.name, "config": s.config,
                "overrides": {k: _format_value(v) for k, v in s.overrides.items()},
-               "apply_rows": s.apply_rows, "previous_workdir_key": s.previous_workdir_key}
+               "apply_rows": s.apply_rows, "previous_workdir_key": s.previous_workdir_key,
+               "workdir_from": s.workdir_from}
               for s in sweep.stages]
     return _jsonable({"stages": stages, "overrides": list(cli_overrides), "rows": dict(sweep.rows)})
 

@@ -1,0 +1,74 @@
+"""python -m train.sweep --config configs/ablations/bert_table8.py --workdir workdirs/bert_table8
+
+BERT Table 8 (Devlin et al. 2019, masking strategies): the six [MASK] / same / random splits of
+the selected tokens, each used to pretrain the CPU-sized BERT of configs/bert/pretrain.py on
+Brown + Austen + SOTU, then evaluated downstream the paper's two ways on Brown part-of-speech
+tagging (our stand-in for its NER): fine-tuning the whole model, and feature-based (the encoder
+frozen, a BiLSTM on the concatenated last four layers, as in its Table 7). Three seeds per row
+(`--seeds N`), on a reduced budget (`steps` pretraining steps, default 1,000: ~25 minutes a row
+on a 2-core CPU, plus the two fine-tunings).
+
+Variants (`:arg`, comma-separated):
+  steps=N      pretraining steps per run (default 1000; warmup N/10, linear decay to N)
+  smoke        seconds-long runs of every stage on the Brown fixture, 2 seeds, for tests
+e.g. `--config configs/ablations/bert_table8.py:steps=2000 --rows 80-10-10,100-0-0`.
+"""
+
+from __future__ import annotations
+
+from configs import common
+from train.sweep import Metric, Stage, Sweep
+
+PRETRAIN = "configs/bert/pretrain.py"
+FINETUNE = "configs/bert/finetune.py"
+MASKS = ("80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80", "0-0-100")
+
+# Table 8, dev set: MNLI fine-tune accuracy, NER fine-tune F1, NER feature-based F1.
+PAPER_TABLE8 = {
+    "80-10-10": (84.2, 95.4, 94.9),
+    "100-0-0": (84.3, 94.9, 94.0),
+    "80-0-20": (84.1, 95.2, 94.6),
+    "80-20-0": (84.4, 95.2, 94.7),
+    "0-20-80": (83.7, 94.8, 94.6),
+    "0-0-100": (83.6, 94.9, 94.6),
+}
+
+
+def get_sweep(arg: str | None = None) -> Sweep:
+    args = common.parse_arg(arg, steps=1000, smoke=False)
+    if args.steps < 1:
+        raise ValueError(f"steps={args.steps} must be >= 1")
+    quiet = {"train.progress_bar": False, "train.eval_every": 0}
+    if args.smoke:
+        pretrain = Stage("pretrain", f"{PRETRAIN}:smoke",
+                         {**quiet, "data.names": ("brown",)})
+        tune = f"{FINETUNE}:task=brown_pos,smoke"
+        tune_overrides = {**quiet, "data.eval_split": "test"}  # the fixture has no validation
+    else:
+        pretrain = Stage("pretrain", PRETRAIN, {
+            **quiet, "train.num_steps": args.steps,
+            "optimizer.warmup_steps": max(1, args.steps // 10),
+            "train.checkpoint_every": max(100, args.steps // 4)})
+        tune = f"{FINETUNE}:task=brown_pos"
+        tune_overrides = dict(quiet)
+    stages = (  # both downstream stages start from the row's pretraining workdir
+        pretrain,
+        Stage("features", f"{tune},features=concat_last_four", tune_overrides, apply_rows=False,
+              previous_workdir_key="init", workdir_from="pretrain"),
+        Stage("finetune", tune, tune_overrides, apply_rows=False, previous_workdir_key="init",
+              workdir_from="pretrain"),
+    )
+    return Sweep(
+        title=f"BERT Table 8: masking strategies (Brown POS{', smoke' if args.smoke else ''})",
+        stages=stages,
+        rows={mask: f"mask={mask}" for mask in MASKS},
+        metrics=(Metric("token_accuracy", "max"),  # fine-tuned (the last stage)
+                 Metric("token_accuracy", "max", stage="features"),
+                 Metric("mlm_accuracy", "max", stage="pretrain")),
+        seeds=2 if args.smoke else 3,
+        paper={mask: {"token_accuracy": ner_ft / 100, "features.token_accuracy": ner_fb / 100}
+               for mask, (_, ner_ft, ner_fb) in PAPER_TABLE8.items()},
+        paper_note="BERT-base NER dev F1 (fine-tuned / feature-based) on CoNLL-2003; ours is "
+                   "POS token accuracy of a small CPU model, so compare how the rows order, "
+                   "not the values.",
+    )
