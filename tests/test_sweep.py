@@ -141,9 +141,10 @@ def test_the_bert_table8_sweep_fine_tunes_both_ways_from_each_rows_pretraining()
         assert sweep.paper["80-10-10"] == pytest.approx({"token_accuracy": 0.954,
                                                          "features.token_accuracy": 0.949})
     with pytest.raises(sweep_lib.SweepError, match="not an earlier stage"):
-        sweep_lib.Sweep(title="t", stages=(sweep_lib.Stage("a", "f.py", previous_workdir_key="k",
-                                                           workdir_from="b"),
-                                           sweep_lib.Stage("b", "f.py")),
+        sweep_lib.Sweep(title="t", stages=(sweep_lib.Stage("a", "f.py"),
+                                           sweep_lib.Stage("b", "f.py", previous_workdir_key="k",
+                                                           workdir_from="c"),
+                                           sweep_lib.Stage("c", "f.py")),
                         rows={"r": {}}, metrics=(sweep_lib.Metric("accuracy"),))
 
 
