@@ -15,34 +15,22 @@ and the rest train, the same on every machine; examples keep the canonical verse
 
 from __future__ import annotations
 
-import pathlib
 
-from etils import epath
 import tensorflow_datasets as tfds
 
-from data import bible, paths
 from data.pair_splits import SPLITS, split_of
+from data import bible
+from data.builders.local import LocalBuilder
 
 NAME = bible.NAME  # the name data.fetch and data.sources know it by
 
 
-class BibleEnEsLocal(tfds.core.GeneratorBasedBuilder):
+class BibleEnEsLocal(LocalBuilder):
     """English-Spanish verse pairs from locally fetched SWORD modules."""
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: Debian's sword-text-web 426.0 and "
                               "sword-text-sparv 2.60."}
-
-    # TFDS looks up a builder's source file through `importlib_resources`, a package it only
-    # declares for Python < 3.9 and that is not installed here; name the file directly.
-    @tfds.core.utils.classproperty
-    @classmethod
-    def code_path(cls) -> epath.Path:
-        return epath.Path(__file__)
-
-    def __init__(self, *, data_dir: str | pathlib.Path | None = None, **kwargs):
-        kwargs.setdefault("file_format", "array_record")
-        super().__init__(data_dir=str(data_dir or paths.tfds_dir()), **kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(

@@ -18,33 +18,21 @@ same on every machine; examples keep the dictionary's order.
 
 from __future__ import annotations
 
-import pathlib
 
-from etils import epath
 import tensorflow_datasets as tfds
 
-from data import ding, paths
 from data.pair_splits import SPLITS, split_of
+from data import ding
+from data.builders.local import LocalBuilder
 
 NAME = ding.NAME  # the name data.fetch and data.sources know it by
 
 
-class DingDeEnLocal(tfds.core.GeneratorBasedBuilder):
+class DingDeEnLocal(LocalBuilder):
     """German-English sentence pairs from a locally fetched Ding dictionary."""
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: Debian's trans-de-en (Ding)."}
-
-    # TFDS looks up a builder's source file through `importlib_resources`, a package it only
-    # declares for Python < 3.9 and that is not installed here; name the file directly.
-    @tfds.core.utils.classproperty
-    @classmethod
-    def code_path(cls) -> epath.Path:
-        return epath.Path(__file__)
-
-    def __init__(self, *, data_dir: str | pathlib.Path | None = None, **kwargs):
-        kwargs.setdefault("file_format", "array_record")
-        super().__init__(data_dir=str(data_dir or paths.tfds_dir()), **kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(

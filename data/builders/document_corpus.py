@@ -10,15 +10,13 @@ about 5% held out, stratified by `split_group`) and writes them in corpus order.
 from __future__ import annotations
 
 import pathlib
-import sys
 
-from etils import epath
 import tensorflow_datasets as tfds
 
-from data import paths
 from data.corpora.documents import Document, document_features, to_example
 from data.corpora.splits import SPLITS, VALIDATION_FRACTION, assign_splits
 from data.errors import DataError
+from data.builders.local import LocalBuilder
 
 
 def missing_data(name: str, folder: pathlib.Path, what: str = "") -> DataError:
@@ -28,7 +26,7 @@ def missing_data(name: str, folder: pathlib.Path, what: str = "") -> DataError:
                      f"python -m data.fetch {name}")
 
 
-class DocumentCorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class DocumentCorpusBuilder(LocalBuilder, skip_registration=True):
     """Base of the document corpus builders: features, splits and examples."""
 
     NAME = ""  # the name data.fetch knows the corpus by
@@ -38,17 +36,6 @@ class DocumentCorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=T
     HOMEPAGE = ""
     CITATION = ""
     LICENSE = ""
-
-    # TFDS looks up a builder's source file through `importlib_resources`, a package it only
-    # declares for Python < 3.9 and that is not installed here; name the subclass's file.
-    @tfds.core.utils.classproperty
-    @classmethod
-    def code_path(cls) -> epath.Path:
-        return epath.Path(sys.modules[cls.__module__].__file__)
-
-    def __init__(self, *, data_dir: str | pathlib.Path | None = None, **kwargs):
-        kwargs.setdefault("file_format", "array_record")
-        super().__init__(data_dir=str(data_dir or paths.tfds_dir()), **kwargs)
 
     @classmethod
     def metadata_features(cls) -> dict:

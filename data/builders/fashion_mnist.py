@@ -13,12 +13,12 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
-from etils import epath
 import tensorflow_datasets as tfds
 
 from data import builders, paths
 from data.errors import DataError
 from data.idx import read_idx, read_idx_shape
+from data.builders.local import LocalBuilder
 
 NAME = "fashion_mnist"  # the name data.fetch and data.sources know it by
 RAW_SUBDIR = "usr/share/datasets/fashion-mnist"  # where the package keeps the files
@@ -77,22 +77,11 @@ def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-class FashionMnistLocal(tfds.core.GeneratorBasedBuilder):
+class FashionMnistLocal(LocalBuilder):
     """Fashion-MNIST from locally fetched IDX files."""
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: the IDX files of Debian's dataset-fashion-mnist."}
-
-    # TFDS looks up a builder's source file through `importlib_resources`, a package it only
-    # declares for Python < 3.9 and that is not installed here; name the file directly.
-    @tfds.core.utils.classproperty
-    @classmethod
-    def code_path(cls) -> epath.Path:
-        return epath.Path(__file__)
-
-    def __init__(self, *, data_dir: str | pathlib.Path | None = None, **kwargs):
-        kwargs.setdefault("file_format", "array_record")
-        super().__init__(data_dir=str(data_dir or paths.tfds_dir()), **kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(

@@ -14,14 +14,11 @@ split and never leak from train into test. Examples keep the corpus order within
 
 from __future__ import annotations
 
-import pathlib
-import sys
 from typing import Any, Iterable
 
-from etils import epath
 import tensorflow_datasets as tfds
 
-from data import paths
+from data.builders.local import LocalBuilder
 from data.corpora.splits import stable_hash
 
 SPLITS = ("train", "validation", "test")
@@ -39,7 +36,7 @@ def split_of(text: str) -> str:
     raise AssertionError("the split percentages must add up to 100")
 
 
-class TextClassificationBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class TextClassificationBuilder(LocalBuilder, skip_registration=True):
     """Base of the labelled-text builders: features, hashed splits and examples."""
 
     NAME = ""  # the name data.fetch knows the dataset by
@@ -48,17 +45,6 @@ class TextClassificationBuilder(tfds.core.GeneratorBasedBuilder, skip_registrati
     HOMEPAGE = ""
     CITATION = ""
     LICENSE = ""
-
-    # TFDS looks up a builder's source file through `importlib_resources`, which is not
-    # installed here; name the subclass's file (as data/builders/document_corpus.py does).
-    @tfds.core.utils.classproperty
-    @classmethod
-    def code_path(cls) -> epath.Path:
-        return epath.Path(sys.modules[cls.__module__].__file__)
-
-    def __init__(self, *, data_dir: str | pathlib.Path | None = None, **kwargs):
-        kwargs.setdefault("file_format", "array_record")
-        super().__init__(data_dir=str(data_dir or paths.tfds_dir()), **kwargs)
 
     @classmethod
     def metadata_features(cls) -> dict:
