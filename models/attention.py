@@ -257,7 +257,9 @@ class MultiHeadAttention(nn.Module):
 
     ``__call__(inputs_q [b, q, e], inputs_kv [b, k, e] | None, *, mask, bias, q_positions,
     kv_positions, deterministic, decode) -> [b, q, out_features]``. ``inputs_kv=None`` means
-    self-attention. Positions (``[b, len]`` int, default ``arange``) are only used for RoPE.
+    self-attention. Positions (``[b, len]`` int, default ``arange``) are only used for RoPE;
+    ``[b, len, k]`` positions rotate ``k`` equal parts of each head by ``k`` position axes (axial
+    RoPE, e.g. the row and column of an image patch; see ``models.position.apply_rope``).
     ``value_head_dim`` (``d_v``, default ``head_dim``) may differ from ``head_dim`` (``d_k``), as
     in Vaswani et al. 2017, Table 3 row (B) (the 'xla' implementation only).
 

@@ -155,7 +155,8 @@ class EncoderBlock(_BlockConfig):
 
     Submodules: ``'attention'``, ``'mlp'``, ``'norm_attention'``, ``'norm_mlp'``.
     ``__call__(x [b, l, e], *, mask, bias, positions, deterministic) -> [b, l, e]``;
-    ``mask`` / ``bias`` go to the attention, ``positions`` ``[b, l]`` drive RoPE if enabled.
+    ``mask`` / ``bias`` go to the attention, ``positions`` ``[b, l]`` drive RoPE if enabled
+    (``[b, l, k]``: axial RoPE over ``k`` position axes, e.g. a ViT's patch row and column).
     ``dropout_rate`` drops each sublayer output and the FFN hidden activations;
     ``attention_dropout_rate`` drops attention probabilities.
     """

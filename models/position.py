@@ -13,9 +13,12 @@ Absolute encodings are added to the token embeddings once, at the input:
 Relative encodings act inside every attention layer and see only the offset between a query
 and a key:
   - ``apply_rope``: rotate queries and keys by an angle proportional to their position, so that
-    their dot product depends on the offset only (RoFormer, Su et al. 2021).
+    their dot product depends on the offset only (RoFormer, Su et al. 2021). Given 2-D
+    positions ``[b, l, 2]`` it is the axial 2-D RoPE of Heo et al. 2024 (RoPE-Axial): half of
+    each head is rotated by the row, the other half by the column.
   - ``alibi_bias``: add a fixed, linearly decreasing penalty to the attention logits
-    (ALiBi, Press et al. 2022).
+    (ALiBi, Press et al. 2022); ``alibi_2d_bias`` is the same penalty on the Euclidean distance
+    between two patches of an image grid.
   - ``T5RelativePositionBias``: add a learned per-head scalar chosen by a log-spaced bucket of the
     offset (T5, Raffel et al. 2020).
   - ``RelativePositionBias2D``: a learned per-head scalar for every 2-D patch offset (the
@@ -50,6 +53,8 @@ POSITION_KINDS = {
     'sincos2d': 'fixed 2-D sin/cos for image patches (ViT)',
     'learned2d': 'trained row and column tables, concatenated (ViT appendix D.4)',
     'relative2d': 'learned bias per 2-D patch offset (ViT Table 8, "relative")',
+    'rope2d': 'axial rotary rotation, half of each head by row, half by column (Heo et al. 2024)',
+    'alibi2d': 'fixed bias -slope * Euclidean patch distance on attention logits (ALiBi, 2-D)',
 }
 
 
@@ -137,7 +142,8 @@ def apply_rope(x, positions, base: float = 10000.0):
 
     Args:
       x: queries or keys, ``[batch, length, heads, head_dim]``.
-      positions: integer positions, ``[batch, length]``.
+      positions: integer positions, ``[batch, length]`` (1-D RoPE), or ``[batch, length, k]``
+        for ``k`` position axes (``k = 2``: row and column of an image patch).
       base: ``theta_i = base^(-2i/head_dim)``.
 
     Returns:
@@ -152,7 +158,21 @@ def apply_rope(x, positions, base: float = 10000.0):
     Because rotations compose, ``<R(m) q, R(n) k> = <q, R(n - m) k>``: after rotating both
     queries and keys, the attention logit depends on their positions only through ``n - m``.
     Rotations preserve norms, so nothing else about ``q`` and ``k`` changes.
+
+    Several position axes (axial RoPE, Heo et al. 2024, "Rotary Position Embedding for Vision
+    Transformer", RoPE-Axial): with ``positions`` ``[batch, length, k]`` the head dimension is
+    cut into ``k`` equal, contiguous parts of width ``d_k = head_dim / k`` (each must be even),
+    and part ``j`` is rotated as above by ``positions[..., j]`` with the frequencies of a
+    ``d_k``-wide head, ``theta_i = base^(-2i/d_k)``. The parts are independent rotations, so the
+    logit depends only on the offsets ``n_j - m_j`` of every axis. ``k = 1`` gives the 1-D result.
     """
+    if positions.ndim == x.ndim - 1:
+        return _apply_rope_axial(x, positions, base)
+    if positions.ndim != x.ndim - 2:
+        raise ValueError(
+            f'apply_rope: positions must be [batch, length] or [batch, length, axes] for x of '
+            f'shape {tuple(x.shape)} [batch, length, heads, head_dim], got shape '
+            f'{tuple(positions.shape)}.')
     head_dim = x.shape[-1]
     theta = jnp.asarray(rope_frequencies(head_dim, base))                      # [d/2]
     angle = positions.astype(jnp.float32)[:, :, None, None] * theta            # [b, l, 1, d/2]
@@ -160,6 +180,25 @@ def apply_rope(x, positions, base: float = 10000.0):
     pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], head_dim // 2, 2)
     x_even, x_odd = pairs[..., 0], pairs[..., 1]
     # Su et al. 2021 (RoFormer), Sec. 3.2: each pair times [[cos m.theta, -sin m.theta], [sin, cos]].
+    rotated = jnp.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], axis=-1)
+    return rotated.reshape(x.shape).astype(x.dtype)
+
+
+def _apply_rope_axial(x, positions, base: float):
+    """``apply_rope`` with ``positions`` ``[b, l, k]``: head part ``j`` turns by axis ``j``."""
+    head_dim, num_axes = x.shape[-1], positions.shape[-1]
+    if num_axes < 1 or head_dim % num_axes or (head_dim // num_axes) % 2:
+        raise ValueError(
+            f'apply_rope: {num_axes} position axes split head_dim={head_dim} into parts that are '
+            f'not all of one even width; choose head_dim (hidden_size / num_heads) divisible by '
+            f'{2 * max(num_axes, 1)}.')
+    part = head_dim // num_axes
+    theta = jnp.asarray(rope_frequencies(part, base))                          # [d_k/2]
+    angle = positions.astype(jnp.float32)[:, :, None, :, None] * theta         # [b, l, 1, k, d_k/2]
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], num_axes, part // 2, 2)
+    x_even, x_odd = pairs[..., 0], pairs[..., 1]
+    # Heo et al. 2024 (RoPE-Axial): the RoFormer rotation of axis j's position, on part j only.
     rotated = jnp.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], axis=-1)
     return rotated.reshape(x.shape).astype(x.dtype)
 
@@ -201,6 +240,29 @@ def alibi_bias(num_heads: int, q_positions, kv_positions, causal: bool = True):
     slopes = jnp.asarray(alibi_slopes(num_heads), dtype=jnp.float32)
     # Press et al. 2022, Sec. 3: softmax(q_i K^T + m * [-(i-1), ..., -2, -1, 0]).
     return -slopes[None, :, None, None] * distance[:, None, :, :]
+
+
+def alibi_2d_bias(num_heads: int, grid_h: int, grid_w: int,
+                  num_prefix_tokens: int = 0) -> np.ndarray:
+    """2-D ALiBi bias ``-slope_h * ||(yq, xq) - (yk, xk)||_2``, float32 ``[heads, T, T]``.
+
+    ALiBi (Press et al. 2022) extended to 2-D: the penalty between query patch ``(yq, xq)`` and key
+    patch ``(yk, xk)`` grows with their Euclidean distance on the grid (in patches), with the
+    per-head slopes of ``alibi_slopes(num_heads)``. It is symmetric: an encoder has no causal
+    part. Prefix tokens (a class token) have no grid position; their rows and columns are 0 (no
+    penalty either way). ``T = num_prefix_tokens + grid_h * grid_w``, prefix tokens first, patches
+    in row-major order. No parameters: the result is a constant, broadcastable to the
+    ``[batch, heads, T, T]`` of an attention ``bias``.
+    """
+    y, x = np.meshgrid(np.arange(grid_h, dtype=np.float64), np.arange(grid_w, dtype=np.float64),
+                       indexing='ij')
+    y, x = y.reshape(-1), x.reshape(-1)
+    distance = np.sqrt((y[:, None] - y[None, :]) ** 2 + (x[:, None] - x[None, :]) ** 2)
+    p, n = num_prefix_tokens, grid_h * grid_w
+    bias = np.zeros((num_heads, p + n, p + n), dtype=np.float64)
+    # Press et al. 2022, Sec. 3 (bias -m * distance), with the 2-D Euclidean patch distance.
+    bias[:, p:, p:] = -alibi_slopes(num_heads)[:, None, None] * distance[None]
+    return bias.astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -18,6 +18,17 @@ The position encoding is the subject of the paper's Table 8 ablation and is chos
   'sincos_2d'   fixed 2-D sine-cosine table (no parameters).
   'relative'    no absolute encoding; a learned per-head bias on the attention logits indexed by
                 the 2-D offset between patches, shared by all layers.
+Two later relative encodings, not in the paper's table:
+  'rope_2d'     axial 2-D rotary embedding (Heo et al. 2024, RoPE-Axial): in every layer, the first
+                half of each query/key head is rotated by the patch's row, the second half by its
+                column (`position.apply_rope` with [batch, tokens, 2] positions, base 10000), so
+                logits depend on the 2-D offset only. Patch (r, c) sits at (r + 1, c + 1) and the
+                class token at (0, 0), i.e. it is not rotated and acts as a virtual patch one step
+                above and left of the grid, never at the place of a real patch (Heo et al.'s code
+                leaves it unrotated too but puts the first patch at (0, 0)). No parameters.
+  'alibi_2d'    ALiBi (Press et al. 2022) on the grid: a fixed bias -m_h * (Euclidean distance
+                between the two patches, in patches) on the logits of head h, with the ALiBi slopes
+                m_h; 0 in the class token's row and column; shared by all layers. No parameters.
 """
 
 from __future__ import annotations
@@ -25,11 +36,12 @@ from __future__ import annotations
 import dataclasses
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from models import position
 from models.layers import EncoderBlock, make_norm
 
-POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative")
+POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d", "alibi_2d")
 POOL_KINDS = ("cls", "mean")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -83,6 +95,11 @@ class ViTConfig:
         if self.posemb == "sincos_2d" and self.hidden_size % 4:
             raise ValueError(f"posemb='sincos_2d' needs hidden_size divisible by 4, got "
                              f"{self.hidden_size}")
+        head_dim = self.hidden_size // self.num_heads
+        if self.posemb == "rope_2d" and head_dim % 4:
+            raise ValueError(f"posemb='rope_2d' rotates two even halves of each head, so it needs "
+                             f"hidden_size / num_heads divisible by 4, got {head_dim}; change "
+                             f"hidden_size or num_heads")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -91,6 +108,17 @@ class ViTConfig:
     @property
     def num_prefix_tokens(self) -> int:
         return 1 if self.pool == "cls" else 0
+
+
+def rope_2d_positions(grid_h: int, grid_w: int, num_prefix_tokens: int) -> np.ndarray:
+    """(row, column) RoPE positions of the tokens, int32 [num_prefix_tokens + grid_h * grid_w, 2].
+
+    Prefix tokens (the class token) come first at (0, 0), then the patches in row-major order,
+    patch (r, c) at (r + 1, c + 1): no patch shares the class token's position.
+    """
+    rows, cols = np.meshgrid(np.arange(grid_h), np.arange(grid_w), indexing="ij")
+    patches = np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1) + 1
+    return np.concatenate([np.zeros((num_prefix_tokens, 2), np.int64), patches]).astype(np.int32)
 
 
 class ViT(nn.Module):
@@ -150,6 +178,13 @@ class ViT(nn.Module):
             attention_bias = position.RelativePositionBias2D(
                 cfg.num_heads, grid_h, grid_w, num_prefix_tokens=cfg.num_prefix_tokens,
                 param_dtype=param_dtype, name="relative_bias")().astype(dtype)
+        elif cfg.posemb == "alibi_2d":  # a constant; the logits are summed in float32 anyway
+            attention_bias = jnp.asarray(position.alibi_2d_bias(
+                cfg.num_heads, grid_h, grid_w, cfg.num_prefix_tokens))[None]
+        elif cfg.posemb == "rope_2d":  # (row, column) per token, rotating queries and keys
+            table = rope_2d_positions(grid_h, grid_w, cfg.num_prefix_tokens)
+            positions = jnp.broadcast_to(jnp.asarray(table), (batch, num_tokens, 2))
+        rotary_base = 10000.0 if cfg.posemb == "rope_2d" else None
 
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=not train)
@@ -158,7 +193,7 @@ class ViT(nn.Module):
                 num_heads=cfg.num_heads, head_dim=cfg.hidden_size // cfg.num_heads,
                 mlp_dim=cfg.mlp_dim, activation=cfg.activation, norm=cfg.norm,
                 norm_position=cfg.norm_position, dropout_rate=cfg.dropout_rate,
-                attention_dropout_rate=cfg.attention_dropout_rate,
+                attention_dropout_rate=cfg.attention_dropout_rate, rotary_base=rotary_base,
                 implementation=cfg.attention_implementation, dtype=dtype,
                 param_dtype=param_dtype, name=f"block_{layer}")(
                     x, bias=attention_bias, positions=positions, deterministic=not train)

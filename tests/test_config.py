@@ -23,7 +23,8 @@ def test_every_config_docstring_starts_with_its_command():
 
 
 def test_variants_select_table_8_rows_and_sizes():
-    for posemb in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative"):
+    for posemb in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d",
+                   "alibi_2d"):
         assert load_config_file(f"{CONFIG}:posemb={posemb}").model.posemb == posemb
     config = load_config_file(f"{CONFIG}:size=B,smoke")
     assert config.model.hidden_size == 32  # smoke shrinks whatever size was chosen

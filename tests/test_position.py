@@ -116,6 +116,82 @@ def test_rope_preserves_norm_and_depends_on_relative_position():
     assert float(jnp.linalg.norm(rotated)) == pytest.approx(float(np.linalg.norm(q)), rel=1e-5)
 
 
+def _np_rope_axial(x, positions, base=10000.0):
+    """Axial RoPE by hand: head part j (width d / k) rotated pair by pair by positions[..., j]."""
+    b, l, h, d = x.shape
+    k = positions.shape[-1]
+    w = d // k
+    out = np.zeros_like(x, dtype=np.float64)
+    for bi in range(b):
+        for li in range(l):
+            for j in range(k):
+                m = positions[bi, li, j]
+                for i in range(w // 2):
+                    angle = m * base ** (-2.0 * i / w)       # frequencies of a w-wide head
+                    c, s = math.cos(angle), math.sin(angle)
+                    lo = j * w + 2 * i
+                    a, bb = x[bi, li, :, lo], x[bi, li, :, lo + 1]
+                    out[bi, li, :, lo] = a * c - bb * s
+                    out[bi, li, :, lo + 1] = a * s + bb * c
+    return out
+
+
+def test_apply_rope_2d_positions_match_axial_rotation():
+    x = RNG.normal(size=(2, 5, 3, 12)).astype(np.float32)
+    positions = RNG.integers(0, 9, size=(2, 5, 2))
+    for base in (10000.0, 100.0):
+        out = P.apply_rope(jnp.asarray(x), jnp.asarray(positions), base)
+        assert out.shape == x.shape and out.dtype == x.dtype
+        np.testing.assert_allclose(out, _np_rope_axial(x.astype(np.float64), positions, base),
+                                   atol=1e-5)
+    # Each half is an ordinary 6-wide RoPE of its own axis: rows first, then columns.
+    out = np.asarray(P.apply_rope(jnp.asarray(x), jnp.asarray(positions)))
+    np.testing.assert_allclose(out[..., :6], _np_rope(x[..., :6].astype(np.float64),
+                                                      positions[..., 0]), atol=1e-5)
+    np.testing.assert_allclose(out[..., 6:], _np_rope(x[..., 6:].astype(np.float64),
+                                                      positions[..., 1]), atol=1e-5)
+
+
+def test_apply_rope_one_position_axis_equals_1d():
+    x = jnp.asarray(RNG.normal(size=(2, 7, 3, 16)).astype(np.float32))
+    positions = jnp.asarray(RNG.integers(0, 500, size=(2, 7)))
+    np.testing.assert_array_equal(P.apply_rope(x, positions[..., None], 500.0),
+                                  P.apply_rope(x, positions, 500.0))
+
+
+def test_apply_rope_rejects_parts_that_are_not_even():
+    x = jnp.zeros((1, 2, 1, 6))
+    with pytest.raises(ValueError, match=r'2 position axes split head_dim=6 .* divisible by 4'):
+        P.apply_rope(x, jnp.zeros((1, 2, 2), jnp.int32))        # two parts of width 3
+    with pytest.raises(ValueError, match=r'4 position axes split head_dim=6 .* divisible by 8'):
+        P.apply_rope(x, jnp.zeros((1, 2, 4), jnp.int32))        # 6 is not divisible by 4
+    with pytest.raises(ValueError, match=r'positions must be \[batch, length\] or'):
+        P.apply_rope(x, jnp.zeros((2,), jnp.int32))
+
+
+def test_rope_2d_scores_depend_only_on_the_2d_offset():
+    d = 16
+    q = jnp.asarray(RNG.normal(size=(1, 1, 1, d)).astype(np.float32))
+    k = jnp.asarray(RNG.normal(size=(1, 1, 1, d)).astype(np.float32))
+
+    def score(query_rc, key_rc):
+        qm = P.apply_rope(q, jnp.array([[query_rc]]))
+        kn = P.apply_rope(k, jnp.array([[key_rc]]))
+        return float(jnp.sum(qm * kn))
+
+    for (qr, qc), (kr, kc), (dr, dc) in [((0, 0), (3, 1), (2, 5)), ((4, 2), (1, 1), (-1, 3)),
+                                         ((2, 2), (2, 2), (7, 0)), ((1, 3), (0, 0), (0, -4))]:
+        assert score((qr, qc), (kr, kc)) == pytest.approx(
+            score((qr + dr, qc + dc), (kr + dr, kc + dc)), abs=1e-4)
+    # ... and on both components of the offset, which are not interchangeable.
+    base = score((2, 2), (2, 2))
+    assert abs(score((2, 2), (3, 2)) - base) > 1e-3        # row offset only
+    assert abs(score((2, 2), (2, 3)) - base) > 1e-3        # column offset only
+    assert abs(score((2, 2), (3, 2)) - score((2, 2), (2, 3))) > 1e-3
+    # Rotation by (0, 0) is the identity (the ViT's class token).
+    np.testing.assert_array_equal(P.apply_rope(q, jnp.zeros((1, 1, 2), jnp.int32)), q)
+
+
 # ---------------------------------------------------------------------------------------------
 # ALiBi
 # ---------------------------------------------------------------------------------------------
@@ -152,6 +228,32 @@ def test_alibi_bias_values():
                         dist = q_pos[b, i] - kv_pos[b, j]
                         dist = dist if causal else abs(dist)
                         assert bias[b, hh, i, j] == pytest.approx(-slopes[hh] * dist, abs=1e-6)
+
+
+@pytest.mark.parametrize('heads, slopes', [
+    (4, [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]),
+    (6, [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])])
+def test_alibi_2d_bias_values(heads, slopes):
+    gh, gw, prefix = 3, 4, 1
+    bias = P.alibi_2d_bias(heads, gh, gw, num_prefix_tokens=prefix)
+    t = prefix + gh * gw
+    assert bias.shape == (heads, t, t) and bias.dtype == np.float32
+    expected = np.zeros((heads, t, t))
+    for qi in range(gh * gw):
+        for ki in range(gh * gw):
+            (yq, xq), (yk, xk) = divmod(qi, gw), divmod(ki, gw)   # row-major patches
+            distance = math.sqrt((yq - yk) ** 2 + (xq - xk) ** 2)
+            for h in range(heads):
+                expected[h, prefix + qi, prefix + ki] = -slopes[h] * distance
+    np.testing.assert_allclose(bias, expected, rtol=1e-6, atol=1e-7)
+    # The class token's row and column carry no bias.
+    assert not bias[:, :prefix, :].any() and not bias[:, :, :prefix].any()
+    # Hand-checked, head 0 (slope 1/4): patch (0, 0) to (1, 1) is sqrt(2) apart, to (2, 3) sqrt(13).
+    assert bias[0, prefix + 0, prefix + 1 * gw + 1] == pytest.approx(-math.sqrt(2) / 4)
+    assert bias[0, prefix + 2 * gw + 3, prefix + 0] == pytest.approx(-math.sqrt(13) / 4)
+    without_prefix = P.alibi_2d_bias(heads, gh, gw)
+    assert without_prefix.shape == (heads, gh * gw, gh * gw)
+    np.testing.assert_array_equal(without_prefix, bias[:, prefix:, prefix:])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -181,7 +181,8 @@ def test_results_tables_and_plot(smoke_sweep):
     paper = sweep_lib.load_sweep_file(SMOKE).paper
     cells = {line.split("|")[1].strip().strip("*"): [c.strip() for c in line.split("|")[2:-1]]
              for line in markdown.splitlines() if line.startswith("| ") and "---" not in line}
-    assert list(cells) == ["row", "none", "learned_1d", "learned_2d", "sincos_2d", "relative"]
+    assert list(cells) == ["row", "none", "learned_1d", "learned_2d", "sincos_2d", "relative",
+                           "rope_2d", "alibi_2d"]
     for row in ROWS:
         n, accuracy, paper_accuracy, loss, _ = cells[row]
         assert n == "2"
@@ -191,7 +192,8 @@ def test_results_tables_and_plot(smoke_sweep):
             assert mean == pytest.approx(np.mean(values), abs=5e-5)
             assert std == pytest.approx(np.std(values, ddof=1), abs=5e-5)
         assert float(paper_accuracy) == pytest.approx(paper[row]["accuracy"], abs=5e-5)
-    assert cells["sincos_2d"][:3] == ["0", "-", "-"]  # not run, and no paper number
+    for row in ("sincos_2d", "rope_2d", "alibi_2d"):
+        assert cells[row][:3] == ["0", "-", "-"]  # not run, and no paper number
     means = {row: np.mean([float(r["accuracy"]) for r in table if r["row"] == row]) for row in ROWS}
     assert f"| **{max(means, key=means.get)}** |" in markdown
 

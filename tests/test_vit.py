@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from models import position
 from models.sizes import vit_size
 from models.vit import POSEMB_KINDS, ViT, ViTConfig
 
@@ -56,6 +57,17 @@ def _randomised(variables, seed=0):
     return jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) * 0.3 for k, x in zip(keys, leaves)])
 
 
+def _with_random_head(variables, seed=0):
+    """The model's own initialisation with a random (not zero) classifier, so that the logits show
+    what the encoder computed. (Randomising every parameter saturates the attention softmax, which
+    hides a fixed bias such as ALiBi's: the swap below then moves the logits by < 1e-3.)"""
+    params = dict(variables["params"])
+    kernel = params["head"]["kernel"]
+    params["head"] = {**params["head"], "kernel": jax.random.normal(jax.random.PRNGKey(seed),
+                                                                     kernel.shape, kernel.dtype)}
+    return {**variables, "params": params}
+
+
 def _swap_two_patches(images, p):
     swapped = images.copy()
     swapped[:, :p, :p], swapped[:, -p:, -p:] = images[:, -p:, -p:], images[:, :p, :p]
@@ -67,13 +79,61 @@ def test_position_embedding_decides_whether_patch_order_matters(posemb):
     cfg = small(posemb=posemb, pool="mean")
     images = np.random.default_rng(0).normal(size=(2, 28, 28, 1)).astype(np.float32)
     model = ViT(cfg)
-    variables = _randomised(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)))
+    variables = _with_random_head(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)))
     original = model.apply(variables, images)
     swapped = model.apply(variables, _swap_two_patches(images, cfg.patch_size))
     if posemb == "none":  # a bag of patches: mean pooling makes the model permutation invariant
         np.testing.assert_allclose(original, swapped, rtol=1e-4, atol=1e-5)
     else:
         assert np.abs(np.asarray(original) - np.asarray(swapped)).max() > 1e-3
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+@pytest.mark.parametrize("posemb", ["rope_2d", "alibi_2d"])
+def test_rope_2d_and_alibi_2d_forward(posemb, pool):
+    cfg = small(posemb=posemb, pool=pool)
+    assert count(cfg, 1) == count(small(posemb="none", pool=pool), 1)   # no parameters of their own
+    images = np.random.default_rng(0).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    model = ViT(cfg)
+    variables = _with_random_head(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)))
+    logits = np.asarray(model.apply(variables, images))
+    assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
+    swapped = np.asarray(model.apply(variables, _swap_two_patches(images, cfg.patch_size)))
+    assert np.abs(logits - swapped).max() > 1e-2      # the patches' places reach the output
+
+
+def _softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("posemb", ["rope_2d", "alibi_2d"])
+def test_rope_2d_and_alibi_2d_act_inside_every_attention_layer(posemb):
+    """The sown attention maps of each block are softmax(q k^T / sqrt(d) + bias) with q and k
+    rotated by the (row + 1, column + 1) of each patch, (0, 0) for the class token (rope_2d), or
+    with the 2-D ALiBi bias (alibi_2d)."""
+    cfg = small(posemb=posemb, pool="cls")
+    images = np.random.default_rng(1).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    model = ViT(cfg)
+    variables = _randomised(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)), seed=2)
+    _, state = model.apply(variables, images,
+                           capture_intermediates=lambda mdl, _: mdl.name in ("query", "key"))
+    grid, heads, head_dim = 4, cfg.num_heads, cfg.hidden_size // cfg.num_heads
+    positions = np.array([(0, 0)] + [(r + 1, c + 1) for r in range(grid) for c in range(grid)])
+    positions = jnp.asarray(np.broadcast_to(positions, (2, 1 + grid * grid, 2)))
+    bias = np.zeros((heads, 1 + grid * grid, 1 + grid * grid))
+    if posemb == "alibi_2d":
+        bias = position.alibi_2d_bias(heads, grid, grid, num_prefix_tokens=1)
+    for layer in range(cfg.num_layers):
+        attention = state["intermediates"][f"block_{layer}"]["attention"]
+        (sown,) = attention["attention_weights"]
+        q, k = attention["query"]["__call__"][0], attention["key"]["__call__"][0]
+        if posemb == "rope_2d":
+            q, k = position.apply_rope(q, positions), position.apply_rope(k, positions)
+        logits = np.einsum("bqhd,bkhd->bhqk", np.asarray(q, np.float64),
+                           np.asarray(k, np.float64)) / np.sqrt(head_dim)
+        np.testing.assert_allclose(np.asarray(sown), _softmax(logits + bias[None]),
+                                   rtol=1e-4, atol=1e-6)
 
 
 def test_every_parameter_has_logical_axis_names():
@@ -96,6 +156,9 @@ def test_sincos_and_none_add_no_parameters():
     (dict(patch_size=5), "patch_size=5 does not divide image_size=(28, 28)"),
     (dict(num_heads=3), "num_heads=3 does not divide hidden_size=32"),
     (dict(posemb="rope"), "posemb='rope' is not one of"),
+    (dict(posemb="rope_2d", hidden_size=24), "posemb='rope_2d' rotates two even halves of each "
+                                             "head, so it needs hidden_size / num_heads divisible "
+                                             "by 4, got 6"),
     (dict(pool="max"), "pool='max' is not one of"),
 ])
 def test_impossible_configs_are_rejected(overrides, message):

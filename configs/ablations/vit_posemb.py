@@ -1,9 +1,10 @@
 """python -m train.sweep --config configs/ablations/vit_posemb.py --workdir workdirs/vit_posemb
 
-ViT paper Table 8 (Dosovitskiy et al. 2021, position embeddings) on Fashion-MNIST: the five
-`posemb` rows of configs/vit/fashion_mnist.py, each trained with 3 seeds (`--seeds N` for
-another count) on a reduced budget (600 of the config's 2800 steps: about 4 minutes a run, an
-hour in all on a 2-core CPU), with the paper's ViT-B/16 numbers beside them.
+ViT paper Table 8 (Dosovitskiy et al. 2021, position embeddings) on Fashion-MNIST: the seven
+`posemb` rows of configs/vit/fashion_mnist.py (Table 8's kinds, 2-D sine-cosine, and the later
+2-D RoPE and 2-D ALiBi), each trained with 3 seeds (`--seeds N` for another count) on a reduced
+budget (600 of the config's 2800 steps: about 4 minutes a run, so 7 rows x 3 seeds = 21 runs take
+about an hour and a half on a 2-core CPU), with the paper's ViT-B/16 numbers beside them.
 
 Variants (`:arg`, comma-separated):
   steps=N      optimizer updates per run (default 600; warmup min(200, N/6), cosine decay to N)
@@ -20,7 +21,7 @@ BASE = "configs/vit/fashion_mnist.py"
 
 # Table 8, "Default/Stem" column (position added once, after the patch embedding): ViT-B/16,
 # ImageNet 5-shot linear accuracy.
-# The paper has no 2-D sine-cosine row.
+# The paper has no 2-D sine-cosine, 2-D RoPE or 2-D ALiBi row.
 PAPER_TABLE8 = {
     "none": {"accuracy": 0.61382},
     "learned_1d": {"accuracy": 0.64206},
@@ -49,7 +50,8 @@ def get_sweep(arg: str | None = None) -> Sweep:
         title=f"ViT Table 8: position embeddings (Fashion-MNIST{', smoke' if args.smoke else ''})",
         stages=(Stage("train", config, overrides),),
         rows={kind: f"posemb={kind}"
-              for kind in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative")},
+              for kind in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d",
+                           "alibi_2d")},
         metrics=(Metric("accuracy", "max"), Metric("loss", "min")),
         seeds=2 if args.smoke else 3,
         paper=PAPER_TABLE8,

@@ -4,6 +4,7 @@ A small ViT trained from scratch on Fashion-MNIST (28x28 grey images, 10 classes
 
 Variants (`:arg`, comma-separated):
   posemb=none|learned_1d|learned_2d|sincos_2d|relative   ViT paper Table 8 rows (default learned_1d)
+         |rope_2d|alibi_2d                               2-D RoPE and ALiBi (not in the paper)
   size=custom|Ti|S|B|L|H                                  ViT Table 1 widths/depths (default custom)
   smoke                                                   a seconds-long run for tests
 e.g. `--config configs/vit/fashion_mnist.py:posemb=sincos_2d` or `...:smoke`.
@@ -35,7 +36,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.num_layers = 6
     config.model.num_heads = 4
     config.model.mlp_dim = 256
-    config.model.posemb = args.posemb        # none|learned_1d|learned_2d|sincos_2d|relative
+    config.model.posemb = args.posemb        # none|learned_1d|learned_2d|sincos_2d|relative|
+                                             # rope_2d|alibi_2d (models/vit.py POSEMB_KINDS)
     config.model.pool = "mean"               # mean of patch tokens (converges faster here) | cls (paper)
     config.model.head_hidden_size = 0        # >0: tanh pre-logits layer
     config.model.stem_channels = 16          # hybrid input: patches of a 3x3-conv feature map; 0 = pure ViT
