@@ -21,6 +21,10 @@ Pre-training has two heads (Sec. 3.1, App. A.1):
   'alibi'       symmetric linear distance bias on the logits (Press et al. 2022); no limit.
   'none'        no position information at all.
 
+``remat`` (none | minimal | full) rematerialises each encoder layer in the backward pass
+(gradient checkpointing, ``models.remat``): less activation memory for more compute, the same
+parameters, outputs and gradients.
+
 Initialisation follows BERT: every dense kernel and embedding table ~ truncated normal with
 ``initializer_range`` (0.02, cut at two standard deviations, as TensorFlow's
 ``truncated_normal_initializer``), biases 0, LayerNorm scale 1 and bias 0. The feed-forward hidden
@@ -89,6 +93,7 @@ import jax.numpy as jnp
 from models import position
 from models.attention import IMPLEMENTATIONS, MultiHeadAttention
 from models.layers import ACTIVATIONS, EncoderBlock, FeedForward, make_norm
+from models.remat import REMAT_KINDS, call_block
 from models.sizes import BERT_SIZES
 
 POSEMB_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -119,6 +124,7 @@ class BertConfig:
     attention_implementation: str = "xla"
     dtype: str = "float32"                 # compute dtype
     param_dtype: str = "float32"           # parameter (and optimizer state) dtype
+    remat: str = "none"                    # none | minimal | full (models.remat)
 
     def __post_init__(self):
         for field in ("vocab_size", "hidden_size", "num_heads", "mlp_dim",
@@ -143,7 +149,8 @@ class BertConfig:
                                       ("attention_implementation", self.attention_implementation,
                                        IMPLEMENTATIONS),
                                       ("dtype", self.dtype, DTYPES),
-                                      ("param_dtype", self.param_dtype, DTYPES)):
+                                      ("param_dtype", self.param_dtype, DTYPES),
+                                      ("remat", self.remat, REMAT_KINDS)):
             if value not in allowed:
                 raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
         if self.posemb == "rope" and self.head_dim % 2:
@@ -263,7 +270,8 @@ class BertEncoder(nn.Module):
 
     ``mask`` (bool, broadcastable to ``[b, heads, l, l]``), ``bias`` (ALiBi) and ``positions``
     (RoPE) go to every layer. ``return_all=True`` returns the tuple of the input and every
-    layer's output (``num_layers + 1`` arrays) instead of the last output only.
+    layer's output (``num_layers + 1`` arrays) instead of the last output only. Each layer runs
+    under ``config.remat`` (``models.remat``).
     """
 
     config: BertConfig
@@ -275,15 +283,16 @@ class BertEncoder(nn.Module):
         dtype, param_dtype = _dtypes(cfg)
         states = [x]
         for i in range(cfg.num_layers):
-            x = BertLayer(
+            layer = BertLayer(
                 num_heads=cfg.num_heads, head_dim=cfg.head_dim, mlp_dim=cfg.mlp_dim,
                 activation="gelu", norm="layernorm", norm_epsilon=cfg.layer_norm_eps,
                 norm_position="post", dropout_rate=cfg.dropout_rate,
                 attention_dropout_rate=cfg.attention_dropout_rate,
                 rotary_base=cfg.rotary_base if cfg.posemb == "rope" else None,
                 implementation=cfg.attention_implementation, dtype=dtype,
-                param_dtype=param_dtype, kernel_init=_init(cfg), name=f"layer_{i}")(
-                    x, mask=mask, bias=bias, positions=positions, deterministic=deterministic)
+                param_dtype=param_dtype, kernel_init=_init(cfg), name=f"layer_{i}")
+            x = call_block(layer, cfg.remat, x, mask=mask, bias=bias, positions=positions,
+                           deterministic=deterministic)
             states.append(x)
         return tuple(states) if return_all else x
 

@@ -27,6 +27,10 @@ output projection, Sec. 3.4), ``encoder/block_i`` and ``decoder/block_i`` (see
 ``models.layers``), plus ``encoder/norm`` and ``decoder/norm`` for pre-LN, ``*/posemb`` for
 'learned', ``*/relative_bias`` for 't5', and ``encoder/embedding``, ``decoder/embedding``,
 ``decoder/logits`` when embeddings are not shared.
+
+``remat`` (none | minimal | full) rematerialises every encoder and decoder block in the backward
+pass (``models.remat``). Cached decoding (``decode=True``) computes no gradients and runs the
+blocks without remat.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from models.attention import (IMPLEMENTATIONS, causal_mask, combine_masks, paddi
                               segment_mask)
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
+from models.remat import REMAT_KINDS, call_block
 from models.sizes import TRANSFORMER_SIZES
 
 PAD_ID = 0
@@ -81,6 +86,7 @@ class TransformerConfig:
     attention_implementation: str = "xla"
     dtype: str = "float32"                  # compute dtype
     param_dtype: str = "float32"            # parameter (and optimizer state) dtype
+    remat: str = "none"                     # none | minimal | full (models.remat)
 
     @classmethod
     def from_size(cls, name: str, **overrides: Any) -> "TransformerConfig":
@@ -112,7 +118,8 @@ class TransformerConfig:
                                       ("attention_implementation", self.attention_implementation,
                                        IMPLEMENTATIONS),
                                       ("dtype", self.dtype, DTYPES),
-                                      ("param_dtype", self.param_dtype, DTYPES)):
+                                      ("param_dtype", self.param_dtype, DTYPES),
+                                      ("remat", self.remat, REMAT_KINDS)):
             if value not in allowed:
                 raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
         for field in ("dropout_rate", "attention_dropout_rate"):
@@ -251,8 +258,9 @@ class Encoder(nn.Module):
                                                                             segmentation))
         bias = _relative_bias(cfg, positions, positions, causal=False)
         for i in range(cfg.encoder_layers):
-            x = EncoderBlock(**_block_fields(cfg), name=f"block_{i}")(
-                x, mask=mask, bias=bias, positions=positions, deterministic=deterministic)
+            x = call_block(EncoderBlock(**_block_fields(cfg), name=f"block_{i}"), cfg.remat,
+                           x, mask=mask, bias=bias, positions=positions,
+                           deterministic=deterministic)
         if cfg.norm_position == "pre":  # pre-LN stacks end with a norm
             x = make_norm(cfg.norm, epsilon=cfg.norm_epsilon, dtype=x.dtype,
                           param_dtype=_dtypes(cfg)[1], name="norm")(x)
@@ -315,9 +323,11 @@ class Decoder(nn.Module):
             segment_mask(targets_segmentation, inputs_segmentation) if packed else None)
         self_bias = _relative_bias(cfg, targets_positions, key_positions, causal=True)
 
+        remat = "none" if decode else cfg.remat   # cached decoding takes no gradients
         for i in range(cfg.decoder_layers):
-            y = DecoderBlock(**_block_fields(cfg), name=f"block_{i}")(
-                y, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=self_bias,
+            y = call_block(
+                DecoderBlock(**_block_fields(cfg), name=f"block_{i}"), remat, y, encoded,
+                self_mask=self_mask, cross_mask=cross_mask, self_bias=self_bias,
                 positions=targets_positions, deterministic=deterministic, decode=decode)
         if cfg.norm_position == "pre":
             y = make_norm(cfg.norm, epsilon=cfg.norm_epsilon, dtype=y.dtype,

@@ -29,6 +29,10 @@ Two later relative encodings, not in the paper's table:
   'alibi_2d'    ALiBi (Press et al. 2022) on the grid: a fixed bias -m_h * (Euclidean distance
                 between the two patches, in patches) on the logits of head h, with the ALiBi slopes
                 m_h; 0 in the class token's row and column; shared by all layers. No parameters.
+
+`remat` (none | minimal | full) rematerialises each encoder block in the backward pass (gradient
+checkpointing, `models.remat`): less activation memory for more compute, the same parameters,
+logits and gradients.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import numpy as np
 
 from models import position
 from models.layers import EncoderBlock, make_norm
+from models.remat import REMAT_KINDS, call_block
 
 POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d", "alibi_2d")
 POOL_KINDS = ("cls", "mean")
@@ -69,6 +74,7 @@ class ViTConfig:
     attention_implementation: str = "xla"
     dtype: str = "float32"             # compute dtype
     param_dtype: str = "float32"       # parameter (and optimizer state) dtype
+    remat: str = "none"                # none | minimal | full (models.remat)
 
     def __post_init__(self):
         object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
@@ -87,7 +93,8 @@ class ViTConfig:
         for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
                                       ("pool", self.pool, POOL_KINDS),
                                       ("dtype", self.dtype, DTYPES),
-                                      ("param_dtype", self.param_dtype, DTYPES)):
+                                      ("param_dtype", self.param_dtype, DTYPES),
+                                      ("remat", self.remat, REMAT_KINDS)):
             if value not in allowed:
                 raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
         if self.posemb == "learned_2d" and self.hidden_size % 2:
@@ -189,14 +196,15 @@ class ViT(nn.Module):
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=not train)
         for layer in range(cfg.num_layers):
-            x = EncoderBlock(
+            block = EncoderBlock(
                 num_heads=cfg.num_heads, head_dim=cfg.hidden_size // cfg.num_heads,
                 mlp_dim=cfg.mlp_dim, activation=cfg.activation, norm=cfg.norm,
                 norm_position=cfg.norm_position, dropout_rate=cfg.dropout_rate,
                 attention_dropout_rate=cfg.attention_dropout_rate, rotary_base=rotary_base,
                 implementation=cfg.attention_implementation, dtype=dtype,
-                param_dtype=param_dtype, name=f"block_{layer}")(
-                    x, bias=attention_bias, positions=positions, deterministic=not train)
+                param_dtype=param_dtype, name=f"block_{layer}")
+            x = call_block(block, cfg.remat, x, bias=attention_bias, positions=positions,
+                           deterministic=not train)
         if cfg.norm_position == "pre":  # pre-LN stacks end with a norm (eq. 4: y = LN(z_L^0))
             x = make_norm(cfg.norm, dtype=dtype, param_dtype=param_dtype, name="final_norm")(x)
 

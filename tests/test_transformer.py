@@ -3,14 +3,19 @@ tied embeddings, pre/post-LN, config validation."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from models import decode as D
 from models.transformer import (POSEMB_KINDS, Transformer, TransformerConfig, shift_right)
 
+from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
+                          grad_has_remat, num_saved_residuals)
 from tiny_transformer import BOS, VOCAB, tiny, words
 
 
@@ -250,3 +255,77 @@ def test_learned_positions_longer_than_max_length_fail():
     tokens = np.full((1, 9), 5, np.int32)
     with pytest.raises(ValueError, match="max_length=8"):
         init(cfg, tokens, tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rematerialisation
+# ---------------------------------------------------------------------------------------------
+
+def _remat_setup(remat):
+    """A tiny pre-LN model with dropout and a T5 bias (an array argument of every block), a
+    padded batch, and its translation loss as a function of (params, train, seed)."""
+    cfg = tiny(remat=remat, dropout_rate=0.2, attention_dropout_rate=0.1, posemb="t5",
+               norm_position="pre")
+    rng = np.random.default_rng(8)
+    inputs, labels = words(rng, 2, 7), words(rng, 2, 9)
+    inputs[1, 5:] = 0
+    targets = jnp.asarray(shift_right(labels, BOS))
+
+    def loss(params, train=False, seed=0):
+        logits = Transformer(cfg).apply(
+            {"params": params}, inputs, targets, train=train,
+            rngs={"dropout": jax.random.key(seed, impl="rbg")})
+        return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], -1).mean()
+
+    return cfg, inputs, targets, loss
+
+
+def test_remat_keeps_parameters_loss_and_gradients():
+    cfg, inputs, targets, loss = _remat_setup("none")
+    boxed = Transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets)
+    params = nn.meta.unbox(init(cfg, inputs, targets))["params"]   # random biases and scales too
+
+    def losses_and_grads(loss):  # dropout off and on (the same dropout rng for every remat)
+        return jax.jit(lambda p: [jax.value_and_grad(loss)(p, train) for train in (False, True)])(
+            params)
+
+    expected = losses_and_grads(loss)
+    for remat in REMATS:
+        remat_cfg, _, _, remat_loss = _remat_setup(remat)
+        assert_same_variables(Transformer(remat_cfg).init(jax.random.PRNGKey(0), inputs, targets),
+                              boxed)
+        for got, want in zip(losses_and_grads(remat_loss), expected):
+            assert_same_loss_and_grads(got, want)
+    assert not np.allclose(expected[0][0], expected[1][0])  # dropout did act
+
+
+def test_remat_appears_in_the_gradient_and_keeps_fewer_residuals():
+    cfg, inputs, targets, _ = _remat_setup("none")
+    params = nn.meta.unbox(init(cfg, inputs, targets))["params"]
+    residuals = {}
+    for remat in ("none",) + REMATS:
+        _, _, _, loss = _remat_setup(remat)
+        assert grad_has_remat(loss, params) == (remat != "none")
+        residuals[remat] = num_saved_residuals(loss, params)
+    # 'full' keeps the blocks' inputs only, 'minimal' also the projections' outputs.
+    assert residuals["full"] < residuals["minimal"] < residuals["none"], residuals
+
+
+def test_cached_decoding_runs_unchanged_under_remat():
+    """remat only changes the backward pass; the cached decoder runs its blocks without it."""
+    cfg, inputs, _, _ = _remat_setup("none")
+    params = nn.meta.unbox(init(cfg, inputs, inputs))["params"]
+    steps = {}
+    for remat in ("none", "full"):
+        model = Transformer(dataclasses.replace(cfg, remat=remat))
+        encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+        cache = D.init_cache(model, params, encoded, inputs, max_decode_len=4)
+        step = D.make_tokens_to_logits(model, params, encoded, inputs)
+        logits, cache = step(jnp.full((2, 1), BOS, jnp.int32), cache)
+        steps[remat] = step(jnp.argmax(logits, -1)[:, None].astype(jnp.int32), cache)[0]
+    np.testing.assert_array_equal(steps["full"], steps["none"])
+
+
+def test_unknown_remat_is_rejected():
+    with pytest.raises(ValueError, match=r"remat='all' is not one of \['none', 'minimal', 'full'\]"):
+        tiny(remat="all")

@@ -12,6 +12,9 @@ from models import position
 from models.sizes import vit_size
 from models.vit import POSEMB_KINDS, ViT, ViTConfig
 
+from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
+                          grad_has_remat, num_saved_residuals)
+
 
 def small(**overrides) -> ViTConfig:
     fields = dict(num_classes=10, image_size=(28, 28), patch_size=7, hidden_size=32, num_layers=2,
@@ -200,3 +203,58 @@ def test_hybrid_stem_adds_one_convolution_and_feeds_the_patches():
         np.testing.assert_allclose(conv[:, y, x], expected, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="stem_channels=-1 must be >= 0"):
         small(stem_channels=-1)
+
+
+# Rematerialisation ---------------------------------------------------------------------------
+
+def _remat_setup(remat):
+    """A small ViT with dropout everywhere and an attention bias (posemb 'relative') passed into
+    every block, random images and labels, and its loss as a function of the parameters."""
+    cfg = small(remat=remat, posemb="relative", dropout_rate=0.1, attention_dropout_rate=0.1)
+    rng = np.random.default_rng(0)
+    images = jnp.asarray(rng.normal(size=(2, 28, 28, 1)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, 10, size=2))
+
+    def loss(params, train=False, seed=0):
+        logits = ViT(cfg).apply({"params": params}, images, train=train,
+                                rngs={"dropout": jax.random.PRNGKey(seed)})
+        return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1).mean()
+
+    return cfg, images, loss
+
+
+def test_remat_keeps_parameters_loss_and_gradients():
+    cfg, images, loss = _remat_setup("none")
+    boxed = ViT(cfg).init(jax.random.PRNGKey(0), images)
+    # The zero-initialised head would zero every other gradient: randomise all parameters.
+    params = _randomised(nn.meta.unbox(boxed), seed=2)["params"]
+
+    def losses_and_grads(loss):  # dropout off and on (the same dropout rng for every remat)
+        return jax.jit(lambda p: [jax.value_and_grad(loss)(p, train) for train in (False, True)])(
+            params)
+
+    expected = losses_and_grads(loss)
+    for remat in REMATS:
+        remat_cfg, _, remat_loss = _remat_setup(remat)
+        assert_same_variables(ViT(remat_cfg).init(jax.random.PRNGKey(0), images), boxed)
+        for got, want in zip(losses_and_grads(remat_loss), expected):
+            assert_same_loss_and_grads(got, want)
+    assert not np.allclose(expected[0][0], expected[1][0])  # dropout did act
+
+
+def test_remat_appears_in_the_gradient_and_keeps_fewer_residuals():
+    _, images, _ = _remat_setup("none")
+    params = nn.meta.unbox(ViT(small(posemb="relative")).init(jax.random.PRNGKey(0), images))
+    params = params["params"]
+    residuals = {}
+    for remat in ("none",) + REMATS:
+        _, _, loss = _remat_setup(remat)
+        assert grad_has_remat(loss, params) == (remat != "none")
+        residuals[remat] = num_saved_residuals(loss, params)
+    # 'full' keeps the blocks' inputs only, 'minimal' also the projections' outputs.
+    assert residuals["full"] < residuals["minimal"] < residuals["none"], residuals
+
+
+def test_unknown_remat_is_rejected():
+    with pytest.raises(ValueError, match=r"remat='all' is not one of \['none', 'minimal', 'full'\]"):
+        small(remat="all")

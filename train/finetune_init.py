@@ -14,8 +14,8 @@
               data.names / train_split / vocab_size / lowercase, which data/wordpiece.py
               retrains identically if the cache was deleted), the latest checkpoint the encoder
               (train.checkpointing.load_params(path)['bert']).
-Settings that are not dimensions (dropout rates, dtype, attention implementation) always come
-from config.model, so fine-tuning chooses them. `replace_encoder` checks that every encoder
+Settings that are not dimensions (dropout rates, dtype, attention implementation, remat) always
+come from config.model, so fine-tuning chooses them. `replace_encoder` checks that every encoder
 parameter is there with its shape and names each difference.
 """
 
@@ -38,7 +38,7 @@ from train.config import ConfigError, to_dataclass
 INIT_NAMES = ("scratch", "minilm")  # or a path
 # BertConfig fields fine-tuning sets itself, whatever the pretrained model used.
 RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "attention_implementation", "dtype",
-                  "param_dtype")
+                  "param_dtype", "remat")
 
 
 @dataclasses.dataclass

@@ -86,7 +86,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.max_answer_length = 30       # span: longest predicted answer in pieces (BERT: 30)
 
     config.model = ml_collections.ConfigDict()  # init=scratch: all of it; else only the last
-    config.model.name = "bert"               # five keys (dims come from the checkpoint)
+    config.model.name = "bert"               # six keys (dims come from the checkpoint)
     config.model.hidden_size = 256
     config.model.num_layers = 4
     config.model.num_heads = 4
@@ -100,6 +100,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.attention_implementation = "xla"
     config.model.dtype = "float32"
     config.model.param_dtype = "float32"
+    config.model.remat = "none"              # none | minimal | full: recompute layer activations
+                                             # in the backward pass, less memory for more compute
 
     config.data = ml_collections.ConfigDict()
     config.data.name = args.task             # data/finetune_datasets.py

@@ -49,6 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.attention_implementation = "xla"  # xla | cudnn (GPU)
     config.model.dtype = "float32"           # compute dtype: float32|bfloat16|float16
     config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
+    config.model.remat = "none"              # none | minimal | full: recompute block activations
+                                             # in the backward pass, less memory for more compute
     if args.size != "custom":
         config.model.update(vit_size(args.size))
 
