@@ -77,6 +77,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.attention_implementation = "xla"  # xla | cudnn (GPU)
     config.model.dtype = "float32"           # compute dtype
     config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
+    config.model.remat = "none"              # none | minimal | full: recompute layer activations
+                                             # in the backward pass, less memory for more compute
     if args.size != "cpu":
         config.model.update(BERT_SIZES[args.size])
 
