@@ -4,6 +4,8 @@ pretrained encoder loads into a bare BertModel for fine-tuning."""
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,6 +39,12 @@ def test_smoke_pretraining_lowers_both_losses_and_loads_for_fine_tuning(brown_en
     assert final["mlm_loss"] < before["mlm_loss"] - 0.3
     assert final["nsp_loss"] < before["nsp_loss"]
     assert {"mlm_accuracy", "nsp_accuracy"} <= final.keys()
+    # The logged label balance is the share of real eval rows whose B is random (label 1).
+    batches, count = trainer.task.eval_batches(batch_size=config.data.eval_batch_size,
+                                               process_index=0, process_count=1)
+    labels = np.concatenate([b["next_sentence_label"][b["mask"] > 0]
+                             for b in itertools.islice(batches, count)])
+    assert final["nsp_random_fraction"] == pytest.approx(labels.mean(), abs=1e-6)
 
     # The encoder of the last checkpoint is a BertModel's parameters, as fine-tuning loads them.
     params = load_params(tmp_path)

@@ -4,7 +4,8 @@ The loss is the mean MLM cross-entropy over the predicted positions plus the mea
 cross-entropy over the sequences (BERT's `get_masked_lm_output` / `get_next_sentence_output`),
 each normalised within the batch; without NSP (RoBERTa's formats) only the first term. Metrics
 are kept apart: `mlm_loss` / `mlm_accuracy` per predicted token, `nsp_loss` / `nsp_accuracy`
-per sequence, and `loss` (their sum, what is optimised).
+per sequence, `nsp_random_fraction` (the share of sequences whose B is random: the accuracy of
+always guessing "random" is max(it, 1 - it)), and `loss` (their sum, what is optimised).
 
 Examples are built in the input pipeline (data/pretraining.py): sentence pairs, truncation and
 masking, with every rate from the config. An optional second phase switches to longer
@@ -122,7 +123,9 @@ class BertPretrainingTask(Task):
             nsp = cross_entropy(outputs["nsp_logits"], labels) * rows
             correct = (jnp.argmax(outputs["nsp_logits"], -1) == labels) * rows
             count = rows.sum()
-            metrics.update(nsp_loss=(nsp.sum(), count), nsp_accuracy=(correct.sum(), count))
+            metrics.update(nsp_loss=(nsp.sum(), count), nsp_accuracy=(correct.sum(), count),
+                           # the label balance, to read nsp_accuracy against (1 = B is random)
+                           nsp_random_fraction=((labels * rows).sum(), count))
             loss = loss + nsp.sum() / jnp.maximum(count, 1.0)
         return loss, metrics
 
