@@ -22,8 +22,11 @@ Pre-training has two heads (Sec. 3.1, App. A.1):
   'none'        no position information at all.
 
 ``remat`` (none | minimal | full) rematerialises each encoder layer in the backward pass
-(gradient checkpointing, ``models.remat``): less activation memory for more compute, the same
-parameters, outputs and gradients.
+(gradient checkpointing): less activation memory for more compute, the same parameters, outputs
+and gradients. ``scan_layers`` runs the encoder as one ``nn.scan`` over a layer whose parameters
+have a leading axis of size L (``encoder/layers/...`` instead of ``encoder/layer_0`` ..
+``layer_{L-1}``): one compiled layer instead of L. Both are described in ``models.stack``; ``models.hf_bert`` and
+fine-tuning convert between the two layouts.
 
 Initialisation follows BERT: every dense kernel and embedding table ~ truncated normal with
 ``initializer_range`` (0.02, cut at two standard deviations, as TensorFlow's
@@ -84,6 +87,7 @@ named as in HF's heads: ``classifier`` (``BertForSequenceClassification``,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -93,10 +97,11 @@ import jax.numpy as jnp
 from models import position
 from models.attention import IMPLEMENTATIONS, MultiHeadAttention
 from models.layers import ACTIVATIONS, EncoderBlock, FeedForward, make_norm
-from models.remat import REMAT_KINDS, call_block
 from models.sizes import BERT_SIZES
+from models.stack import REMAT_KINDS, run_blocks, stack_layers, unstack_layers
 
 POSEMB_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
+LAYER_PREFIX, SCAN_NAME = "layer_", "layers"  # encoder submodules: loop / scan (models.stack)
 TABLE_POSEMBS = ("learned", "sinusoidal")  # bounded by max_position_embeddings
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -124,7 +129,8 @@ class BertConfig:
     attention_implementation: str = "xla"
     dtype: str = "float32"                 # compute dtype
     param_dtype: str = "float32"           # parameter (and optimizer state) dtype
-    remat: str = "none"                    # none | minimal | full (models.remat)
+    remat: str = "none"                    # none | minimal | full (models.stack)
+    scan_layers: bool = False              # nn.scan over the layers (models.stack)
 
     def __post_init__(self):
         for field in ("vocab_size", "hidden_size", "num_heads", "mlp_dim",
@@ -270,8 +276,9 @@ class BertEncoder(nn.Module):
 
     ``mask`` (bool, broadcastable to ``[b, heads, l, l]``), ``bias`` (ALiBi) and ``positions``
     (RoPE) go to every layer. ``return_all=True`` returns the tuple of the input and every
-    layer's output (``num_layers + 1`` arrays) instead of the last output only. Each layer runs
-    under ``config.remat`` (``models.remat``).
+    layer's output (``num_layers + 1`` arrays) instead of the last output only. The layers run
+    under ``config.remat`` and ``config.scan_layers`` (``models.stack``): submodules
+    ``layer_0 .. layer_{L-1}``, or one scanned ``layers``.
     """
 
     config: BertConfig
@@ -281,20 +288,20 @@ class BertEncoder(nn.Module):
                  return_all: bool = False):
         cfg = self.config
         dtype, param_dtype = _dtypes(cfg)
-        states = [x]
-        for i in range(cfg.num_layers):
-            layer = BertLayer(
+
+        def layer(name):
+            return BertLayer(
                 num_heads=cfg.num_heads, head_dim=cfg.head_dim, mlp_dim=cfg.mlp_dim,
                 activation="gelu", norm="layernorm", norm_epsilon=cfg.layer_norm_eps,
                 norm_position="post", dropout_rate=cfg.dropout_rate,
                 attention_dropout_rate=cfg.attention_dropout_rate,
                 rotary_base=cfg.rotary_base if cfg.posemb == "rope" else None,
                 implementation=cfg.attention_implementation, dtype=dtype,
-                param_dtype=param_dtype, kernel_init=_init(cfg), name=f"layer_{i}")
-            x = call_block(layer, cfg.remat, x, mask=mask, bias=bias, positions=positions,
-                           deterministic=deterministic)
-            states.append(x)
-        return tuple(states) if return_all else x
+                param_dtype=param_dtype, kernel_init=_init(cfg), name=name)
+
+        return run_blocks(layer, cfg.num_layers, x, remat=cfg.remat, scan=cfg.scan_layers,
+                          prefix=LAYER_PREFIX, scan_name=SCAN_NAME, return_all=return_all,
+                          mask=mask, bias=bias, positions=positions, deterministic=deterministic)
 
 
 class BertPooler(nn.Module):
@@ -452,6 +459,24 @@ class BertForPreTraining(nn.Module):
         sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask, train=train)
         return {"mlm_logits": self.predictions(sequence_output, self._word_embeddings()),
                 **self._nsp(pooled, with_nsp)}
+
+
+def with_layer_layout(params: Mapping[str, Any], scan: bool) -> dict[str, Any]:
+    """A ``BertModel``'s parameters (or a ``BertForPreTraining``'s / a fine-tuning model's, with
+    the encoder under ``bert``) with the encoder in the scan layout (``scan=True``: one
+    ``encoder/layers`` subtree, leading layer axis) or the loop layout (``layer_0 ..``), whichever
+    they hold now (``models.stack``). Everything else is unchanged."""
+    if "bert" in params:
+        return {**params, "bert": with_layer_layout(params["bert"], scan)}
+    encoder = params.get("encoder")
+    if encoder is None or (SCAN_NAME in encoder) == scan:  # (no encoder: left to the caller)
+        return dict(params)
+    if scan:
+        num_layers = sum(1 for k in encoder if k.startswith(LAYER_PREFIX))
+        encoder = stack_layers(encoder, num_layers, LAYER_PREFIX, SCAN_NAME)
+    else:
+        encoder = unstack_layers(encoder, LAYER_PREFIX, SCAN_NAME)
+    return {**params, "encoder": encoder}
 
 
 def masked_lm_logits(model: BertForPreTraining, sequence_output, masked_positions):

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from models.transformer import PAD_ID, Transformer
+from models.transformer import PAD_ID, Transformer, loop_layout
 
 NEG_INF = -1.0e9   # log-probability of the empty starting beams (finite: no inf - inf)
 
@@ -186,6 +186,7 @@ def predict(model, params, inputs, *, beam_size: int = 4, alpha: float = 0.6,
     """
     if beam_size < 1:
         raise ValueError(f"beam_size={beam_size} must be >= 1")
+    model, params = loop_layout(model, params)   # the cache is per block (scan_layers: unstack)
     batch = inputs.shape[0]
     encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
     if beam_size > 1:   # one copy of every example per beam, example-major

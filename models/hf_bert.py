@@ -48,7 +48,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from models.bert import BertConfig
+from models.bert import BertConfig, with_layer_layout
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -436,7 +436,7 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: BertConfig, *,
             raise CheckpointError(f"{name} differs from {_TIED[name]}: an untied MLM decoder; "
                                   "our BertForPreTraining ties it to the word embeddings and "
                                   "the output bias")
-    return params
+    return with_layer_layout(params, cfg.scan_layers)
 
 
 def _param_dtype(cfg: BertConfig) -> np.dtype:
@@ -446,11 +446,19 @@ def _param_dtype(cfg: BertConfig) -> np.dtype:
     return np.dtype(cfg.param_dtype)
 
 
+def _unboxed(tree: Mapping) -> dict:
+    """Nested plain dicts of the values of flax's nn.Partitioned / LogicallyPartitioned boxes."""
+    out = {}
+    for key, value in tree.items():
+        if hasattr(value, "unbox"):
+            value = value.unbox()
+        out[str(key)] = _unboxed(value) if isinstance(value, Mapping) else value
+    return out
+
+
 def _flatten(tree: Mapping, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
     flat = {}
     for key, value in tree.items():
-        if hasattr(value, "unbox"):  # flax's nn.Partitioned / LogicallyPartitioned boxes
-            value = value.unbox()
         if isinstance(value, Mapping):
             flat.update(_flatten(value, (*path, str(key))))
         else:
@@ -465,7 +473,7 @@ def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
     JAX arrays. CheckpointError listing every missing, unexpected and mis-shaped parameter."""
     if set(params) == {"params"}:
         params = params["params"]
-    flat = _flatten(params)
+    flat = _flatten(with_layer_layout(_unboxed(params), scan=False))
     head = "pretraining" if any(path[0] == "bert" for path in flat) else "model"
     entries = {e.path: e for e in _mapping(cfg, head)}
     misshaped = [("/".join(p), e.shape, tuple(np.shape(flat[p])))

@@ -29,8 +29,11 @@ output projection, Sec. 3.4), ``encoder/block_i`` and ``decoder/block_i`` (see
 ``decoder/logits`` when embeddings are not shared.
 
 ``remat`` (none | minimal | full) rematerialises every encoder and decoder block in the backward
-pass (``models.remat``). Cached decoding (``decode=True``) computes no gradients and runs the
-blocks without remat.
+pass; ``scan_layers`` runs each stack as one ``nn.scan`` (``encoder/blocks``, ``decoder/blocks``
+with a leading layer axis instead of ``block_i``), compiled once (``models.stack``). Cached
+decoding (``decode=True``) computes no gradients and runs the blocks without remat, in the loop
+layout: ``loop_layout`` turns a scanned model and its parameters into the equivalent loop ones,
+which ``models.decode.predict`` does by itself.
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ from models.attention import (IMPLEMENTATIONS, causal_mask, combine_masks, paddi
                               segment_mask)
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
-from models.remat import REMAT_KINDS, call_block
 from models.sizes import TRANSFORMER_SIZES
+from models.stack import REMAT_KINDS, run_blocks, unstack_layers
 
 PAD_ID = 0
 POSEMB_KINDS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
@@ -86,7 +89,8 @@ class TransformerConfig:
     attention_implementation: str = "xla"
     dtype: str = "float32"                  # compute dtype
     param_dtype: str = "float32"            # parameter (and optimizer state) dtype
-    remat: str = "none"                     # none | minimal | full (models.remat)
+    remat: str = "none"                     # none | minimal | full (models.stack)
+    scan_layers: bool = False               # nn.scan over each stack's blocks (models.stack)
 
     @classmethod
     def from_size(cls, name: str, **overrides: Any) -> "TransformerConfig":
@@ -257,10 +261,9 @@ class Encoder(nn.Module):
                              None if segmentation is None else segment_mask(segmentation,
                                                                             segmentation))
         bias = _relative_bias(cfg, positions, positions, causal=False)
-        for i in range(cfg.encoder_layers):
-            x = call_block(EncoderBlock(**_block_fields(cfg), name=f"block_{i}"), cfg.remat,
-                           x, mask=mask, bias=bias, positions=positions,
-                           deterministic=deterministic)
+        x = run_blocks(lambda name: EncoderBlock(**_block_fields(cfg), name=name),
+                       cfg.encoder_layers, x, remat=cfg.remat, scan=cfg.scan_layers, mask=mask,
+                       bias=bias, positions=positions, deterministic=deterministic)
         if cfg.norm_position == "pre":  # pre-LN stacks end with a norm
             x = make_norm(cfg.norm, epsilon=cfg.norm_epsilon, dtype=x.dtype,
                           param_dtype=_dtypes(cfg)[1], name="norm")(x)
@@ -323,12 +326,15 @@ class Decoder(nn.Module):
             segment_mask(targets_segmentation, inputs_segmentation) if packed else None)
         self_bias = _relative_bias(cfg, targets_positions, key_positions, causal=True)
 
-        remat = "none" if decode else cfg.remat   # cached decoding takes no gradients
-        for i in range(cfg.decoder_layers):
-            y = call_block(
-                DecoderBlock(**_block_fields(cfg), name=f"block_{i}"), remat, y, encoded,
-                self_mask=self_mask, cross_mask=cross_mask, self_bias=self_bias,
-                positions=targets_positions, deterministic=deterministic, decode=decode)
+        if decode and cfg.scan_layers:
+            raise ValueError("cached decoding runs the loop layout: decode with "
+                             "models.transformer.loop_layout(model, params) (models.decode.predict "
+                             "does this itself)")
+        y = run_blocks(lambda name: DecoderBlock(**_block_fields(cfg), name=name),
+                       cfg.decoder_layers, y, encoded, scan=cfg.scan_layers,
+                       remat="none" if decode else cfg.remat,  # cached decoding: no gradients
+                       self_mask=self_mask, cross_mask=cross_mask, self_bias=self_bias,
+                       positions=targets_positions, deterministic=deterministic, decode=decode)
         if cfg.norm_position == "pre":
             y = make_norm(cfg.norm, epsilon=cfg.norm_epsilon, dtype=y.dtype,
                           param_dtype=_dtypes(cfg)[1], name="norm")(y)
@@ -384,3 +390,15 @@ class Transformer(nn.Module):
         return self.decode(encoded, inputs, targets, inputs_segmentation=inputs_segmentation,
                            targets_segmentation=targets_segmentation,
                            targets_positions=targets_positions, train=train)
+
+
+def loop_layout(model: Transformer, params):
+    """The loop-layout model and parameters equal to ``model`` (``scan_layers`` or not) with
+    ``params``: cached decoding needs them. Unchanged if ``model`` does not scan."""
+    cfg = model.config
+    if not cfg.scan_layers:
+        return model, params
+    params = dict(params)
+    for stack in ("encoder", "decoder"):
+        params[stack] = unstack_layers(params[stack])
+    return Transformer(dataclasses.replace(cfg, scan_layers=False)), params

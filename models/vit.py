@@ -31,8 +31,9 @@ Two later relative encodings, not in the paper's table:
                 m_h; 0 in the class token's row and column; shared by all layers. No parameters.
 
 `remat` (none | minimal | full) rematerialises each encoder block in the backward pass (gradient
-checkpointing, `models.remat`): less activation memory for more compute, the same parameters,
-logits and gradients.
+checkpointing): less activation memory for more compute, the same parameters, logits and
+gradients. `scan_layers` runs the blocks as one `nn.scan` (parameters `blocks/...` with a leading
+axis of size num_layers instead of `block_0 .. block_{L-1}`), compiled once. See `models.stack`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import numpy as np
 
 from models import position
 from models.layers import EncoderBlock, make_norm
-from models.remat import REMAT_KINDS, call_block
+from models.stack import REMAT_KINDS, run_blocks
 
 POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d", "alibi_2d")
 POOL_KINDS = ("cls", "mean")
@@ -74,7 +75,8 @@ class ViTConfig:
     attention_implementation: str = "xla"
     dtype: str = "float32"             # compute dtype
     param_dtype: str = "float32"       # parameter (and optimizer state) dtype
-    remat: str = "none"                # none | minimal | full (models.remat)
+    remat: str = "none"                # none | minimal | full (models.stack)
+    scan_layers: bool = False          # nn.scan over the blocks (models.stack)
 
     def __post_init__(self):
         object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
@@ -195,16 +197,18 @@ class ViT(nn.Module):
 
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=not train)
-        for layer in range(cfg.num_layers):
-            block = EncoderBlock(
+
+        def block(name):
+            return EncoderBlock(
                 num_heads=cfg.num_heads, head_dim=cfg.hidden_size // cfg.num_heads,
                 mlp_dim=cfg.mlp_dim, activation=cfg.activation, norm=cfg.norm,
                 norm_position=cfg.norm_position, dropout_rate=cfg.dropout_rate,
                 attention_dropout_rate=cfg.attention_dropout_rate, rotary_base=rotary_base,
                 implementation=cfg.attention_implementation, dtype=dtype,
-                param_dtype=param_dtype, name=f"block_{layer}")
-            x = call_block(block, cfg.remat, x, bias=attention_bias, positions=positions,
-                           deterministic=not train)
+                param_dtype=param_dtype, name=name)
+
+        x = run_blocks(block, cfg.num_layers, x, remat=cfg.remat, scan=cfg.scan_layers,
+                       bias=attention_bias, positions=positions, deterministic=not train)
         if cfg.norm_position == "pre":  # pre-LN stacks end with a norm (eq. 4: y = LN(z_L^0))
             x = make_norm(cfg.norm, dtype=dtype, param_dtype=param_dtype, name="final_norm")(x)
 

@@ -14,9 +14,10 @@
               data.names / train_split / vocab_size / lowercase, which data/wordpiece.py
               retrains identically if the cache was deleted), the latest checkpoint the encoder
               (train.checkpointing.load_params(path)['bert']).
-Settings that are not dimensions (dropout rates, dtype, attention implementation, remat) always
-come from config.model, so fine-tuning chooses them. `replace_encoder` checks that every encoder
-parameter is there with its shape and names each difference.
+Settings that are not dimensions (dropout rates, dtype, attention implementation, remat,
+scan_layers) always come from config.model, so fine-tuning chooses them; the encoder's parameters
+are converted to the model's layer layout (models.bert.with_layer_layout). `replace_encoder`
+checks that every encoder parameter is there with its shape and names each difference.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from models.bert import BertConfig
+from models.bert import SCAN_NAME, BertConfig, with_layer_layout
 from train.config import ConfigError, to_dataclass
 
 INIT_NAMES = ("scratch", "minilm")  # or a path
 # BertConfig fields fine-tuning sets itself, whatever the pretrained model used.
 RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "attention_implementation", "dtype",
-                  "param_dtype", "remat")
+                  "param_dtype", "remat", "scan_layers")
 
 
 @dataclasses.dataclass
@@ -143,7 +144,8 @@ def replace_encoder(variables: dict, encoder_params: Any, *, where: str = "bert"
     missing, unexpected or mis-shaped parameter."""
     if encoder_params is None:
         return variables
-    encoder_params = nn.meta.unbox(encoder_params)
+    scanned = SCAN_NAME in variables["params"][where].get("encoder", {})
+    encoder_params = with_layer_layout(nn.meta.unbox(encoder_params), scan=scanned)
     current = traverse_util.flatten_dict(variables["params"][where])
     loaded = traverse_util.flatten_dict(encoder_params)
     problems = [f"missing {'/'.join(k)} {tuple(nn.meta.unbox(v).shape)}"

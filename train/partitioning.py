@@ -44,6 +44,7 @@ LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
     ("relpos_buckets", None),
     ("classes", None),
     ("patch", None),
+    ("layers", None),   # the stacked axis of scanned blocks (models/stack.py)
 )
 
 

@@ -102,6 +102,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.param_dtype = "float32"
     config.model.remat = "none"              # none | minimal | full: recompute layer activations
                                              # in the backward pass, less memory for more compute
+    config.model.scan_layers = False         # nn.scan over the layers (models/stack.py):
+                                             # one compiled layer, a leading layer axis
 
     config.data = ml_collections.ConfigDict()
     config.data.name = args.task             # data/finetune_datasets.py

@@ -79,6 +79,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
     config.model.remat = "none"              # none | minimal | full: recompute layer activations
                                              # in the backward pass, less memory for more compute
+    config.model.scan_layers = False         # nn.scan over the layers (models/stack.py):
+                                             # one compiled layer, a leading layer axis
     if args.size != "cpu":
         config.model.update(BERT_SIZES[args.size])
 

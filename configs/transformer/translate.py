@@ -77,6 +77,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
     config.model.remat = "none"              # none | minimal | full: recompute block activations
                                              # in the backward pass, less memory for more compute
+    config.model.scan_layers = False         # nn.scan over the blocks (models/stack.py):
+                                             # one compiled block, a leading layer axis
     if args.size != "cpu":
         config.model.update(TRANSFORMER_SIZES[args.size])
 
