@@ -1,6 +1,7 @@
 """Transformer, BERT and ViT as pure-functional Flax modules, trained with sharded jax.jit.
 
-Install for development: `pip install -c constraints.txt -e '.[test]'` (what `make` does).
+Install for development: `pip install -c constraints.txt -e '.[test]'` (what `make` does;
+it includes Hugging Face transformers, the benchmarks' peer, which `.[bench]` installs alone).
 """
 
 from setuptools import find_packages, setup
@@ -11,7 +12,8 @@ setup(
     description="Transformer, BERT and ViT in JAX/Flax: papers, ablations, sharded training",
     python_requires=">=3.10",
     packages=find_packages(include=["models", "models.*", "train", "train.*", "configs",
-                                    "configs.*", "data", "data.*"]),
+                                    "configs.*", "data", "data.*", "benchmarks",
+                                    "benchmarks.*"]),
     install_requires=[
         "jax>=0.10",
         "flax>=0.12",
@@ -31,7 +33,12 @@ setup(
         "tokenizers>=0.20",              # WordPiece vocabularies for BERT
     ],
     extras_require={
+        # transformers: the benchmark's peer, so that its tests run too (tests/test_benchmarks.py)
         "test": ["pytest", "pytest-xdist", "portpicker", "nbclient", "nbformat", "ipykernel",
-                 "matplotlib"],
+                 "matplotlib", "transformers==4.57.6"],
+        # benchmarks/: the peer, Hugging Face's Flax BERT and ViT (4.57.6 is the last release
+        # with Flax models; it needs tokenizers <= 0.23.0 and huggingface-hub < 1.0, which
+        # constraints.txt pins for everyone).
+        "bench": ["transformers==4.57.6"],
     },
 )
