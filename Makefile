@@ -4,10 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+BENCH_DIR ?= workdirs/bench
+BENCH_ARGS ?= --steps 3 --repeats 5
 WORKDIR ?= workdirs/vit_fashion_mnist
+# pytest-xdist worker processes (0: all tests in one process); a file's tests stay together
+PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: install demo test clean
+.PHONY: install demo test bench clean
 
 install: $(STAMP)
 
@@ -22,7 +26,17 @@ demo: $(STAMP)
 	$(BIN)/python -m train --config configs/vit/fashion_mnist.py --workdir $(WORKDIR)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS) tests
+
+# The train step of our BERT-base (seq 128) and ViT-B/16 (224x224) side by side with Hugging
+# Face transformers' Flax models (in the `test` extra, alone in the `bench` extra), on whatever
+# device jax sees; tables and JSON go to $(BENCH_DIR). See README.md, "Benchmarks".
+bench: $(STAMP)
+	mkdir -p $(BENCH_DIR)
+	$(BIN)/python -m benchmarks.train_step --model bert --size base --seq 128 --batch 8 \
+		$(BENCH_ARGS) --json $(BENCH_DIR)/bert_base_128.json --markdown $(BENCH_DIR)/bert_base_128.md
+	$(BIN)/python -m benchmarks.train_step --model vit --size B/16 --batch 8 \
+		$(BENCH_ARGS) --json $(BENCH_DIR)/vit_b16.json --markdown $(BENCH_DIR)/vit_b16.md
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -68,6 +68,25 @@ def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32) -
     return 2 * size ** 3 / best
 
 
+# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, matched in order against
+# a device's `device_kind` (e.g. 'NVIDIA H100 80GB HBM3'): H100 SXM 989.4 TFLOP/s, H100 PCIe 756,
+# H200 (the H100's compute) 989.4, A100 (SXM and PCIe) 312.
+GPU_BF16_PEAK_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),
+    ("H200", 989e12),
+    ("A100", 312e12),
+)
+
+
+def spec_peak_flops(device_kind: str) -> float | None:
+    """The data-sheet dense bf16 peak FLOP/s of a GPU by its `device_kind`; None if unknown."""
+    for name, peak in GPU_BF16_PEAK_FLOPS:
+        if name in device_kind:
+            return peak
+    return None
+
+
 def attention_forward_flops(q_tokens: int, kv_tokens: int, d_model: int, num_heads: int,
                             kv_heads: int, qk_dim: int, v_dim: int) -> float:
     """Forward FLOPs of one multi-head attention of `q_tokens` queries over `kv_tokens` keys.

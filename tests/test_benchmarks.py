@@ -1,0 +1,104 @@
+"""benchmarks/train_step.py: the equal-work batch computes the same loss, the report's numbers
+follow from the timings, and a tiny BERT and ViT run end to end against the peer."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from benchmarks import train_step as bench
+from train import flops
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return bench.parse_args(list(argv))
+
+
+def test_bert_default_predictions_follow_bert():
+    assert bench.default_num_predictions(128) == 20
+    assert bench.default_num_predictions(512) == 80
+    assert bench.default_num_predictions(64) == math.ceil(0.15 * 64)
+
+
+def test_equal_work_batch_has_the_same_loss(tmp_path):
+    """The head on every position with weight 0 off the predicted ones is the same MLM loss,
+    accuracy and NSP loss as the gathered head: only the work differs."""
+    args = _args("--model", "bert", "--size", "tiny", "--seq", "32", "--batch", "3",
+                 "--peer", "none", "--dropout", "0")
+    setup = bench.bert_setup(args, str(tmp_path))
+    every, every_flops = setup.equal_work
+    assert every["masked_positions"].shape == (3, 32)
+    assert every["masked_weights"].sum() == setup.batch["masked_weights"].sum()
+    assert every_flops > setup.task.flops_per_example()
+    params = setup.task.init_variables(jax.random.PRNGKey(0),
+                                       setup.task.dummy_inputs(1))["params"]
+    gathered = jax.device_get(setup.task.eval_fn(params, setup.batch))
+    full = jax.device_get(setup.task.eval_fn(params, every))
+    for name in ("mlm_loss", "mlm_accuracy", "nsp_loss"):
+        np.testing.assert_allclose(np.asarray(full[name][0]) / full[name][1],
+                                   np.asarray(gathered[name][0]) / gathered[name][1],
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_report_numbers_follow_from_the_timings():
+    args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
+    setup = bench.Setup(task=type("T", (), {"model_config": type("C", (), {"dropout_rate": 0.0})})(),
+                        config=None, optimizer=None, schedule=None, batch={},
+                        tokens_per_example=197)
+    ours = bench.Contender("ours", "ours", None, None, {}, flops_per_example=1e9,
+                           num_params=10, compile_seconds=1.0, times=[0.5, 0.2, 0.3])
+    peer = bench.Contender("transformers 4.57.6", "transformers", None, None, {},
+                           flops_per_example=1e9, num_params=10, compile_seconds=1.0,
+                           times=[0.6, 0.9, 0.7])
+    report = bench.make_report(args, setup, [ours, peer], peak=1e11, peak_source="given")
+    row = report["rows"][0]
+    assert row["step_s"] == 0.3                                  # the median of the rounds
+    assert row["examples_per_s"] == pytest.approx(4 / 0.3)
+    assert row["tokens_per_s"] == pytest.approx(4 * 197 / 0.3)
+    assert row["mfu"] == pytest.approx(4e9 / 0.3 / 1e11)
+    assert report["ratios"]["standard step (peer time / ours)"] == pytest.approx(0.7 / 0.3)
+    assert "| ours |" in bench.markdown(report)
+
+
+def test_spec_peaks_by_device_kind():
+    assert flops.spec_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert flops.spec_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert flops.spec_peak_flops("NVIDIA H200") == 989e12
+    assert flops.spec_peak_flops("cpu") is None
+
+
+def test_bad_arguments_name_the_fix():
+    with pytest.raises(SystemExit, match="not a BERT size"):
+        bench.run(_args("--model", "bert", "--size", "B/16", "--peer", "none"))
+    with pytest.raises(SystemExit, match="max_position_embeddings"):
+        bench.run(_args("--model", "bert", "--size", "tiny", "--seq", "4096", "--peer", "none"))
+    with pytest.raises(SystemExit, match="written like B/16"):
+        bench.run(_args("--model", "vit", "--size", "tiny", "--peer", "none"))
+
+
+@pytest.mark.parametrize("model_args", [
+    ("--model", "bert", "--size", "tiny", "--seq", "32"),
+    ("--model", "vit", "--size", "Ti/16", "--image_size", "32"),
+], ids=["bert", "vit"])
+def test_tiny_benchmark_against_the_peer(model_args, tmp_path):
+    pytest.importorskip("transformers", reason="the `bench` extra (make bench)")
+    report = bench.main([*model_args, "--batch", "2", "--steps", "1", "--repeats", "2",
+                         "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")])
+    libraries = [row["library"] for row in report["rows"]]
+    assert libraries.count("transformers") == 1 and "ours" in libraries
+    ours = report["rows"][0]
+    peer = next(row for row in report["rows"] if row["library"] == "transformers")
+    # The same architecture: the same parameter count (BERT's NSP head and the tied decoder
+    # included), and losses of freshly initialised models near log(classes).
+    assert peer["params"] == ours["params"]
+    classes = bench.BERT_VOCAB_SIZE if model_args[1] == "bert" else bench.IMAGENET_CLASSES
+    for row in report["rows"]:
+        assert all(t > 0 for t in row["step_s_rounds"]) and len(row["step_s_rounds"]) == 2
+        assert 0 < row["mfu"] < 1.5
+        assert abs(row["first_loss"] - math.log(classes)) < 2.0 + (model_args[1] == "bert")
+    assert report["ratios"]
+    assert (tmp_path / "r.md").read_text().startswith(f"**{model_args[1]}")
