@@ -362,9 +362,11 @@ def make_report(args, setup: Setup, contenders: list[Contender], peak: float,
             ratios["equal work (peer time / ours, head on every position)"] = (
                 peer["step_s"] / by_label["ours, MLM head on every position"]["step_s"])
     device = jax.devices()[0]
-    shape = (f"seq {args.seq}, {default_num_predictions(args.seq) if not args.num_predictions else args.num_predictions} predictions"
-             if args.model == "bert" else f"{args.image_size}x{args.image_size}, "
-             f"{setup.tokens_per_example} tokens")
+    if args.model == "bert":
+        predictions = args.num_predictions or default_num_predictions(args.seq)
+        shape = f"seq {args.seq}, {predictions} predictions"
+    else:
+        shape = f"{args.image_size}x{args.image_size}, {setup.tokens_per_example} tokens"
     return {"model": args.model, "size": args.size, "shape": shape, "batch": args.batch,
             "dtype": args.dtype, "remat": args.remat,
             "dropout": setup.task.model_config.dropout_rate,

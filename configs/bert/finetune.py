@@ -14,7 +14,7 @@ Variants (`:arg`, comma-separated):
         swag         pick 1 of 4 endings (TFDS 'hellaswag': TFDS has no 'swag')  128
   init=minilm|scratch|<workdir>
         minilm   all-MiniLM-L6-v2 (6 layers, H 384); its dimensions replace config.model's
-        scratch  a random encoder of config.model's size (the pretraining 'cpu' size), vocabulary
+        scratch  a random encoder of config.model's size (BERT-mini: 4 x 256), vocabulary
                  trained on the task's training texts
         <dir>    the workdir of a configs/bert/pretrain.py run: its last checkpoint, dimensions
                  and vocabulary
