@@ -63,7 +63,9 @@ def test_attention_cache_appends_single_steps_and_chunks():
         out, cache = mha.apply({**variables, **cache}, x[:, start:stop], decode=True,
                                mutable=["cache"])
         outputs.append(out)
-    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), full, atol=1e-5)
+    # Outputs reach |40| (unscaled random weights): float32 rounding of sums of such terms
+    # leaves ~1e-5 absolute error even on small entries.
+    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), full, rtol=1e-5, atol=5e-5)
     assert int(cache["cache"]["cache_index"]) == 7
     with pytest.raises(ValueError, match="self-attention only"):
         mha.apply(variables, x, x, decode=True, mutable=["cache"])
