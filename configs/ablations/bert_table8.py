@@ -6,7 +6,7 @@ Brown + Austen + SOTU, then evaluated downstream the paper's two ways on Brown p
 tagging (our stand-in for its NER): fine-tuning the whole model, and feature-based (the encoder
 frozen, a BiLSTM on the concatenated last four layers, as in its Table 7). Three seeds per row
 (`--seeds N`), on a reduced budget (`steps` pretraining steps, default 1,000 of the config's
-4,800: ~8 minutes a run on a 2-core CPU, plus the two fine-tunings).
+4,000: ~11 minutes a run on a 2-core CPU, plus the two fine-tunings).
 
 Variants (`:arg`, comma-separated):
   steps=N      pretraining steps per run (default 1000; warmup N/10, linear decay to N)
