@@ -45,8 +45,6 @@ import dataclasses
 import importlib
 import json
 import math
-import os
-import statistics
 import sys
 import tempfile
 import time
@@ -58,6 +56,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.profile import markdown as profile_markdown
+from benchmarks.profile import profile_contender
+from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown
 from models.sizes import BERT_SIZES, VIT_SIZES
 from train import flops, partitioning
 from train.optimizers import make_optimizer
@@ -287,7 +288,7 @@ def build_contenders(setup: Setup, seed: int) -> list[Contender]:
                            seed)]
     if setup.equal_work is not None:
         batch, equal_flops = setup.equal_work
-        contenders.append(_compile("ours, MLM head on every position", "ours", task, setup,
+        contenders.append(_compile(OURS_EVERY_POSITION, "ours", task, setup,
                                    ours_params, batch, equal_flops, seed))
     if setup.peer_model is not None:
         # The same task (loss, metrics) with the peer's model answering its `model.apply`.
@@ -340,61 +341,17 @@ def peak_flops(args) -> tuple[float | None, str]:
     return None, f"best {args.dtype} 2048^3 matmul measured in this run"
 
 
-def make_report(args, setup: Setup, contenders: list[Contender], peak: float,
-                peak_source: str) -> dict:
-    rows = []
-    for c in contenders:
-        step_seconds = statistics.median(c.times)
-        flops_per_step = c.flops_per_example * args.batch
-        rows.append({
-            "label": c.label, "library": c.library, "params": c.num_params,
-            "compile_s": c.compile_seconds, "step_s": step_seconds, "step_s_rounds": c.times,
-            "examples_per_s": args.batch / step_seconds,
-            "tokens_per_s": args.batch * setup.tokens_per_example / step_seconds,
-            "tflops_per_step": flops_per_step / 1e12,
-            "mfu": flops_per_step / step_seconds / peak, "first_loss": c.first_loss})
-    by_label = {row["label"]: row for row in rows}
-    ratios = {}
-    peer = next((row for row in rows if row["library"] == "transformers"), None)
-    if peer is not None:
-        ratios["standard step (peer time / ours)"] = peer["step_s"] / by_label["ours"]["step_s"]
-        if setup.equal_work is not None:
-            ratios["equal work (peer time / ours, head on every position)"] = (
-                peer["step_s"] / by_label["ours, MLM head on every position"]["step_s"])
-    device = jax.devices()[0]
+def report_for(args, setup: Setup, contenders: list[Contender], peak: float,
+               peak_source: str) -> dict:
+    """``benchmarks.report.make_report`` with this run's shape description."""
     if args.model == "bert":
         predictions = args.num_predictions or default_num_predictions(args.seq)
         shape = f"seq {args.seq}, {predictions} predictions"
     else:
         shape = f"{args.image_size}x{args.image_size}, {setup.tokens_per_example} tokens"
-    return {"model": args.model, "size": args.size, "shape": shape, "batch": args.batch,
-            "dtype": args.dtype, "remat": args.remat,
-            "dropout": setup.task.model_config.dropout_rate,
-            "device": f"{device.platform}: {device.device_kind}", "cpu_count": os.cpu_count(),
-            "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "peak_tflops": peak / 1e12, "peak_source": peak_source,
-            "steps": args.steps, "repeats": args.repeats, "rows": rows, "ratios": ratios}
-
-
-def markdown(report: dict) -> str:
-    head = (f"**{report['model']} {report['size']}**, batch {report['batch']}, {report['shape']}, "
-            f"{report['dtype']}, dropout {report['dropout']}, remat {report['remat']}; "
-            f"{report['device']}; peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s "
-            f"({report['peak_source']}); median of {report['repeats']} rounds of "
-            f"{report['steps']} steps")
-    lines = [head, "",
-             "| implementation | parameters | compile s | step ms | examples/s | tokens/s | "
-             "TFLOPs/step | MFU | first loss |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        lines.append(f"| {r['label']} | {r['params']:,} | {r['compile_s']:.1f} | "
-                     f"{r['step_s'] * 1e3:.1f} | {r['examples_per_s']:.2f} | "
-                     f"{r['tokens_per_s']:.0f} | {r['tflops_per_step']:.3f} | "
-                     f"{r['mfu']:.1%} | {r['first_loss']:.3f} |")
-    if report["ratios"]:
-        lines.append("")
-        lines.extend(f"- {name}: **{value:.2f}x**" for name, value in report["ratios"].items())
-    return "\n".join(lines)
+    return make_report(args, contenders, tokens_per_example=setup.tokens_per_example,
+                       shape=shape, dropout=setup.task.model_config.dropout_rate, peak=peak,
+                       peak_source=peak_source)
 
 
 # --------------------------------------------------------------------------------------- CLI
@@ -429,6 +386,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default="", help="also write the report as JSON here")
     parser.add_argument("--markdown", default="", help="also write the table as Markdown here")
+    parser.add_argument("--profile", default="",
+                        help="after timing, trace --steps more steps of each contender into "
+                             "this directory and print where the time goes by op kind "
+                             "(benchmarks/profile.py)")
     args = parser.parse_args(argv)
     for name in ("batch", "steps", "repeats"):
         if getattr(args, name) < 1:
@@ -450,14 +411,21 @@ def run(args) -> dict:
         contenders = build_contenders(setup, args.seed)
         probe = None if peak is not None else (lambda: measured_peak(args.dtype))
         peaks = time_rounds(contenders, steps=args.steps, repeats=args.repeats, peak_probe=probe)
-    return make_report(args, setup, contenders, peak if peak is not None else max(peaks),
-                       peak_source)
+        profiles = {c.label: profile_contender(c, args.steps, Path(args.profile) / f"contender_{i}")
+                    for i, c in enumerate(contenders)} if args.profile else None
+    report = report_for(args, setup, contenders, peak if peak is not None else max(peaks),
+                        peak_source)
+    if profiles:
+        report["profile"] = profiles
+    return report
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     report = run(args)
     table = markdown(report)
+    if "profile" in report:
+        table += "\n\n" + profile_markdown(report["profile"])
     print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")

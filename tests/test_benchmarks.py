@@ -1,16 +1,21 @@
-"""benchmarks/train_step.py: the equal-work batch computes the same loss, the report's numbers
-follow from the timings, and a tiny BERT and ViT run end to end against the peer."""
+"""benchmarks/: the equal-work batch computes the same loss, the report's numbers follow from the
+timings, a tiny BERT and ViT run end to end against the peer, and the profile splits a step's
+time by op kind."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
 from benchmarks import train_step as bench
+from benchmarks.profile import markdown as profile_markdown
+from benchmarks.profile import op_kind
 from train import flops
 
 
@@ -54,13 +59,14 @@ def test_report_numbers_follow_from_the_timings():
     peer = bench.Contender("transformers 4.57.6", "transformers", None, None, {},
                            flops_per_example=1e9, num_params=10, compile_seconds=1.0,
                            times=[0.6, 0.9, 0.7])
-    report = bench.make_report(args, setup, [ours, peer], peak=1e11, peak_source="given")
+    report = bench.report_for(args, setup, [ours, peer], peak=1e11, peak_source="given")
     row = report["rows"][0]
     assert row["step_s"] == 0.3                                  # the median of the rounds
     assert row["examples_per_s"] == pytest.approx(4 / 0.3)
     assert row["tokens_per_s"] == pytest.approx(4 * 197 / 0.3)
     assert row["mfu"] == pytest.approx(4e9 / 0.3 / 1e11)
     assert report["ratios"]["standard step (peer time / ours)"] == pytest.approx(0.7 / 0.3)
+    assert report["shape"] == "224x224, 197 tokens"
     assert "| ours |" in bench.markdown(report)
 
 
@@ -102,3 +108,22 @@ def test_tiny_benchmark_against_the_peer(model_args, tmp_path):
         assert abs(row["first_loss"] - math.log(classes)) < 2.0 + (model_args[1] == "bert")
     assert report["ratios"]
     assert (tmp_path / "r.md").read_text().startswith(f"**{model_args[1]}")
+
+
+def test_profile_splits_the_step_time_by_op_kind(tmp_path):
+    report = bench.main(["--model", "vit", "--size", "Ti/16", "--image_size", "32", "--batch",
+                         "2", "--steps", "2", "--repeats", "1", "--peer", "none",
+                         "--profile", str(tmp_path / "trace")])
+    profile = report["profile"]["ours"]
+    assert Path(profile["trace"]).is_file() and profile["trace"].endswith(".xplane.pb")
+    times = profile["op_ms_per_step"]
+    assert times and all(ms >= 0 for ms in times.values()) and sum(times.values()) > 0
+    assert not any(re.search(r"\.\d+$", kind) for kind in times)  # instances grouped by kind
+    table = profile_markdown(report["profile"])
+    assert "| op kind" in table and "**total**" in table
+
+
+def test_op_kind_drops_the_instance_number():
+    assert op_kind("copy_bitcast_fusion.85") == "copy_bitcast_fusion"
+    assert op_kind("dot") == "dot"
+
