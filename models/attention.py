@@ -116,11 +116,19 @@ def attention_weights(query, key, *, bias=None, mask=None):
     """
     b, q_len, h, d = query.shape
     k_len, num_kv_heads = key.shape[1], key.shape[2]
+    # Vaswani et al. 2017, eq. 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V. The scale
+    # is applied to Q ([b, q, h, d]), which is smaller than the logits ([b, h, q, k]) once q > d.
+    query = query / jnp.asarray(math.sqrt(d), query.dtype)
+    if num_kv_heads == h:  # multi-head: plain 4-D contractions, no group axis to lay out
+        return _normalise(jnp.einsum('bqhd,bkhd->bhqk', query, key,
+                                     preferred_element_type=jnp.float32), bias, mask)
     grouped = _group_query_heads(query, num_kv_heads)
     logits = jnp.einsum('bqngd,bknd->bngqk', grouped, key, preferred_element_type=jnp.float32)
-    logits = logits.reshape(b, h, q_len, k_len)
-    # Vaswani et al. 2017, eq. 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
-    logits = logits / math.sqrt(d)
+    return _normalise(logits.reshape(b, h, q_len, k_len), bias, mask)
+
+
+def _normalise(logits, bias, mask):
+    """Softmax over keys of float32 ``logits + bias``, masked pairs 0 (see attention_weights)."""
     if bias is not None:
         logits = logits + jnp.asarray(bias, jnp.float32)
     if mask is None:
@@ -193,7 +201,10 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
         probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
     b, q_len, h, _ = query.shape
     num_kv_heads = key.shape[2]
-    probs = probs.astype(dtype).reshape(b, num_kv_heads, h // num_kv_heads, q_len, -1)
+    probs = probs.astype(dtype)
+    if num_kv_heads == h:
+        return jnp.einsum('bhqk,bkhd->bqhd', probs, value)
+    probs = probs.reshape(b, num_kv_heads, h // num_kv_heads, q_len, -1)
     out = jnp.einsum('bngqk,bknd->bqngd', probs, value)
     return out.reshape(b, q_len, h, value.shape[-1])
 

@@ -12,6 +12,7 @@ A block is a stack of sublayers, each wrapped in a residual connection and a nor
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -74,21 +75,76 @@ class FeedForward(nn.Module):
         return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def standardize(x, epsilon: float):
+    """``(x - mean) / sqrt(var + epsilon)`` over the last axis, with the exact (two-pass)
+    variance ``var = mean((x - mean)^2)``, which stays accurate when ``|mean| >> std``.
+
+    Its derivative is given in closed form (below) rather than traced through the two
+    reductions: the same values, but a compact backward pass. Traced, the chain of residual-
+    stream gradients through a deep pre-LN stack was fused by XLA:CPU into per-layer fusions
+    that each recompute the sum over all later layers (a quadratic cost: the gradient of a
+    12-layer ViT-B took about 1.5x as long as with this rule). A ``custom_jvp`` (not a
+    ``custom_vjp``) so forward-mode and higher-order derivatives still work.
+    """
+    return _standardize(x, epsilon)[0]
+
+
+def _standardize(x, epsilon):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    centred = x - mean
+    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(centred), axis=-1, keepdims=True) + epsilon)
+    return centred * rstd, rstd
+
+
+@standardize.defjvp
+def _standardize_jvp(epsilon, primals, tangents):
+    # y = (x - m) r with r = (v + eps)^-1/2: dy = P(r dx), P(a) = a - mean(a) - y mean(y a).
+    # P is its own transpose, so the backward pass is r P(g), the textbook LayerNorm gradient.
+    (x,), (dx,) = primals, tangents
+    y, rstd = _standardize(x, epsilon)
+    scaled = rstd * dx
+    dy = (scaled - jnp.mean(scaled, axis=-1, keepdims=True)
+          - y * jnp.mean(y * scaled, axis=-1, keepdims=True))
+    return y, dy
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation (Ba et al. 2016) over the last axis, computed in float32:
+    ``scale * standardize(x) + bias``, returned in ``dtype``; params ``'scale'`` and ``'bias'``
+    (``[features]``, ``param_dtype``), laid out as Flax's ``nn.LayerNorm``'s, so checkpoints and
+    imported weights load into either."""
+
+    epsilon: float = 1e-6
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    scale_init: Initializer = nn.initializers.ones
+    bias_init: Initializer = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x):
+        features = x.shape[-1]
+        scale = self.param('scale', self.scale_init, (features,), self.param_dtype)
+        bias = self.param('bias', self.bias_init, (features,), self.param_dtype)
+        y = standardize(jnp.asarray(x, jnp.float32), self.epsilon)
+        y = y * scale.astype(jnp.float32) + bias.astype(jnp.float32)
+        return y.astype(self.dtype)
+
+
 def make_norm(kind: str, *, epsilon: float = 1e-6, dtype: Dtype = jnp.float32,
               param_dtype: Dtype = jnp.float32, name: str | None = None) -> nn.Module:
     """A normalisation over the last (feature) axis, computed in float32.
 
     ``'layernorm'`` (Ba et al. 2016): ``gamma * (x - mean) / sqrt(var + eps) + beta``; params
     ``'scale'`` and ``'bias'``. ``'rmsnorm'`` (Zhang & Sennrich 2019): ``gamma * x /
-    sqrt(mean(x^2) + eps)``, no centring and no bias; param ``'scale'``. Both are Flax's modules;
-    the formulas above are what they compute.
+    sqrt(mean(x^2) + eps)``, no centring and no bias; param ``'scale'`` (Flax's ``nn.RMSNorm``).
+    The LayerNorm is ``LayerNorm`` above (exact variance, closed-form derivative).
     """
     ones = nn.with_logical_partitioning(nn.initializers.ones, ('embed',))
     zeros = nn.with_logical_partitioning(nn.initializers.zeros, ('embed',))
     if kind == 'layernorm':
-        # use_fast_variance=False: var = mean((x - mean)^2), exact even when |mean| >> std.
-        return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype,
-                            scale_init=ones, bias_init=zeros, use_fast_variance=False, name=name)
+        return LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype,
+                         scale_init=ones, bias_init=zeros, name=name)
     if kind == 'rmsnorm':
         return nn.RMSNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, scale_init=ones,
                           name=name)

@@ -131,6 +131,56 @@ def test_norms_match_numpy(kind):
     assert all(s == jax.sharding.PartitionSpec('embed') for s in specs.values())
 
 
+def np_layernorm_grad(x, g, eps):
+    """d(sum(g * standardize(x)))/dx written out by the chain rule in NumPy (float64)."""
+    n = x.shape[-1]
+    mean = x.mean(-1, keepdims=True)
+    centred = x - mean
+    var = (centred ** 2).mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    d_centred = g * rstd                                             # through (x - m) * r
+    d_var = (g * centred).sum(-1, keepdims=True) * -0.5 * rstd ** 3  # through r = (v + eps)^-1/2
+    d_centred = d_centred + d_var * 2.0 * centred / n                # v = mean((x - m)^2)
+    return d_centred - d_centred.mean(-1, keepdims=True)             # x - m, m = mean(x)
+
+
+def test_layernorm_derivatives_match_the_chain_rule():
+    x = _normal(3, 16).astype(np.float64) * 2.0 + 1.5
+    g = _normal(3, 16).astype(np.float64)
+    f = lambda x: jnp.sum(jnp.asarray(g, jnp.float32) * L.standardize(x, 1e-5))  # noqa: E731
+    np.testing.assert_allclose(jax.grad(f)(jnp.asarray(x, jnp.float32)),
+                               np_layernorm_grad(x, g, 1e-5), rtol=1e-4, atol=1e-5)
+    # Forward mode (a custom_jvp, so jvp, jacfwd and Hessian-vector products work) agrees with
+    # the reverse-mode gradient: <grad f(x), v> = jvp(f)(x; v).
+    v = jnp.asarray(_normal(3, 16))
+    _, forward = jax.jvp(f, (jnp.asarray(x, jnp.float32),), (v,))
+    np.testing.assert_allclose(forward, np.sum(np_layernorm_grad(x, g, 1e-5) * np.asarray(v)),
+                               rtol=1e-4)
+    hvp = jax.jvp(jax.grad(lambda x: jnp.sum(L.standardize(x, 1e-5) ** 3)),
+                  (jnp.asarray(x, jnp.float32),), (v,))[1]
+    assert hvp.shape == x.shape and np.all(np.isfinite(hvp))
+
+
+def test_layernorm_is_exact_when_the_mean_dwarfs_the_spread():
+    # Two-pass variance: a one-pass E[x^2] - E[x]^2 in float32 loses every digit here.
+    x = (1e4 + _normal(2, 64)).astype(np.float32)
+    expected = np_layernorm(x.astype(np.float64), {'scale': 1.0, 'bias': 0.0}, 1e-6)
+    np.testing.assert_allclose(L.standardize(jnp.asarray(x), 1e-6), expected, atol=2e-3)
+
+
+def test_layernorm_loads_the_parameters_of_flax_layernorm():
+    x = _normal(2, 5, 8)
+    ours = L.make_norm('layernorm', epsilon=1e-5)
+    flax_norm = nn.LayerNorm(epsilon=1e-5, use_fast_variance=False)
+    variables = _randomize(flax_norm.init(jax.random.PRNGKey(0), x))
+    np.testing.assert_allclose(ours.apply(variables, x), flax_norm.apply(variables, x),
+                               atol=1e-5)
+    flax_grad = jax.grad(lambda v: jnp.sum(flax_norm.apply(v, x) ** 2))(variables)
+    ours_grad = jax.grad(lambda v: jnp.sum(ours.apply(v, x) ** 2))(variables)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                 ours_grad, flax_grad)
+
+
 def test_make_norm_unknown_kind():
     with pytest.raises(ValueError, match="'layernorm', 'rmsnorm'"):
         L.make_norm('batchnorm')
