@@ -10,7 +10,8 @@ and transposes, broadcasts, elementwise fusions. The raw trace stays in ``direct
 TensorBoard's profile plugin or Perfetto.
 
 On a CPU the thread times add up to more than the wall time when the runtime runs independent
-operations concurrently; on a GPU the device's kernel events are counted the same way.
+operations concurrently. On a GPU the "XLA Ops" line of the device plane is read (this was
+written without a GPU to try it on; the function raises if a trace holds no op events).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import jax
 
 # Events that wrap or wait on the operations rather than being one.
 _WRAPPERS = ("ThunkExecutor", "SlinkyThreadPool", "end: ")
-# Threads that execute XLA operations: XLA:CPU's runtime threads, GPU streams.
-_OP_LINES = ("tf_XLA", "Stream", "XLA Ops")
+# Lines whose events are XLA operations: XLA:CPU's runtime threads, and on a GPU the device
+# plane's "XLA Ops" line (its per-stream lines repeat the same kernels, so they are not read).
+_OP_LINES = ("tf_XLA", "XLA Ops")
 
 
 def op_kind(event_name: str) -> str:
