@@ -141,7 +141,8 @@ def test_head_losses_match_numpy(kind, data_root):
 
 
 def test_hidden_states_and_the_feature_choices_of_table_7():
-    from models.bert import BertConfig, BertModel, combine_hidden_states, feature_width
+    from models.bert import BertConfig, BertModel
+    from models.bert_heads import combine_hidden_states, feature_width
 
     cfg = BertConfig(vocab_size=30, hidden_size=8, num_layers=4, num_heads=2, mlp_dim=16,
                      max_position_embeddings=16)

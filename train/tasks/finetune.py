@@ -1,7 +1,7 @@
 """BERT fine-tuning (Devlin et al. 2019, Sec. 4) and feature-based use (Sec. 5.3, Table 7).
 
 One task for the five kinds of labelled data (data/finetune_datasets.py), each with the head of
-models/bert.py that BERT's Fig. 4 draws for it:
+models/bert_heads.py that BERT's Fig. 4 draws for it:
 
   kind             head                             loss (train/losses.py cross_entropy)
   classify         BertForSequenceClassification    CE of the label, mean over sequences
@@ -37,7 +37,7 @@ from data import finetune as ft_data
 from data import text as text_data
 from data.errors import DataError
 from data.finetune_datasets import get_dataset
-from models import bert
+from models import bert_heads
 from models.spans import best_span
 from train import flops
 from train.config import ConfigError, check_choice
@@ -54,8 +54,8 @@ class FinetuneTask(Task):
     def __init__(self, config: ml_collections.ConfigDict):
         check_choice(config, "model.name", ("bert",))
         check_choice(config, "data.source", ("local", "tfds"))
-        check_choice(config, "task.features", bert.FEATURE_MODES)
-        check_choice(config, "task.feature_head", bert.TOKEN_FEATURE_HEADS)
+        check_choice(config, "task.features", bert_heads.FEATURE_MODES)
+        check_choice(config, "task.feature_head", bert_heads.TOKEN_FEATURE_HEADS)
         self.config = config
         try:
             self.dataset = get_dataset(config.data.name)
@@ -81,7 +81,7 @@ class FinetuneTask(Task):
         try:
             self.model_config.check_length(config.data.max_seq_length)
             if task.features != "none":
-                bert.check_features(self.model_config, task.features)
+                bert_heads.check_features(self.model_config, task.features)
         except ValueError as error:
             raise ConfigError(f"config.data.max_seq_length / config.task.features: {error}") \
                 from error
@@ -99,15 +99,15 @@ class FinetuneTask(Task):
     def _head(self):
         cfg, task, n = self.model_config, self.config.task, self.dataset.num_labels
         if self.kind in ("classify", "pair_classify"):
-            return bert.BertForSequenceClassification(cfg, num_labels=n, features=task.features,
+            return bert_heads.BertForSequenceClassification(cfg, num_labels=n, features=task.features,
                                                       head_hidden=task.head_hidden)
         if self.kind == "tag":
-            return bert.BertForTokenClassification(cfg, num_labels=n, features=task.features,
+            return bert_heads.BertForTokenClassification(cfg, num_labels=n, features=task.features,
                                                    head_hidden=task.head_hidden,
                                                    feature_head=task.feature_head)
         if self.kind == "span":
-            return bert.BertForQuestionAnswering(cfg)
-        return bert.BertForMultipleChoice(cfg)
+            return bert_heads.BertForQuestionAnswering(cfg)
+        return bert_heads.BertForMultipleChoice(cfg)
 
     def _scratch_vocab(self):
         from data import wordpiece
