@@ -23,13 +23,7 @@ exact erf GELU (HF ``hidden_act='gelu'``; 'gelu_new' etc. are tanh approximation
 sharded checkpoints (``model.safetensors.index.json``), ``pytorch_model.bin`` (a pickle), models
 without a pooler, decoders with cross-attention.
 
-safetensors (the format, written here without the ``safetensors`` package): 8 bytes
-little-endian u64 ``N``, then ``N`` bytes of JSON ``{name: {"dtype", "shape", "data_offsets":
-[begin, end]}, "__metadata__": {str: str}}`` (padded with spaces), then the raw little-endian
-tensor bytes, offsets relative to the end of the header, covering the data without holes.
-``read_safetensors`` returns BF16 tensors as float32 (exact: the bf16 bits are the top half of a
-float32); ``write_safetensors`` writes arrays of any dtype named 'bfloat16' (``jnp.bfloat16``,
-``ml_dtypes.bfloat16``) as BF16.
+The safetensors files are read and written by ``models.safetensors_file``.
 
 This module is pure NumPy (plus our ``BertConfig``): it never imports train or data.
 """
@@ -42,13 +36,14 @@ import math
 import os
 import pathlib
 import shutil
-import struct
 import tempfile
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from models.bert import BertConfig, with_layer_layout
+from models.safetensors_file import (CheckpointError, contiguous, read_safetensors,
+                                     write_safetensors)
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -58,153 +53,6 @@ _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # HF buffer
 # HF's tied copies (in .bin-converted files) -> the tensor each must equal.
 _TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
          "cls.predictions.decoder.bias": "cls.predictions.bias"}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file or tree that does not match what is asked for; the message says how."""
-
-
-# ----------------------------------------------------------------------------- safetensors
-
-# safetensors dtype -> NumPy dtype as stored (little-endian). BF16 is read as its uint16 bits.
-_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
-           "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1",
-           "BOOL": "?"}
-_NAMES = {np.dtype(v).newbyteorder("<").str: k for k, v in _DTYPES.items() if k != "BF16"}
-_MAX_HEADER = 100 << 20  # a header of more than 100 MB is a corrupt length
-
-
-def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def _read_header(f, path) -> tuple[int, dict]:
-    size = os.fstat(f.fileno()).st_size
-    raw = f.read(8)
-    if len(raw) < 8:
-        raise CheckpointError(f"{path}: not a safetensors file ({size} bytes, less than the "
-                              "8-byte header length)")
-    (n,) = struct.unpack("<Q", raw)
-    if n > min(_MAX_HEADER, size - 8):
-        raise CheckpointError(f"{path}: not a safetensors file (header length {n} for a file of "
-                              f"{size} bytes)")
-    try:
-        header = json.loads(f.read(n).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from e
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
-    return 8 + n, header
-
-
-def safetensors_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file ({} when it has none); reads the header only."""
-    with open(path, "rb") as f:
-        _, header = _read_header(f, path)
-    return dict(header.get("__metadata__") or {})
-
-
-def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """{name: array} of a safetensors file (native byte order; BF16 as float32).
-
-    The file is read once; the arrays are views of that buffer (writable). CheckpointError when
-    the file is not a complete, well-formed safetensors file.
-    """
-    path = pathlib.Path(path)
-    with open(path, "rb") as f:
-        start, header = _read_header(f, path)
-        data = bytearray(os.fstat(f.fileno()).st_size - start)
-        f.readinto(data)
-    entries = {k: v for k, v in header.items() if k != "__metadata__"}
-    problems, spans, tensors = [], [], {}
-    for name, entry in entries.items():
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            shape = tuple(int(s) for s in shape)
-        except (KeyError, TypeError, ValueError):
-            problems.append(f"{name}: malformed entry {entry!r}")
-            continue
-        if dtype not in _DTYPES:
-            problems.append(f"{name}: unsupported dtype {dtype!r} (known: {sorted(_DTYPES)})")
-            continue
-        stored = np.dtype(_DTYPES[dtype])
-        nbytes = math.prod(shape) * stored.itemsize
-        if not 0 <= begin <= end <= len(data) or end - begin != nbytes:
-            problems.append(f"{name}: bytes [{begin}, {end}) do not hold {dtype} {list(shape)} "
-                            f"({nbytes} bytes) within the {len(data)} data bytes")
-            continue
-        spans.append((begin, end))
-        array = np.frombuffer(data, stored, count=math.prod(shape), offset=begin).reshape(shape)
-        if dtype == "BF16":
-            tensors[name] = _bf16_to_f32(array.astype(np.uint16, copy=False))
-        else:
-            tensors[name] = array.astype(stored.newbyteorder("="), copy=False)
-    covered = 0
-    for begin, end in sorted(spans):
-        if begin != covered:
-            problems.append(f"data bytes [{min(begin, covered)}, {max(begin, covered)}) are "
-                            f"{'overlapping' if begin < covered else 'a hole'}")
-        covered = max(covered, end)
-    if not problems and covered != len(data):
-        problems.append(f"{len(data) - covered} data bytes after the last tensor")
-    if problems:
-        raise CheckpointError(f"{path}: corrupt safetensors file (truncated or not written "
-                              "completely?):\n  " + "\n  ".join(problems))
-    return tensors
-
-
-def _contiguous(array: np.ndarray) -> np.ndarray:
-    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
-    return array if array.flags.c_contiguous else array.copy(order="C")
-
-
-def _as_stored(array) -> tuple[str, np.ndarray]:
-    """(safetensors dtype, little-endian C-contiguous array to write) of an array."""
-    array = np.asarray(array)
-    if array.dtype.name == "bfloat16":
-        return "BF16", _contiguous(array).view(np.uint16).astype("<u2", copy=False)
-    name = _NAMES.get(array.dtype.newbyteorder("<").str)
-    if name is None:
-        raise CheckpointError(f"safetensors cannot store dtype {array.dtype}")
-    return name, _contiguous(array.astype(array.dtype.newbyteorder("<"), copy=False))
-
-
-def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any],
-                      metadata: Mapping[str, str] | None = None) -> None:
-    """Writes {name: array} (and string ``metadata``) as a safetensors file.
-
-    Tensors are laid out by decreasing item size, then name, so each starts at a multiple of its
-    item size (the header is padded to 8 bytes). Written to a temporary file beside ``path``,
-    then renamed over it.
-    """
-    path = pathlib.Path(path)
-    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str)
-                                        for k, v in metadata.items()):
-        raise CheckpointError(f"safetensors metadata must map str to str, got {dict(metadata)!r}")
-    if "__metadata__" in tensors:
-        raise CheckpointError("'__metadata__' is reserved in safetensors; not a tensor name")
-    stored = {name: _as_stored(array) for name, array in tensors.items()}
-    order = sorted(stored, key=lambda n: (-stored[n][1].dtype.itemsize, n))
-    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
-    offset = 0
-    for name in order:
-        dtype, array = stored[name]
-        header[name] = {"dtype": dtype, "shape": list(array.shape),
-                        "data_offsets": [offset, offset + array.nbytes]}
-        offset += array.nbytes
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            for name in order:
-                f.write(memoryview(stored[name][1].reshape(-1).view(np.uint8)))
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ----------------------------------------------------------------------------- config.json
@@ -429,7 +277,7 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: BertConfig, *,
         node = params
         for key in entry.path[:-1]:
             node = node.setdefault(key, {})
-        node[entry.path[-1]] = _contiguous(
+        node[entry.path[-1]] = contiguous(
             entry.from_hf(np.asarray(tensors[name])).astype(dtype, copy=False))
     for name in sorted(tied & set(tensors)):  # HF's tied copies: what our MLM head uses?
         if not np.array_equal(tensors[name], tensors[_TIED[name]]):  # (shapes too)
@@ -484,7 +332,7 @@ def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
         ("/".join(p) for p in flat if p not in entries), misshaped)
     if error is not None:
         raise error
-    return {e.hf: _contiguous(e.to_hf(np.asarray(flat[p]))) for p, e in entries.items()}
+    return {e.hf: contiguous(e.to_hf(np.asarray(flat[p]))) for p, e in entries.items()}
 
 
 # ----------------------------------------------------------------------------- directories

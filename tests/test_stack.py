@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from models import decode as D
-from models import hf_bert
+from models import hf_bert, safetensors_file
 from models.bert import BertConfig, BertForPreTraining, BertModel, with_layer_layout
 from models.stack import LAYERS_AXIS, stack_layers, unstack_layers
 from models.transformer import Transformer, loop_layout, shift_right
@@ -211,7 +211,7 @@ def test_bert_hidden_states_and_hf_checkpoints_under_scan(tmp_path):
 
     # Export of a scanned model writes HF's per-layer names; import into either layout.
     hf_bert.save_hf_checkpoint(tmp_path / "hf", scan_cfg, stacked)
-    tensors = hf_bert.read_safetensors(tmp_path / "hf" / "model.safetensors")
+    tensors = safetensors_file.read_safetensors(tmp_path / "hf" / "model.safetensors")
     assert f"bert.encoder.layer.{LAYERS - 1}.output.dense.weight" in tensors
     assert tensors.keys() == hf_bert.params_to_hf(params, cfg).keys()
     for scan, expected in ((True, stacked), (False, params)):
