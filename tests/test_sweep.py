@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO, run_python
 
 from train import sweep as sweep_lib
+from train import sweep_spec
 from train.config import apply_override, load_config_file
 
 SMOKE = "configs/ablations/vit_posemb.py:smoke"
@@ -51,15 +52,15 @@ def files_state(workdir: Path) -> dict:
 
 # ---- without training -------------------------------------------------------------------------
 def test_plan_builds_one_command_per_row_seed_stage(tmp_path):
-    sweep = sweep_lib.Sweep(
+    sweep = sweep_spec.Sweep(
         title="t",
-        stages=(sweep_lib.Stage("pre", "configs/vit/fashion_mnist.py:smoke",
+        stages=(sweep_spec.Stage("pre", "configs/vit/fashion_mnist.py:smoke",
                                 {"train.num_steps": 7, "data.augment": "none",
                                  "train.progress_bar": False, "model.image_size": (28, 28)}),
-                sweep_lib.Stage("fine", "configs/vit/fashion_mnist.py", apply_rows=False,
+                sweep_spec.Stage("fine", "configs/vit/fashion_mnist.py", apply_rows=False,
                                 previous_workdir_key="data.name")),
         rows={"a": "posemb=none", "b": {"optimizer.learning_rate": 1e-3}},
-        metrics=(sweep_lib.Metric("accuracy"),))
+        metrics=(sweep_spec.Metric("accuracy"),))
     runs = sweep_lib.plan(sweep, tmp_path, ["a", "b"], [0, 1], ["--config.train.log_every=2"])
     assert [r.name for r in runs] == [f"{row}/seed_{seed}/{stage}" for seed in (0, 1)
                                       for row in "ab" for stage in ("pre", "fine")]
@@ -89,18 +90,18 @@ def test_plan_builds_one_command_per_row_seed_stage(tmp_path):
     (dict(rows={"a/b": {}}), "cannot name a directory"),
     (dict(paper={"c": {"accuracy": 1.0}}), "not a row"),
     (dict(paper={"a": {"acc": 1.0}}), "unknown metrics"),
-    (dict(metrics=(sweep_lib.Metric("accuracy", stage="x"),)), "stage 'x'"),
-    (dict(stages=(sweep_lib.Stage("s", "f.py", previous_workdir_key="k"),)), "no previous stage"),
-    (dict(metrics=(sweep_lib.Metric("loss", "min"), sweep_lib.Metric("loss", stage="s"))),
+    (dict(metrics=(sweep_spec.Metric("accuracy", stage="x"),)), "stage 'x'"),
+    (dict(stages=(sweep_spec.Stage("s", "f.py", previous_workdir_key="k"),)), "no previous stage"),
+    (dict(metrics=(sweep_spec.Metric("loss", "min"), sweep_spec.Metric("loss", stage="s"))),
      "metrics repeat"),
 ])
 def test_sweep_declarations_are_checked(kwargs, message):
-    declared = dict(title="t", stages=(sweep_lib.Stage("s", "f.py"),), rows={"a": {}},
-                    metrics=(sweep_lib.Metric("accuracy"),))
+    declared = dict(title="t", stages=(sweep_spec.Stage("s", "f.py"),), rows={"a": {}},
+                    metrics=(sweep_spec.Metric("accuracy"),))
     with pytest.raises(sweep_lib.SweepError, match=message):
-        sweep_lib.Sweep(**{**declared, **kwargs})
+        sweep_spec.Sweep(**{**declared, **kwargs})
     with pytest.raises(sweep_lib.SweepError, match="'max' or 'min'"):
-        sweep_lib.Metric("loss", "lower")
+        sweep_spec.Metric("loss", "lower")
 
 
 def test_the_posemb_sweep_covers_every_position_embedding():
@@ -141,11 +142,11 @@ def test_the_bert_table8_sweep_fine_tunes_both_ways_from_each_rows_pretraining()
         assert sweep.paper["80-10-10"] == pytest.approx({"token_accuracy": 0.954,
                                                          "features.token_accuracy": 0.949})
     with pytest.raises(sweep_lib.SweepError, match="not an earlier stage"):
-        sweep_lib.Sweep(title="t", stages=(sweep_lib.Stage("a", "f.py"),
-                                           sweep_lib.Stage("b", "f.py", previous_workdir_key="k",
+        sweep_spec.Sweep(title="t", stages=(sweep_spec.Stage("a", "f.py"),
+                                           sweep_spec.Stage("b", "f.py", previous_workdir_key="k",
                                                            workdir_from="c"),
-                                           sweep_lib.Stage("c", "f.py")),
-                        rows={"r": {}}, metrics=(sweep_lib.Metric("accuracy"),))
+                                           sweep_spec.Stage("c", "f.py")),
+                        rows={"r": {}}, metrics=(sweep_spec.Metric("accuracy"),))
 
 
 # ---- a real 2-row x 2-seed smoke sweep -------------------------------------------------------
@@ -322,7 +323,7 @@ def get_config(arg=None):
 '''
 
 TWO_STAGE_SWEEP = '''
-from train.sweep import Metric, Stage, Sweep
+from train.sweep_spec import Metric, Stage, Sweep
 
 
 def get_sweep(arg=None):

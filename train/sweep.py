@@ -4,7 +4,7 @@ Runs an ablation: every row of a sweep config x every seed (x every stage), each
 `python -m train` subprocess in DIR/<row>/seed_<k>/<stage> with `config.seed = k`, then tabulates
 the final evals beside the paper's numbers in DIR/results.csv, results.md and results.png.
 
-A sweep config file declares `get_sweep(arg) -> Sweep`:
+A sweep config file declares `get_sweep(arg) -> Sweep` (train/sweep_spec.py):
 
     Sweep(title="ViT Table 8: position embeddings",
           stages=(Stage("train", "configs/vit/fashion_mnist.py", {"train.num_steps": 600}),),
@@ -37,129 +37,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
-import re
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from train.sweep_spec import Sweep, SweepError, load_sweep_file
+
 REPO = Path(__file__).resolve().parents[1]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")  # row and stage names are directory names
-
-
-class SweepError(ValueError):
-    """The sweep config, the command line or the sweep directory is inconsistent."""
-
-
-# ---- what a sweep config declares -----------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Metric:
-    """A number from a run's final eval (the 'eval' record at train.num_steps in metrics.jsonl)."""
-
-    name: str                  # key of the eval record, e.g. 'accuracy'
-    better: str = "max"        # 'max' | 'min'
-    stage: str = ""            # the stage whose final eval holds it; '': the last stage
-
-    def __post_init__(self):
-        if self.better not in ("max", "min"):
-            raise SweepError(f"Metric {self.name!r}: better={self.better!r} is not 'max' or 'min'")
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    """One `python -m train` run per row and seed."""
-
-    name: str                  # the run's workdir is DIR/<row>/seed_<k>/<name>
-    config: str                # FILE[:ARG]; a relative FILE is found from the cwd, else the repo
-    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # key -> value, all rows
-    apply_rows: bool = True    # apply the row's change to this stage
-    previous_workdir_key: str = ""  # config key that receives the previous stage's workdir
-    workdir_from: str = ""     # ... of this earlier stage instead ('': the one just before)
-
-
-@dataclasses.dataclass(frozen=True)
-class Sweep:
-    """An ablation table: its rows, the runs behind each (stages x seeds) and what to report."""
-
-    title: str
-    stages: tuple[Stage, ...]
-    rows: Mapping[str, Mapping[str, Any] | str]  # ordered; a config `:arg` or {key: value}
-    metrics: tuple[Metric, ...]                  # the first one ranks the rows
-    seeds: int = 3                               # default of --seeds: seeds 0 .. seeds-1
-    paper: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
-    paper_note: str = ""                         # what the paper's numbers measure
-
-    def __post_init__(self):
-        names = [stage.name for stage in self.stages]
-        if not names:
-            raise SweepError("a sweep needs at least one stage")
-        if len(set(names)) != len(names):
-            raise SweepError(f"stage names repeat: {names}")
-        if self.stages[0].previous_workdir_key:
-            raise SweepError(f"the first stage {names[0]!r} has no previous stage for "
-                             f"previous_workdir_key={self.stages[0].previous_workdir_key!r}")
-        for index, stage in enumerate(self.stages):
-            if stage.workdir_from and stage.workdir_from not in names[:index]:
-                raise SweepError(f"stage {stage.name!r}: workdir_from={stage.workdir_from!r} is "
-                                 f"not an earlier stage ({names[:index]})")
-            if stage.workdir_from and not stage.previous_workdir_key:
-                raise SweepError(f"stage {stage.name!r}: workdir_from needs previous_workdir_key "
-                                 "(the config key that receives the workdir)")
-        if not self.rows:
-            raise SweepError("a sweep needs at least one row")
-        for name in [*names, *self.rows]:
-            if not _NAME.match(name):
-                raise SweepError(f"{name!r} cannot name a directory: use letters, digits, _.+=-")
-        if not self.metrics:
-            raise SweepError("a sweep needs at least one metric")
-        for metric in self.metrics:
-            if metric.stage and metric.stage not in names:
-                raise SweepError(f"Metric {metric.name!r}: stage {metric.stage!r} is not one of "
-                                 f"{names}")
-        labels = [self.label(metric) for metric in self.metrics]
-        if len(set(labels)) != len(labels):
-            raise SweepError(f"metrics repeat: {labels}")
-        for row, values in self.paper.items():
-            if row not in self.rows:
-                raise SweepError(f"paper numbers for {row!r}, which is not a row: "
-                                 f"{list(self.rows)}")
-            unknown = set(values) - {self.label(m) for m in self.metrics}
-            if unknown:
-                raise SweepError(f"paper numbers for {row!r} name unknown metrics "
-                                 f"{sorted(unknown)}")
-        if self.seeds < 1:
-            raise SweepError(f"seeds={self.seeds} must be >= 1")
-
-    def label(self, metric: Metric) -> str:
-        """Column name: 'accuracy', or 'pretrain.mlm_accuracy' for a stage other than the last."""
-        stage = metric.stage or self.stages[-1].name
-        return metric.name if stage == self.stages[-1].name else f"{stage}.{metric.name}"
-
-
-def load_sweep_file(spec: str) -> Sweep:
-    """'configs/ablations/vit_posemb.py:smoke' -> get_sweep('smoke')."""
-    path, _, arg = spec.partition(":")
-    file = Path(path)
-    if not file.is_file():
-        raise SweepError(f"sweep config file {path!r} does not exist")
-    module_spec = importlib.util.spec_from_file_location(f"_sweep_{file.stem}", file)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    if not hasattr(module, "get_sweep"):
-        raise SweepError(f"{path!r} defines no get_sweep(arg) function")
-    try:
-        sweep = module.get_sweep(arg or None)
-    except ValueError as error:  # the config's own argument checks
-        raise SweepError(f"{path}: {error}") from error
-    if not isinstance(sweep, Sweep):
-        raise SweepError(f"{path}: get_sweep returned {type(sweep).__name__}, not a Sweep")
-    return sweep
 
 
 # ---- the plan: one Run per row x seed x stage ------------------------------------------------

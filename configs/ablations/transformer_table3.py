@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from configs import common
 from configs.transformer.table3 import ROWS
-from train.sweep import Metric, Stage, Sweep
+from train.sweep_spec import Metric, Stage, Sweep
 
 BASE = "configs/transformer/translate.py"
 SWEEP_ROWS = ("base", "A1", "A2", "A3", "A4", "E", "rope", "alibi")

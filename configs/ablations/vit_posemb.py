@@ -15,7 +15,7 @@ e.g. `--config configs/ablations/vit_posemb.py:steps=1200` or `... --rows none,l
 from __future__ import annotations
 
 from configs import common
-from train.sweep import Metric, Stage, Sweep
+from train.sweep_spec import Metric, Stage, Sweep
 
 BASE = "configs/vit/fashion_mnist.py"
 
