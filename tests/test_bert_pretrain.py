@@ -105,11 +105,16 @@ def test_phase2_switches_to_longer_sequences(brown_env):
 
 
 def test_length_and_format_checks(brown_env):
+    # A position table (learned, as BERT; the smoke config's ALiBi has no length limit) bounds
+    # both phases' lengths by max_position_embeddings (64 in the smoke config).
     with pytest.raises(ConfigError, match="max_seq_length=128.*max_position_embeddings"):
-        BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128}))
+        BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128,
+                                            "model.posemb": "learned"}))
     with pytest.raises(ConfigError, match="phase2_max_seq_length=128"):
         BertPretrainingTask(smoke_config(**{"data.phase2_fraction": 0.1,
-                                            "data.phase2_max_seq_length": 128}))
+                                            "data.phase2_max_seq_length": 128,
+                                            "model.posemb": "learned"}))
+    BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128}))  # ALiBi: no limit
     with pytest.raises(ConfigError, match="nsp=True needs config.data.input_format"):
         BertPretrainingTask(smoke_config(**{"data.input_format": "doc_sentences"}))
     with pytest.raises(ConfigError, match="mask_prob"):

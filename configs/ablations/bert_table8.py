@@ -6,7 +6,7 @@ Brown + Austen + SOTU, then evaluated downstream the paper's two ways on Brown p
 tagging (our stand-in for its NER): fine-tuning the whole model, and feature-based (the encoder
 frozen, a BiLSTM on the concatenated last four layers, as in its Table 7). Three seeds per row
 (`--seeds N`), on a reduced budget (`steps` pretraining steps, default 1,000 of the config's
-4,000: ~11 minutes a run on a 2-core CPU, plus the two fine-tunings).
+4,200: ~10 minutes a run on a 2-core CPU, plus the two fine-tunings).
 
 Variants (`:arg`, comma-separated):
   steps=N      pretraining steps per run (default 1000; warmup N/10, linear decay to N)
@@ -17,7 +17,7 @@ e.g. `--config configs/ablations/bert_table8.py:steps=2000 --rows 80-10-10,100-0
 from __future__ import annotations
 
 from configs import common
-from train.sweep import Metric, Stage, Sweep
+from train.sweep_spec import Metric, Stage, Sweep
 
 PRETRAIN = "configs/bert/pretrain.py"
 FINETUNE = "configs/bert/finetune.py"
