@@ -1,5 +1,5 @@
-"""WordPiece vocabularies (data/wordpiece.py) and BERT/RoBERTa pretraining examples
-(data/pretraining_instances.py, data/pretraining.py), on documents of English text made here.
+"""BERT/RoBERTa pretraining examples (data/pretraining_instances.py, data/pretraining.py), on
+documents of English text made by tests/english_documents.py.
 
 Tolerances. A rate p estimated from n independent draws has standard error sqrt(p (1 - p) / n);
 we accept |observed - p| <= 4 standard errors, which a correct implementation fails with
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import math
-import pickle
 import random
 
 import numpy as np
@@ -23,61 +22,7 @@ from data import pretraining_instances as pi
 from data import wordpiece as wp
 from data.corpora.documents import Document
 from data.errors import DataError
-
-# --------------------------------------------------------------------------------- the corpus
-
-_SUBJECTS = [
-    "The old farmer", "Her younger brother", "The committee", "A tired soldier",
-    "The captain of the ship", "Mrs. Bennet", "The president", "Our neighbour",
-    "The schoolteacher", "A young lawyer from Philadelphia", "The governor", "My grandmother",
-    "The engineer", "Several witnesses", "The mayor's wife", "Elizabeth", "The congregation",
-    "A stranger from Boston", "The editor of the Gazette", "Mr. Darcy", "Colonel Brandon",
-    "The Secretary of the Treasury", "Nobody in the village", "The eldest daughter"]
-_VERBS = [
-    "walked slowly toward", "wrote a long letter about", "refused to speak of",
-    "spoke warmly about", "carefully examined", "could not forget", "laughed at",
-    "argued bitterly over", "quietly admired", "never understood", "returned at once to",
-    "had long suspected", "was delighted by", "complained loudly about", "described in detail",
-    "recommended to Congress", "was astonished by", "hurried past", "painted a picture of"]
-_OBJECTS = [
-    "the abandoned mill", "the new railway", "the treaty with Spain",
-    "the evening's entertainment", "the price of cotton", "the unfinished bridge",
-    "her sister's engagement", "the federal budget", "the harvest",
-    "the little church on the hill", "the letters from London", "the war in the West",
-    "the broken carriage", "the annual ball", "the governor's proposal", "the tariff question",
-    "the deserted schoolhouse", "an extraordinary inheritance", "the neighbouring estate"]
-_ENDINGS = [
-    "before the sun went down", "in the spring of {year}", "despite the heavy rain",
-    "while the others waited outside", "without saying a word to anyone",
-    "as the clock struck {hour}", "after dinner", "for nearly {n} hours",
-    "during the long winter of {year}", "with considerable enthusiasm", "{n} miles from town",
-    "", "", ""]
-_OPENERS = ["", "", "", "", "However, ", "In truth, ", "Meanwhile, ", "Unfortunately, ",
-            "On Tuesday, ", "Naturally, "]
-
-
-def _sentence(rng: random.Random) -> str:
-    ending = rng.choice(_ENDINGS).format(year=rng.randint(1790, 1899), n=rng.randint(2, 60),
-                                         hour=rng.choice(["nine", "ten", "eleven", "noon"]))
-    opener = rng.choice(_OPENERS)
-    subject = rng.choice(_SUBJECTS)
-    if opener and subject.startswith(("The", "A ", "Her", "My", "Our")):
-        subject = subject[0].lower() + subject[1:]
-    text = f"{opener}{subject} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}"
-    return text + (f" {ending}." if ending else ".")
-
-
-def make_documents(num_docs: int, seed: int, *, paragraphs=(2, 4), sentences=(3, 8),
-                   prefix: str = "doc") -> list[Document]:
-    rng = random.Random(seed)
-    return [Document(f"{prefix}{d:03d}",
-                     [[_sentence(rng) for _ in range(rng.randint(*sentences))]
-                      for _ in range(rng.randint(*paragraphs))], {"year": 1800 + d})
-            for d in range(num_docs)]
-
-
-DOCS = make_documents(150, seed=0)      # 2,551 sentences, 65,000 word pieces
-VOCAB_SIZE = 400                        # small: 39% of the pieces are "##" continuations
+from english_documents import DOCS, VOCAB_SIZE
 
 
 @pytest.fixture(scope="module")
@@ -118,107 +63,6 @@ def batches(tok, docs=DOCS, **kwargs):
     kwargs.setdefault("seed", 0)
     kwargs.setdefault("train", True)
     return pt.pretraining_batches(docs, tok, **kwargs)
-
-
-# ------------------------------------------------------------------------------- vocabulary
-
-
-def test_vocab_special_tokens_and_ids(tok):
-    assert [tok.id_to_token(i) for i in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]",
-                                                      "[MASK]"]
-    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
-    assert tok.special_ids == (0, 1, 2, 3, 4)
-    assert 100 < tok.vocab_size <= VOCAB_SIZE
-    text = "The schoolteacher complained loudly about the unfinished bridge."
-    ids = tok.encode(text)
-    assert not set(ids) & set(tok.special_ids)          # no [CLS]/[SEP], nothing unknown
-    pieces = [tok.id_to_token(i) for i in ids]
-    assert any(p.startswith("##") for p in pieces)      # a small vocabulary splits words
-    np.testing.assert_array_equal(tok.word_starts(ids), [not p.startswith("##") for p in pieces])
-    assert tok.decode(ids) == "the schoolteacher complained loudly about the unfinished bridge."
-    assert tok.encode_batch([text, "after dinner"]) == [ids, tok.encode("after dinner")]
-    assert pickle.loads(pickle.dumps(tok)).encode(text) == ids
-    # Every character seen in training has both forms, so no known letter makes a word [UNK].
-    assert tok.encode("Zygote") != [tok.unk_id] and tok.token_to_id("##z") is not None
-
-
-def test_cased_and_uncased():
-    texts = [*wp.document_texts(DOCS[:40]), "Élise and Zoë met the Bennets at the café."]
-    uncased = wp.train_wordpiece(texts, vocab_size=300, lowercase=True)
-    cased = wp.train_wordpiece(texts, vocab_size=300, lowercase=False)
-    assert uncased.lowercase and not cased.lowercase
-    assert uncased.encode("Élise BENNET") == uncased.encode("elise bennet")   # lower, no accents
-    assert cased.encode("Bennet") != cased.encode("bennet")
-    assert "É" in "".join(cased.id_to_token(i) for i in cased.encode("Élise"))
-    assert all(t == t.lower() for t in map(uncased.id_to_token, range(5, uncased.vocab_size)))
-    assert any(t != t.lower() for t in map(cased.id_to_token, range(5, cased.vocab_size)))
-
-
-def test_training_is_deterministic():
-    # HF's WordPieceTrainer is not (tokenizers#1794); ours must give byte-identical files.
-    texts = list(wp.document_texts(DOCS[:60]))
-    first = wp.train_wordpiece(texts, vocab_size=400, lowercase=True)
-    for _ in range(3):
-        assert wp.train_wordpiece(texts, vocab_size=400, lowercase=True).tokenizer_json == (
-            first.tokenizer_json)
-
-
-def test_vocab_cache_reuse_name_and_corrupt_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    calls = []
-
-    def documents():
-        calls.append(1)
-        return DOCS[:40]
-
-    kwargs = dict(datasets=("brown", "austen"), split="train", vocab_size=300, lowercase=True,
-                  verbose=False)
-    first = wp.vocab_for_documents(documents, **kwargs)
-    path = wp.cache_path(("brown", "austen"), "train", vocab_size=300, lowercase=True)
-    assert path.parent == tmp_path / "vocab" and path.is_file()
-    assert path.name == "brown+austen.train.wordpiece.v300.uncased.wp1.json"
-    assert first.path == path
-    again = wp.vocab_for_documents(lambda: pytest.fail("must not train again"), **kwargs)
-    assert again.tokenizer_json == first.tokenizer_json and len(calls) == 1
-    cased = wp.vocab_for_documents(documents, **{**kwargs, "lowercase": False})
-    assert cased.path.name == "brown+austen.train.wordpiece.v300.cased.wp1.json"
-    assert wp.load_tokenizer(path).encode("The governor") == first.encode("The governor")
-    assert not list(path.parent.glob("*.partial"))     # the temporary file was renamed
-
-    path.write_text('{"version": "1.0", "model": {"type": "WordPie')
-    with pytest.raises(DataError, match="corrupt.*delete"):
-        wp.vocab_for_documents(documents, **kwargs)
-    with pytest.raises(DataError, match="does not exist"):
-        wp.load_tokenizer(tmp_path / "missing.json")
-
-
-def test_vocab_txt_loading(tok, tmp_path):
-    saved = tmp_path / "vocab.txt"
-    tok.save_vocab_txt(saved)
-    loaded = wp.load_vocab_txt(saved, lowercase=True)
-    text = "In truth, Colonel Brandon hurried past the deserted schoolhouse."
-    assert loaded.encode(text) == tok.encode(text) and loaded.vocab_size == tok.vocab_size
-
-    # Google's layout: [PAD] 0, [unused*], [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
-    google = (["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]",
-              "[MASK]"] + ["the", "bridge", "un", "##finished", "."])
-    (tmp_path / "google.txt").write_text("\n".join(google) + "\n")
-    g = wp.load_tokenizer(tmp_path / "google.txt", lowercase=True)
-    assert (g.pad_id, g.unk_id, g.cls_id, g.sep_id, g.mask_id) == (0, 100, 101, 102, 103)
-    assert g.encode("The unfinished bridge.") == [104, 106, 107, 105, 108]
-    assert g.encode("The Zebra") == [104, 100]
-    assert list(g.word_starts([106, 107])) == [True, False]
-
-    (tmp_path / "nomask.txt").write_text("\n".join(google[:103]) + "\n")
-    with pytest.raises(DataError, match=r"lacks the special tokens \['\[MASK\]'\]"):
-        wp.load_vocab_txt(tmp_path / "nomask.txt", lowercase=True)
-    (tmp_path / "empty.txt").write_text("")
-    with pytest.raises(DataError, match="corrupt"):
-        wp.load_vocab_txt(tmp_path / "empty.txt", lowercase=True)
-    with pytest.raises(DataError, match="does not exist"):
-        wp.load_vocab_txt(tmp_path / "absent.txt", lowercase=True)
-    with pytest.raises(DataError, match="casing"):
-        wp.load_tokenizer(saved)
 
 
 # ------------------------------------------------------------------------ segment pairs (NSP)

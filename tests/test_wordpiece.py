@@ -1,0 +1,116 @@
+"""WordPiece vocabularies (data/wordpiece.py): special tokens, cased and uncased, deterministic
+training, the cache, and vocab.txt files (ours and Google's layout)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from data import wordpiece as wp
+from data.errors import DataError
+from english_documents import DOCS, VOCAB_SIZE
+
+
+@pytest.fixture(scope="module")
+def tok() -> wp.WordPieceTokenizer:
+    return wp.train_wordpiece(wp.document_texts(DOCS), vocab_size=VOCAB_SIZE, lowercase=True)
+
+
+def test_vocab_special_tokens_and_ids(tok):
+    assert [tok.id_to_token(i) for i in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+                                                      "[MASK]"]
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+    assert tok.special_ids == (0, 1, 2, 3, 4)
+    assert 100 < tok.vocab_size <= VOCAB_SIZE
+    text = "The schoolteacher complained loudly about the unfinished bridge."
+    ids = tok.encode(text)
+    assert not set(ids) & set(tok.special_ids)          # no [CLS]/[SEP], nothing unknown
+    pieces = [tok.id_to_token(i) for i in ids]
+    assert any(p.startswith("##") for p in pieces)      # a small vocabulary splits words
+    np.testing.assert_array_equal(tok.word_starts(ids), [not p.startswith("##") for p in pieces])
+    assert tok.decode(ids) == "the schoolteacher complained loudly about the unfinished bridge."
+    assert tok.encode_batch([text, "after dinner"]) == [ids, tok.encode("after dinner")]
+    assert pickle.loads(pickle.dumps(tok)).encode(text) == ids
+    # Every character seen in training has both forms, so no known letter makes a word [UNK].
+    assert tok.encode("Zygote") != [tok.unk_id] and tok.token_to_id("##z") is not None
+
+
+def test_cased_and_uncased():
+    texts = [*wp.document_texts(DOCS[:40]), "Élise and Zoë met the Bennets at the café."]
+    uncased = wp.train_wordpiece(texts, vocab_size=300, lowercase=True)
+    cased = wp.train_wordpiece(texts, vocab_size=300, lowercase=False)
+    assert uncased.lowercase and not cased.lowercase
+    assert uncased.encode("Élise BENNET") == uncased.encode("elise bennet")   # lower, no accents
+    assert cased.encode("Bennet") != cased.encode("bennet")
+    assert "É" in "".join(cased.id_to_token(i) for i in cased.encode("Élise"))
+    assert all(t == t.lower() for t in map(uncased.id_to_token, range(5, uncased.vocab_size)))
+    assert any(t != t.lower() for t in map(cased.id_to_token, range(5, cased.vocab_size)))
+
+
+def test_training_is_deterministic():
+    # HF's WordPieceTrainer is not (tokenizers#1794); ours must give byte-identical files.
+    texts = list(wp.document_texts(DOCS[:60]))
+    first = wp.train_wordpiece(texts, vocab_size=400, lowercase=True)
+    for _ in range(3):
+        assert wp.train_wordpiece(texts, vocab_size=400, lowercase=True).tokenizer_json == (
+            first.tokenizer_json)
+
+
+def test_vocab_cache_reuse_name_and_corrupt_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    calls = []
+
+    def documents():
+        calls.append(1)
+        return DOCS[:40]
+
+    kwargs = dict(datasets=("brown", "austen"), split="train", vocab_size=300, lowercase=True,
+                  verbose=False)
+    first = wp.vocab_for_documents(documents, **kwargs)
+    path = wp.cache_path(("brown", "austen"), "train", vocab_size=300, lowercase=True)
+    assert path.parent == tmp_path / "vocab" and path.is_file()
+    assert path.name == "brown+austen.train.wordpiece.v300.uncased.wp1.json"
+    assert first.path == path
+    again = wp.vocab_for_documents(lambda: pytest.fail("must not train again"), **kwargs)
+    assert again.tokenizer_json == first.tokenizer_json and len(calls) == 1
+    cased = wp.vocab_for_documents(documents, **{**kwargs, "lowercase": False})
+    assert cased.path.name == "brown+austen.train.wordpiece.v300.cased.wp1.json"
+    assert wp.load_tokenizer(path).encode("The governor") == first.encode("The governor")
+    assert not list(path.parent.glob("*.partial"))     # the temporary file was renamed
+
+    path.write_text('{"version": "1.0", "model": {"type": "WordPie')
+    with pytest.raises(DataError, match="corrupt.*delete"):
+        wp.vocab_for_documents(documents, **kwargs)
+    with pytest.raises(DataError, match="does not exist"):
+        wp.load_tokenizer(tmp_path / "missing.json")
+
+
+def test_vocab_txt_loading(tok, tmp_path):
+    saved = tmp_path / "vocab.txt"
+    tok.save_vocab_txt(saved)
+    loaded = wp.load_vocab_txt(saved, lowercase=True)
+    text = "In truth, Colonel Brandon hurried past the deserted schoolhouse."
+    assert loaded.encode(text) == tok.encode(text) and loaded.vocab_size == tok.vocab_size
+
+    # Google's layout: [PAD] 0, [unused*], [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
+    google = (["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]",
+              "[MASK]"] + ["the", "bridge", "un", "##finished", "."])
+    (tmp_path / "google.txt").write_text("\n".join(google) + "\n")
+    g = wp.load_tokenizer(tmp_path / "google.txt", lowercase=True)
+    assert (g.pad_id, g.unk_id, g.cls_id, g.sep_id, g.mask_id) == (0, 100, 101, 102, 103)
+    assert g.encode("The unfinished bridge.") == [104, 106, 107, 105, 108]
+    assert g.encode("The Zebra") == [104, 100]
+    assert list(g.word_starts([106, 107])) == [True, False]
+
+    (tmp_path / "nomask.txt").write_text("\n".join(google[:103]) + "\n")
+    with pytest.raises(DataError, match=r"lacks the special tokens \['\[MASK\]'\]"):
+        wp.load_vocab_txt(tmp_path / "nomask.txt", lowercase=True)
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(DataError, match="corrupt"):
+        wp.load_vocab_txt(tmp_path / "empty.txt", lowercase=True)
+    with pytest.raises(DataError, match="does not exist"):
+        wp.load_vocab_txt(tmp_path / "absent.txt", lowercase=True)
+    with pytest.raises(DataError, match="casing"):
+        wp.load_tokenizer(saved)
