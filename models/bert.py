@@ -190,6 +190,8 @@ def _dtypes(cfg: BertConfig):
 
 
 def dense(cfg: BertConfig, features: int, names: tuple[str, str], name: str) -> nn.Dense:
+    """A dense layer as BERT initialises it (truncated-normal kernel, zero bias), its kernel's
+    logical axes ``names``; the fine-tuning heads (``models.bert_heads``) use it too."""
     dtype, param_dtype = _dtypes(cfg)
     return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, name=name,
                     kernel_init=nn.with_logical_partitioning(_init(cfg), names),
@@ -307,7 +309,7 @@ class BertPooler(nn.Module):
     def __call__(self, sequence_output):
         cls = sequence_output[:, 0]
         return jnp.tanh(dense(self.config, self.config.hidden_size, ("embed", "mlp"),
-                               "dense")(cls))
+                              "dense")(cls))
 
 
 class BertModel(nn.Module):
