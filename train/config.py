@@ -26,22 +26,29 @@ def _suggest(name: str, options) -> str:
     return f' Did you mean "{close[0]}"?' if close else ""
 
 
-def load_config_file(spec: str) -> ml_collections.ConfigDict:
-    """'configs/vit/fashion_mnist.py:posemb=none,smoke' -> get_config('posemb=none,smoke')."""
+def call_file_function(spec: str, function: str, error_type: type[ValueError], what: str) -> Any:
+    """'FILE.py:ARG' -> FILE.py's `function(ARG or None)`; every failure raises `error_type`.
+
+    The loader of experiment configs (`get_config`) and of sweep configs (`get_sweep`).
+    """
     path, _, arg = spec.partition(":")
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"config file {path!r} does not exist (from --config {spec!r})")
-    module_spec = importlib.util.spec_from_file_location(f"_config_{file.stem}", file)
+        raise error_type(f"{what} file {path!r} does not exist (from {spec!r})")
+    module_spec = importlib.util.spec_from_file_location(f"_{function}_{file.stem}", file)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    if not hasattr(module, "get_config"):
-        raise ConfigError(f"config file {path!r} defines no get_config(arg) function")
+    if not hasattr(module, function):
+        raise error_type(f"{what} file {path!r} defines no {function}(arg) function")
     try:
-        config = module.get_config(arg or None)
-    except ValueError as error:  # the config's own argument checks
-        raise ConfigError(f"{path}: {error}") from error
-    return config
+        return getattr(module, function)(arg or None)
+    except ValueError as error:  # the file's own argument checks
+        raise error_type(f"{path}: {error}") from error
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+    """'configs/vit/fashion_mnist.py:posemb=none,smoke' -> get_config('posemb=none,smoke')."""
+    return call_file_function(spec, "get_config", ConfigError, "config")
 
 
 def _parse_value(key: str, raw: str, current: Any) -> Any:

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
+
+from train.config import call_file_function
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")  # row and stage names are directory names
 
@@ -103,19 +103,7 @@ class Sweep:
 
 def load_sweep_file(spec: str) -> Sweep:
     """'configs/ablations/vit_posemb.py:smoke' -> get_sweep('smoke')."""
-    path, _, arg = spec.partition(":")
-    file = Path(path)
-    if not file.is_file():
-        raise SweepError(f"sweep config file {path!r} does not exist")
-    module_spec = importlib.util.spec_from_file_location(f"_sweep_{file.stem}", file)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    if not hasattr(module, "get_sweep"):
-        raise SweepError(f"{path!r} defines no get_sweep(arg) function")
-    try:
-        sweep = module.get_sweep(arg or None)
-    except ValueError as error:  # the config's own argument checks
-        raise SweepError(f"{path}: {error}") from error
+    sweep = call_file_function(spec, "get_sweep", SweepError, "sweep config")
     if not isinstance(sweep, Sweep):
-        raise SweepError(f"{path}: get_sweep returned {type(sweep).__name__}, not a Sweep")
+        raise SweepError(f"{spec}: get_sweep returned {type(sweep).__name__}, not a Sweep")
     return sweep
