@@ -7,8 +7,8 @@ pre-LN Transformer encoder blocks runs over the N + 1 tokens (eq. 2-3), and the 
 
 Hybrid input (paper Sec. 3.1, "Hybrid Architecture"): with `stem_channels` > 0 the patches are cut
 from a feature map instead of raw pixels, here the smallest CNN there is: one 3x3 convolution
-(stride 1, GELU). It gives each patch local edge features, which a ViT trained from scratch on
-little data otherwise learns slowly (Xiao et al. 2021, "Early Convolutions Help Transformers See
+(stride 1) and the blocks' `activation`. It gives each patch local edge features, which a ViT
+trained from scratch on little data otherwise learns slowly (Xiao et al. 2021, "Early Convolutions Help Transformers See
 Better"). With `stem_channels=0` the model is the plain ViT.
 
 The position encoding is the subject of the paper's Table 8 ablation and is chosen by `posemb`:
@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import position
-from models.layers import EncoderBlock, make_norm
+from models.layers import ACTIVATIONS, EncoderBlock, make_norm
 from models.stack import REMAT_KINDS, run_blocks
 
 POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d", "alibi_2d")
@@ -94,6 +94,7 @@ class ViTConfig:
                              f"hidden_size={self.hidden_size}")
         for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
                                       ("pool", self.pool, POOL_KINDS),
+                                      ("activation", self.activation, tuple(ACTIVATIONS)),
                                       ("dtype", self.dtype, DTYPES),
                                       ("param_dtype", self.param_dtype, DTYPES),
                                       ("remat", self.remat, REMAT_KINDS)):
@@ -149,12 +150,11 @@ class ViT(nn.Module):
 
         images = images.astype(dtype)
         if cfg.stem_channels:  # hybrid: patches of a convolutional feature map
-            images = nn.gelu(nn.Conv(
+            images = ACTIVATIONS[cfg.activation](nn.Conv(
                 cfg.stem_channels, (3, 3), padding="SAME", dtype=dtype, param_dtype=param_dtype,
                 name="stem", kernel_init=nn.with_logical_partitioning(
                     nn.initializers.lecun_normal(), (None, None, None, None)),
-                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))(images),
-                approximate=False)
+                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))(images))
             channels = cfg.stem_channels
         # Eq. 1: x_p in R^{N x (P^2 C)} -> x_p E. Patches in row-major order.
         patches = images.reshape(batch, grid_h, p, grid_w, p, channels)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -203,6 +205,28 @@ def test_hybrid_stem_adds_one_convolution_and_feeds_the_patches():
         np.testing.assert_allclose(conv[:, y, x], expected, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="stem_channels=-1 must be >= 0"):
         small(stem_channels=-1)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_stem_feature_map_goes_through_the_blocks_activation_into_the_patches(activation):
+    """patch_embedding(x) = patches of act(conv(x)) @ E + b, act the config's `activation`."""
+    config = small(stem_channels=4, activation=activation)
+    images = np.random.default_rng(1).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    variables = _randomised(nn.meta.unbox(ViT(config).init(jax.random.PRNGKey(0), images)))
+    _, state = ViT(config).apply(variables, images, capture_intermediates=True)
+    conv = np.asarray(state["intermediates"]["stem"]["__call__"][0], np.float64)
+    embedded = np.asarray(state["intermediates"]["patch_embedding"]["__call__"][0])
+    if activation == "relu":
+        features = np.maximum(conv, 0.0)
+    else:  # exact GELU, x * Phi(x)
+        features = conv * 0.5 * (1.0 + np.vectorize(math.erf)(conv / math.sqrt(2.0)))
+    # Patch (row 1, column 2) of the 4 x 4 grid: pixels 7..13 x 14..20, flattened (y, x, c).
+    patch = features[:, 7:14, 14:21, :].reshape(2, -1)
+    params = variables["params"]["patch_embedding"]
+    expected = patch @ np.asarray(params["kernel"]) + np.asarray(params["bias"])
+    np.testing.assert_allclose(embedded[:, 1 * 4 + 2], expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"activation='swish' is not one of \['relu', 'gelu'"):
+        small(activation="swish")
 
 
 # Rematerialisation ---------------------------------------------------------------------------
