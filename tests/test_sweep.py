@@ -111,10 +111,16 @@ def test_the_posemb_sweep_covers_every_position_embedding():
         sweep = sweep_lib.load_sweep_file(f"configs/ablations/vit_posemb.py:{arg}")
         assert list(sweep.rows) == list(POSEMB_KINDS)
         assert set(sweep.paper) == {"none", "learned_1d", "learned_2d", "relative"}
-        for row in sweep.rows:  # every row's config loads
+        for row in sweep.rows:  # every row's config loads, with the sweep's overrides
             run = sweep_lib.plan(sweep, Path("w"), [row], [0], [])[0]
             config = load_config_file(run.argv[1])
+            for item in run.argv[4:]:
+                key, _, raw = item[len("--config."):].partition("=")
+                apply_override(config, key, raw)
             assert config.model.posemb == row
+            if arg != "smoke":  # the model the table was measured with, whatever the demo's
+                assert (config.model.num_layers, config.model.activation) == (6, "gelu")
+                assert config.data.batch_size == 256 and config.optimizer.learning_rate == 2e-3
     assert sweep_lib.load_sweep_file(SMOKE).seeds == 2
 
 
