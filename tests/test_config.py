@@ -29,6 +29,7 @@ def test_variants_select_table_8_rows_and_sizes():
     config = load_config_file(f"{CONFIG}:size=B,smoke")
     assert config.model.hidden_size == 32  # smoke shrinks whatever size was chosen
     assert load_config_file(f"{CONFIG}:size=B").model.num_layers == 12
+    assert load_config_file(f"{CONFIG}:size=B").model.activation == "gelu"  # the paper's
     with pytest.raises(ConfigError, match=r"unknown config argument 'posmeb'.*allowed: \['posemb'"):
         load_config_file(f"{CONFIG}:posmeb=none")
     with pytest.raises(ValueError, match="needs a value"):

@@ -54,8 +54,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # in the backward pass, less memory for more compute
     config.model.scan_layers = False         # nn.scan over the blocks (models/stack.py):
                                              # one compiled block, a leading layer axis
-    if args.size != "custom":
+    if args.size != "custom":  # the paper's sizes (Table 1) with the paper's GELU
         config.model.update(vit_size(args.size))
+        config.model.activation = "gelu"
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "fashion_mnist"       # python -m data.fetch fashion_mnist
