@@ -236,8 +236,8 @@ def vit_setup(args, workdir: str) -> Setup:
     dropout = 0.0 if args.dropout is None else args.dropout  # ViT/DeiT and HF's ViTConfig
     config.model.update(num_classes=IMAGENET_CLASSES, image_size=image_size, pool="cls",
                         posemb="learned_1d", stem_channels=0, head_hidden_size=0,
-                        activation="gelu", dtype=args.dtype, remat=args.remat, dropout_rate=dropout,
-                        attention_dropout_rate=dropout)
+                        activation="gelu", dtype=args.dtype, remat=args.remat,
+                        dropout_rate=dropout, attention_dropout_rate=dropout)
     config.data.update(image_shape=(*image_size, CHANNELS), batch_size=args.batch)
     task = ClassificationTask(config)  # checks that the patch size divides the image
     optimizer, schedule = _optimizer(config, task.d_model)

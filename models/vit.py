@@ -8,8 +8,8 @@ pre-LN Transformer encoder blocks runs over the N + 1 tokens (eq. 2-3), and the 
 Hybrid input (paper Sec. 3.1, "Hybrid Architecture"): with `stem_channels` > 0 the patches are cut
 from a feature map instead of raw pixels, here the smallest CNN there is: one 3x3 convolution
 (stride 1) and the blocks' `activation`. It gives each patch local edge features, which a ViT
-trained from scratch on little data otherwise learns slowly (Xiao et al. 2021, "Early Convolutions Help Transformers See
-Better"). With `stem_channels=0` the model is the plain ViT.
+trained from scratch on little data otherwise learns slowly (Xiao et al. 2021, "Early
+Convolutions Help Transformers See Better"). With `stem_channels=0` the model is the plain ViT.
 
 The position encoding is the subject of the paper's Table 8 ablation and is chosen by `posemb`:
   'none'        no position information: the encoder sees a bag of patches.
