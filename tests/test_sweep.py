@@ -25,6 +25,15 @@ SMOKE = "configs/ablations/vit_posemb.py:smoke"
 ROWS = ["none", "learned_1d"]
 
 
+def run_config(run):
+    """The config a planned run's trainer will see: its file, then its --config.key=value items."""
+    config = load_config_file(run.argv[1])
+    for item in run.argv[4:]:
+        key, _, raw = item[len("--config."):].partition("=")
+        apply_override(config, key, raw)
+    return config
+
+
 def sweep_cli(workdir, *extra, config=SMOKE):
     return ["-m", "train.sweep", "--config", config, "--workdir", str(workdir), *extra]
 
@@ -75,10 +84,7 @@ def test_plan_builds_one_command_per_row_seed_stage(tmp_path):
     assert fine_b1.argv[-1] == f"--config.data.name={pretrain_b1}"
     assert fine_b1.previous == tmp_path / "b" / "seed_1" / "pre"
     # Every value travels as text that train/config.py reads back as the same value.
-    config = load_config_file(runs[2].argv[1])
-    for item in runs[2].argv[4:]:
-        key, _, raw = item[len("--config."):].partition("=")
-        apply_override(config, key, raw)
+    config = run_config(runs[2])
     assert config.model.posemb == "learned_1d" and config.optimizer.learning_rate == 1e-3
     assert config.train.num_steps == 7 and config.data.augment == "none"
     assert config.train.progress_bar is False
@@ -113,10 +119,7 @@ def test_the_posemb_sweep_covers_every_position_embedding():
         assert set(sweep.paper) == {"none", "learned_1d", "learned_2d", "relative"}
         for row in sweep.rows:  # every row's config loads, with the sweep's overrides
             run = sweep_lib.plan(sweep, Path("w"), [row], [0], [])[0]
-            config = load_config_file(run.argv[1])
-            for item in run.argv[4:]:
-                key, _, raw = item[len("--config."):].partition("=")
-                apply_override(config, key, raw)
+            config = run_config(run)
             assert config.model.posemb == row
             if arg != "smoke":  # the model the table was measured with, whatever the demo's
                 assert (config.model.num_layers, config.model.activation) == (6, "gelu")
@@ -140,10 +143,7 @@ def test_the_bert_table8_sweep_fine_tunes_both_ways_from_each_rows_pretraining()
             assert run.argv[-1] == f"--config.init={pretrain.workdir.absolute()}"
             assert "mask=" not in run.argv[1]
         for run in runs:
-            config = load_config_file(run.argv[1])
-            for item in run.argv[4:]:
-                key, _, raw = item[len("--config."):].partition("=")
-                apply_override(config, key, raw)
+            config = run_config(run)
         assert config.task.features == "none" and config.init.endswith("pretrain")
         assert sweep.paper["80-10-10"] == pytest.approx({"token_accuracy": 0.954,
                                                          "features.token_accuracy": 0.949})
