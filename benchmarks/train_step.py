@@ -18,8 +18,9 @@ model differs. Rows:
 
   BERT  ours          MLM head at ``--num_predictions`` gathered positions (BERT's 20 at 128,
                       80 at 512), what ``configs/bert/pretrain.py`` trains
-        ours (head on every position)   the same step with ``masked_positions = arange(L)`` and
-                      weight 0 on the unmasked ones: the same loss, the peer's work ("equal work")
+        ours (head on every position)   the same step with our model's head run on every
+                      position (``mlm_logits_all_positions``) and read at the masked ones, as the
+                      peer does: the same loss and the peer's work ("equal work")
         transformers  ``FlaxBertForPreTraining``: logits at every position, loss at the masked
   ViT   ours, transformers (``FlaxViTForImageClassification``)
 
@@ -59,6 +60,7 @@ import numpy as np
 from benchmarks.profile import markdown as profile_markdown
 from benchmarks.profile import profile_contender
 from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown
+from models.bert import gather_positions
 from models.sizes import BERT_SIZES, VIT_SIZES
 from train import flops, partitioning
 from train.optimizers import make_optimizer
@@ -153,19 +155,20 @@ def bert_batch(rng: np.random.Generator, batch: int, seq_length: int, num_predic
             "mask": np.ones((batch,), np.float32)}
 
 
-def on_every_position(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The same examples with the MLM head asked for every position: the predicted positions
-    keep their labels and weight 1, every other position gets weight 0 (the same loss)."""
-    rows, seq_length = batch["input_ids"].shape
-    out = dict(batch)
-    index = np.arange(rows)[:, None]
-    out["masked_positions"] = np.broadcast_to(np.arange(seq_length, dtype=np.int32),
-                                              (rows, seq_length)).copy()
-    out["masked_ids"] = np.zeros((rows, seq_length), np.int32)
-    out["masked_ids"][index, batch["masked_positions"]] = batch["masked_ids"]
-    out["masked_weights"] = np.zeros((rows, seq_length), np.float32)
-    out["masked_weights"][index, batch["masked_positions"]] = batch["masked_weights"]
-    return out
+class HeadOnEveryPosition:
+    """Our ``BertForPreTraining`` doing the peer's MLM work: the head (transform and the tied
+    [H, V] projection) on every position, the loss then reading the logits at
+    ``masked_positions`` (a gather, as ``benchmarks.peers.HfBertForPreTraining`` does). The
+    parameters, the outputs and so the loss are those of the standard model."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def apply(self, variables, input_ids, token_type_ids=None, attention_mask=None, *,
+              masked_positions, train: bool = False, rngs=None):
+        out = self.model.apply(variables, input_ids, token_type_ids, attention_mask, train=train,
+                               rngs=rngs, method="mlm_logits_all_positions")
+        return {**out, "mlm_logits": gather_positions(out["mlm_logits"], masked_positions)}
 
 
 def vit_batch(rng: np.random.Generator, batch: int, image_size: tuple[int, int]
@@ -187,7 +190,7 @@ class Setup:
     batch: dict
     tokens_per_example: int
     peer_model: Any = None       # a benchmarks.peers wrapper, or None
-    equal_work: tuple | None = None  # (batch, flops per example) of ours on every position
+    equal_work: tuple | None = None  # (model, flops per example) of ours, head everywhere
 
 
 def bert_setup(args, workdir: str) -> Setup:
@@ -215,7 +218,7 @@ def bert_setup(args, workdir: str) -> Setup:
     optimizer, schedule = _optimizer(config, task.d_model)
     batch = bert_batch(np.random.default_rng(args.seed), args.batch, args.seq, predictions,
                        task.model_config.vocab_size)
-    equal = (on_every_position(batch),
+    equal = (HeadOnEveryPosition(task.model),
              flops.bert_train_flops_per_example(task.model_config, args.seq, args.seq))
     peer = None
     if args.peer == "transformers":
@@ -279,6 +282,13 @@ def _compile(label, library, task, setup: Setup, init_params, batch, flops_per_e
     return contender
 
 
+def _with_model(task, model):
+    """The same task (loss, metrics, step) with `model` answering its ``model.apply``."""
+    task = copy.copy(task)
+    task.model = model
+    return task
+
+
 def build_contenders(setup: Setup, seed: int) -> list[Contender]:
     task = setup.task
     ours_params = lambda rng: nn.meta.unbox(  # noqa: E731
@@ -287,13 +297,12 @@ def build_contenders(setup: Setup, seed: int) -> list[Contender]:
     contenders = [_compile("ours", "ours", task, setup, ours_params, setup.batch, ours_flops,
                            seed)]
     if setup.equal_work is not None:
-        batch, equal_flops = setup.equal_work
-        contenders.append(_compile(OURS_EVERY_POSITION, "ours", task, setup,
-                                   ours_params, batch, equal_flops, seed))
+        model, equal_flops = setup.equal_work
+        contenders.append(_compile(OURS_EVERY_POSITION, "ours", _with_model(task, model), setup,
+                                   ours_params, setup.batch, equal_flops, seed))
     if setup.peer_model is not None:
         # The same task (loss, metrics) with the peer's model answering its `model.apply`.
-        peer_task = copy.copy(task)
-        peer_task.model = setup.peer_model
+        peer_task = _with_model(task, setup.peer_model)
         peer_flops = ours_flops if setup.equal_work is None else setup.equal_work[1]
         contenders.append(_compile(f"transformers {_transformers_version()}", "transformers",
                                    peer_task, setup, setup.peer_model.init_params, setup.batch,

@@ -244,8 +244,13 @@ class Projection(nn.Module):
         kernel = self.param('kernel', nn.with_logical_partitioning(init, self.kernel_names),
                             shape, self.param_dtype)
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = jnp.tensordot(x, kernel, axes=(tuple(range(x.ndim - self.num_contracted, x.ndim)),
-                                           tuple(range(self.num_contracted))))
+        # One 2-D matmul: [..., fan_in] @ [fan_in, fan_out]. Both reshapes only merge adjacent
+        # axes (free), whereas a contraction over several axes at once is turned by XLA into a
+        # transposed copy of the kernel (every step) before its matmul and gradients.
+        batch_shape = x.shape[:x.ndim - self.num_contracted]
+        y = x.reshape(*batch_shape, math.prod(in_shape)) @ kernel.reshape(
+            math.prod(in_shape), math.prod(self.features))
+        y = y.reshape(*batch_shape, *self.features)
         if self.use_bias:
             bias = self.param('bias', nn.with_logical_partitioning(self.bias_init, self.bias_names),
                               self.features, self.param_dtype)
