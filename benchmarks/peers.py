@@ -21,7 +21,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax.core import unfreeze
 
-from models.bert import BertConfig, gather_positions
+from models.bert import BertConfig
+from models.bert_pretraining import gather_positions
 from models.vit import ViTConfig
 
 TRANSFORMERS_VERSION = "4.57.6"
@@ -103,7 +104,7 @@ class _Peer:
 
 
 class HfBertForPreTraining(_Peer):
-    """``FlaxBertForPreTraining`` answering ``models.bert.BertForPreTraining.apply``'s call:
+    """``FlaxBertForPreTraining`` answering ``models.bert_pretraining.BertForPreTraining.apply``'s call:
     ``{'mlm_logits': [b, P, V] at masked_positions, 'nsp_logits': [b, 2]}`` (float32)."""
 
     def __init__(self, cfg: BertConfig, seq_length: int):

@@ -60,7 +60,7 @@ import numpy as np
 from benchmarks.profile import markdown as profile_markdown
 from benchmarks.profile import profile_contender
 from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown
-from models.bert import gather_positions
+from models.bert_pretraining import gather_positions
 from models.sizes import BERT_SIZES, VIT_SIZES
 from train import flops, partitioning
 from train.optimizers import make_optimizer

@@ -76,7 +76,8 @@ outputs into heads (``view(..., n, d)``); the output kernel ``[n, d, H]`` reshap
 ``embeddings.position_ids`` / ``token_type_ids`` are buffers, not parameters. HF's
 ``hidden_act='gelu'`` is the exact (erf) GELU used here, and its ``layer_norm_eps`` is 1e-12.
 
-Fine-tuning heads (Sec. 4, Fig. 4) are in ``models.bert_heads``.
+The pre-training heads and ``BertForPreTraining`` are in ``models.bert_pretraining``, the
+fine-tuning heads (Sec. 4, Fig. 4) in ``models.bert_heads``.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ import jax.numpy as jnp
 
 from models import position
 from models.attention import IMPLEMENTATIONS, MultiHeadAttention
-from models.layers import ACTIVATIONS, EncoderBlock, FeedForward, make_norm
+from models.layers import EncoderBlock, FeedForward, make_norm
 from models.sizes import BERT_SIZES
 from models.stack import REMAT_KINDS, run_blocks, stack_layers, unstack_layers
 
@@ -180,26 +181,29 @@ class BertConfig:
                 "position); truncate the inputs or raise max_position_embeddings")
 
 
-def _init(cfg: BertConfig) -> Initializer:
-    # BERT (TF reference): truncated_normal_initializer(stddev=initializer_range), cut at 2 std.
+def initializer(cfg: BertConfig) -> Initializer:
+    """BERT's (TF reference) truncated_normal_initializer(stddev=initializer_range), cut at 2
+    standard deviations: every dense kernel and embedding table of the model and its heads."""
     return nn.initializers.truncated_normal(stddev=cfg.initializer_range)
 
 
-def _dtypes(cfg: BertConfig):
+def dtypes(cfg: BertConfig):
+    """(compute dtype, parameter dtype) of the config."""
     return jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
 
 
 def dense(cfg: BertConfig, features: int, names: tuple[str, str], name: str) -> nn.Dense:
     """A dense layer as BERT initialises it (truncated-normal kernel, zero bias), its kernel's
     logical axes ``names``; the fine-tuning heads (``models.bert_heads``) use it too."""
-    dtype, param_dtype = _dtypes(cfg)
+    dtype, param_dtype = dtypes(cfg)
     return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, name=name,
-                    kernel_init=nn.with_logical_partitioning(_init(cfg), names),
+                    kernel_init=nn.with_logical_partitioning(initializer(cfg), names),
                     bias_init=nn.with_logical_partitioning(nn.initializers.zeros, names[1:]))
 
 
-def _layer_norm(cfg: BertConfig, name: str | None = None) -> nn.Module:
-    dtype, param_dtype = _dtypes(cfg)
+def layer_norm(cfg: BertConfig, name: str | None = None) -> nn.Module:
+    """BERT's LayerNorm (``layer_norm_eps``, the config's dtypes)."""
+    dtype, param_dtype = dtypes(cfg)
     return make_norm("layernorm", epsilon=cfg.layer_norm_eps, dtype=dtype,
                      param_dtype=param_dtype, name=name)
 
@@ -215,18 +219,18 @@ class BertEmbeddings(nn.Module):
 
     def setup(self):
         cfg = self.config
-        dtype, param_dtype = _dtypes(cfg)
+        dtype, param_dtype = dtypes(cfg)
         self.word_embeddings = nn.Embed(
             cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
-            embedding_init=nn.with_logical_partitioning(_init(cfg), ("vocab", "embed")))
+            embedding_init=nn.with_logical_partitioning(initializer(cfg), ("vocab", "embed")))
         self.token_type_embeddings = nn.Embed(
             cfg.type_vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
-            embedding_init=nn.with_logical_partitioning(_init(cfg), ("type_vocab", "embed")))
+            embedding_init=nn.with_logical_partitioning(initializer(cfg), ("type_vocab", "embed")))
         if cfg.posemb == "learned":
             self.position_embeddings = position.LearnedPositionEmbedding(
-                cfg.max_position_embeddings, cfg.hidden_size, embedding_init=_init(cfg),
+                cfg.max_position_embeddings, cfg.hidden_size, embedding_init=initializer(cfg),
                 dtype=dtype, param_dtype=param_dtype)
-        self.norm = _layer_norm(cfg)
+        self.norm = layer_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool = True):
@@ -283,7 +287,7 @@ class BertEncoder(nn.Module):
     def __call__(self, x, *, mask=None, bias=None, positions=None, deterministic: bool = True,
                  return_all: bool = False):
         cfg = self.config
-        dtype, param_dtype = _dtypes(cfg)
+        dtype, param_dtype = dtypes(cfg)
 
         def layer(name):
             return BertLayer(
@@ -293,7 +297,7 @@ class BertEncoder(nn.Module):
                 attention_dropout_rate=cfg.attention_dropout_rate,
                 rotary_base=cfg.rotary_base if cfg.posemb == "rope" else None,
                 implementation=cfg.attention_implementation, dtype=dtype,
-                param_dtype=param_dtype, kernel_init=_init(cfg), name=name)
+                param_dtype=param_dtype, kernel_init=initializer(cfg), name=name)
 
         return run_blocks(layer, cfg.num_layers, x, remat=cfg.remat, scan=cfg.scan_layers,
                           prefix=LAYER_PREFIX, scan_name=SCAN_NAME, return_all=return_all,
@@ -360,103 +364,6 @@ class BertModel(nn.Module):
         return x, self.pooler(x)
 
 
-class MlmHead(nn.Module):
-    """Masked-LM head: ``LayerNorm(GELU(dense(h))) @ word_embeddings^T + bias``.
-
-    ``__call__(hidden [..., H], word_embeddings [V, H]) -> float32 logits [..., V]``. The output
-    projection is the word-embedding table passed in (tied weights, Press & Wolf 2017 as used by
-    BERT); the head owns only ``transform``, ``transform_norm`` and the output ``bias`` [V].
-    """
-
-    config: BertConfig
-
-    @nn.compact
-    def __call__(self, hidden, word_embeddings):
-        cfg = self.config
-        dtype, param_dtype = _dtypes(cfg)
-        h = dense(cfg, cfg.hidden_size, ("embed", "mlp"), "transform")(hidden)
-        h = _layer_norm(cfg, "transform_norm")(ACTIVATIONS["gelu"](h))
-        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                          (cfg.vocab_size,), param_dtype)
-        logits = jnp.einsum("...h,vh->...v", h.astype(dtype), word_embeddings.astype(dtype))
-        return (logits + bias.astype(dtype)).astype(jnp.float32)
-
-
-class NspHead(nn.Module):
-    """Next-sentence head: ``pooled [b, H] -> float32 logits [b, 2]`` (0 IsNext, 1 NotNext)."""
-
-    config: BertConfig
-
-    @nn.compact
-    def __call__(self, pooled):
-        cfg = self.config
-        dtype, param_dtype = _dtypes(cfg)
-        kernel = self.param("kernel",
-                            nn.with_logical_partitioning(_init(cfg), ("embed", "classes")),
-                            (cfg.hidden_size, 2), param_dtype)
-        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)),
-                          (2,), param_dtype)
-        logits = pooled.astype(dtype) @ kernel.astype(dtype) + bias.astype(dtype)
-        return logits.astype(jnp.float32)
-
-
-def gather_positions(sequence_output, masked_positions):
-    """``[b, l, H]``, ``[b, P]`` int -> ``[b, P, H]``: the states at the given positions."""
-    return jnp.take_along_axis(sequence_output, masked_positions[..., None].astype(jnp.int32),
-                               axis=1)
-
-
-class BertForPreTraining(nn.Module):
-    """BERT with the masked-LM and (optional) next-sentence heads; submodules ``bert``,
-    ``predictions`` (MlmHead), ``seq_relationship`` (NspHead, when ``config.nsp``).
-
-    ``__call__(input_ids, token_type_ids=None, attention_mask=None, *, masked_positions [b, P],
-    train=False, with_nsp=None) -> {'mlm_logits': [b, P, V], 'nsp_logits': [b, 2]}``; the MLM
-    head runs only at ``masked_positions`` (padding entries, e.g. position 0 with weight 0, give
-    logits the loss ignores). ``with_nsp`` (default ``config.nsp``) leaves out 'nsp_logits' when
-    False (RoBERTa-style training without NSP).
-    ``mlm_logits_all_positions`` is the same with the head on every position (``[b, l, V]``), the
-    same parameters; it exists for equal-work comparisons.
-    """
-
-    config: BertConfig
-
-    def setup(self):
-        self.bert = BertModel(self.config)
-        self.predictions = MlmHead(self.config)
-        if self.config.nsp:
-            self.seq_relationship = NspHead(self.config)
-
-    def _word_embeddings(self):
-        return self.bert.embeddings.word_embeddings.embedding
-
-    def masked_lm_logits(self, sequence_output, masked_positions):
-        """``sequence_output [b, l, H]``, ``masked_positions [b, P]`` -> logits ``[b, P, V]``."""
-        if masked_positions.ndim != 2 or masked_positions.shape[0] != sequence_output.shape[0]:
-            raise ValueError(f"masked_positions of shape [batch={sequence_output.shape[0]}, "
-                             f"num_predictions] expected, got {tuple(masked_positions.shape)}")
-        hidden = gather_positions(sequence_output, masked_positions)
-        return self.predictions(hidden, self._word_embeddings())
-
-    def _nsp(self, pooled, with_nsp):
-        use = self.config.nsp if with_nsp is None else with_nsp
-        if use and not self.config.nsp:
-            raise ValueError("with_nsp=True but the config has nsp=False (no NSP head was built)")
-        return {"nsp_logits": self.seq_relationship(pooled)} if use else {}
-
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *, masked_positions,
-                 train: bool = False, with_nsp: bool | None = None):
-        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask, train=train)
-        return {"mlm_logits": self.masked_lm_logits(sequence_output, masked_positions),
-                **self._nsp(pooled, with_nsp)}
-
-    def mlm_logits_all_positions(self, input_ids, token_type_ids=None, attention_mask=None, *,
-                                 train: bool = False, with_nsp: bool | None = None):
-        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask, train=train)
-        return {"mlm_logits": self.predictions(sequence_output, self._word_embeddings()),
-                **self._nsp(pooled, with_nsp)}
-
-
 def with_layer_layout(params: Mapping[str, Any], scan: bool) -> dict[str, Any]:
     """A ``BertModel``'s parameters (or a ``BertForPreTraining``'s / a fine-tuning model's, with
     the encoder under ``bert``) with the encoder in the scan layout (``scan=True``: one
@@ -473,9 +380,3 @@ def with_layer_layout(params: Mapping[str, Any], scan: bool) -> dict[str, Any]:
     else:
         encoder = unstack_layers(encoder, LAYER_PREFIX, SCAN_NAME)
     return {**params, "encoder": encoder}
-
-
-def masked_lm_logits(model: BertForPreTraining, sequence_output, masked_positions):
-    """MLM logits ``[b, P, V]`` at ``masked_positions`` from a bound model
-    (``model.bind(variables)``); the same computation as inside ``BertForPreTraining``."""
-    return model.masked_lm_logits(sequence_output, masked_positions)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from models import bert as bert_module
-from models.bert import (POSEMB_KINDS, BertConfig, BertForPreTraining, BertModel,
-                         masked_lm_logits)
+from models.bert import POSEMB_KINDS, BertConfig, BertModel
+from models.bert_pretraining import BertForPreTraining, masked_lm_logits
 
 from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
                           grad_has_remat, num_saved_residuals)

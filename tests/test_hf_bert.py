@@ -18,7 +18,8 @@ from scipy.special import erf
 from data import fetch, pretrained
 from data.errors import DataError
 from data.wordpiece import load_tokenizer
-from models.bert import BertConfig, BertForPreTraining, BertModel
+from models.bert import BertConfig, BertModel
+from models.bert_pretraining import BertForPreTraining
 from models.hf_bert import (CheckpointError, config_from_hf, config_to_hf, hf_names,
                             load_hf_checkpoint, params_from_hf, params_to_hf, save_hf_checkpoint)
 from models.safetensors_file import read_safetensors, safetensors_metadata

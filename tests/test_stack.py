@@ -15,7 +15,8 @@ import pytest
 
 from models import decode as D
 from models import hf_bert, safetensors_file
-from models.bert import BertConfig, BertForPreTraining, BertModel, with_layer_layout
+from models.bert import BertConfig, BertModel, with_layer_layout
+from models.bert_pretraining import BertForPreTraining
 from models.stack import LAYERS_AXIS, stack_layers, unstack_layers
 from models.transformer import Transformer, loop_layout, shift_right
 from models.vit import ViT, ViTConfig

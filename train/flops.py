@@ -124,7 +124,7 @@ def transformer_train_flops_per_example(cfg, source_tokens: int, target_tokens: 
 
 
 def bert_train_flops_per_example(cfg, seq_length: int, num_predictions: int) -> float:
-    """Training FLOPs of one sequence through `models.bert.BertForPreTraining`.
+    """Training FLOPs of one sequence through `models.bert_pretraining.BertForPreTraining`.
 
     The encoder over every token; the MLM head (dense H x H, then scores against the V word
     embeddings) only at the `num_predictions` gathered positions, as it is computed; the pooler

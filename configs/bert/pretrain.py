@@ -65,7 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.name = "bert_pretrain"       # train/tasks/bert_pretrain.py
 
     config.model = ml_collections.ConfigDict()
-    config.model.name = "bert"               # models/bert.py BertForPreTraining
+    config.model.name = "bert"               # models/bert_pretraining.py BertForPreTraining
     # Sized by measurement for 45 minutes on a 2-core CPU (README): 128 wide makes 3x the updates
     # of 256 wide (BERT-mini). With learned positions the model sits on the MLM plateau (it
     # guesses frequent pieces instead of reading the context) for thousands of steps; ALiBi's

@@ -24,7 +24,8 @@ from data.corpora.documents import read_documents
 from data.masking import MaskingConfig
 from data.pretraining_instances import INPUT_FORMATS
 from data.phases import PhasedIterator
-from models.bert import BertConfig, BertForPreTraining
+from models.bert import BertConfig
+from models.bert_pretraining import BertForPreTraining
 from train import flops
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
