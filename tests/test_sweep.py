@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import REPO, run_python
 
+from configs.ablations import bert_table8
 from train import sweep as sweep_lib
 from train import sweep_spec
 from train.config import apply_override, load_config_file
@@ -142,9 +143,13 @@ def test_the_bert_table8_sweep_fine_tunes_both_ways_from_each_rows_pretraining()
             assert run.previous == pretrain.workdir
             assert run.argv[-1] == f"--config.init={pretrain.workdir.absolute()}"
             assert "mask=" not in run.argv[1]
-        for run in runs:
-            config = run_config(run)
+        configs = {run.stage: run_config(run) for run in runs}
+        config = configs["finetune"]
         assert config.task.features == "none" and config.init.endswith("pretrain")
+        if not arg:  # fine-tuning at the learning rate chosen for this scale; features: 1e-3
+            assert config.optimizer.learning_rate == bert_table8.FINETUNE_LR == 2e-3
+            assert configs["features"].optimizer.learning_rate == 1e-3
+            assert configs["features"].task.features == "concat_last_four"
         assert sweep.paper["80-10-10"] == pytest.approx({"token_accuracy": 0.954,
                                                          "features.token_accuracy": 0.949})
     with pytest.raises(sweep_lib.SweepError, match="not an earlier stage"):

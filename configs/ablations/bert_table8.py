@@ -8,6 +8,13 @@ frozen, a BiLSTM on the concatenated last four layers, as in its Table 7). Three
 (`--seeds N`), on a reduced budget (`steps` pretraining steps, default 1,000 of the config's
 4,200: ~10 minutes a run on a 2-core CPU, plus the two fine-tunings).
 
+Both downstream stages keep configs/bert/finetune.py's 240-step CPU budget. Fine-tuning runs at a
+peak learning rate of 2e-3 (`FINETUNE_LR`), not the paper's 5e-5: the paper's grid (5e-5, 3e-5,
+2e-5) is for BERT-base over 2-4 epochs, whereas this 4 x 128 model sees 0.16 epochs. Chosen on
+the validation split, as the paper chooses, with the 80-10-10 seed-0 pretrained model: 5e-5 gave
+72.8% token accuracy, 3e-4 89.3%, 1e-3 92.3%, 2e-3 92.9%. The feature-based stage keeps the
+config's 1e-3 (a BiLSTM trained from scratch on the frozen features: 92.2% on the same model).
+
 Variants (`:arg`, comma-separated):
   steps=N      pretraining steps per run (default 1000; warmup N/10, linear decay to N)
   smoke        seconds-long runs of every stage on the Brown fixture, 2 seeds, for tests
@@ -20,6 +27,7 @@ from configs import common
 from train.sweep_spec import Metric, Stage, Sweep
 
 PRETRAIN = "configs/bert/pretrain.py"
+FINETUNE_LR = 2e-3  # fine-tuning's peak learning rate at this scale (see above)
 FINETUNE = "configs/bert/finetune.py"
 MASKS = ("80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80", "0-0-100")
 
@@ -44,6 +52,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
                          {**quiet, "data.names": ("brown",)})
         tune = f"{FINETUNE}:task=brown_pos,smoke"
         tune_overrides = {**quiet, "data.eval_split": "test"}  # the fixture has no validation
+        finetune_overrides = tune_overrides
     else:
         pretrain = Stage("pretrain", PRETRAIN, {
             **quiet, "train.num_steps": args.steps,
@@ -51,12 +60,13 @@ def get_sweep(arg: str | None = None) -> Sweep:
             "train.checkpoint_every": max(100, args.steps // 4)})
         tune = f"{FINETUNE}:task=brown_pos"
         tune_overrides = dict(quiet)
+        finetune_overrides = {**quiet, "optimizer.learning_rate": FINETUNE_LR}
     stages = (  # both downstream stages start from the row's pretraining workdir
         pretrain,
         Stage("features", f"{tune},features=concat_last_four", tune_overrides, apply_rows=False,
               previous_workdir_key="init", workdir_from="pretrain"),
-        Stage("finetune", tune, tune_overrides, apply_rows=False, previous_workdir_key="init",
-              workdir_from="pretrain"),
+        Stage("finetune", tune, finetune_overrides, apply_rows=False,
+              previous_workdir_key="init", workdir_from="pretrain"),
     )
     return Sweep(
         title=f"BERT Table 8: masking strategies (Brown POS{', smoke' if args.smoke else ''})",
