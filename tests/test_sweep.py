@@ -147,6 +147,8 @@ def test_the_bert_table8_sweep_fine_tunes_both_ways_from_each_rows_pretraining()
         config = configs["finetune"]
         assert config.task.features == "none" and config.init.endswith("pretrain")
         if not arg:  # fine-tuning at the learning rate chosen for this scale; features: 1e-3
+            assert configs["pretrain"].optimizer.warmup_steps == 300  # the config's own warmup
+            assert configs["pretrain"].train.num_steps == 1000
             assert config.optimizer.learning_rate == bert_table8.FINETUNE_LR == 2e-3
             assert configs["features"].optimizer.learning_rate == 1e-3
             assert configs["features"].task.features == "concat_last_four"

@@ -64,5 +64,6 @@ def test_the_table3_sweep_declares_loadable_rows_and_the_papers_numbers():
     assert "rope" not in sweep.paper  # no paper number for the later encodings
     (stage,) = sweep.stages
     assert stage.overrides["train.num_steps"] == 50
+    assert "optimizer.warmup_steps" not in stage.overrides  # the config's schedule, truncated
     for arg in sweep.rows.values():
         load_config_file(f"{stage.config}:{arg}")
