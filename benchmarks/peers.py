@@ -104,7 +104,8 @@ class _Peer:
 
 
 class HfBertForPreTraining(_Peer):
-    """``FlaxBertForPreTraining`` answering ``models.bert_pretraining.BertForPreTraining.apply``'s call:
+    """``FlaxBertForPreTraining`` answering the call of
+    ``models.bert_pretraining.BertForPreTraining.apply``:
     ``{'mlm_logits': [b, P, V] at masked_positions, 'nsp_logits': [b, 2]}`` (float32)."""
 
     def __init__(self, cfg: BertConfig, seq_length: int):

@@ -32,8 +32,8 @@ from configs import common
 from train.sweep_spec import Metric, Stage, Sweep
 
 PRETRAIN = "configs/bert/pretrain.py"
-FINETUNE_LR = 2e-3  # fine-tuning's peak learning rate at this scale (see above)
 FINETUNE = "configs/bert/finetune.py"
+FINETUNE_LR = 2e-3  # fine-tuning's peak learning rate at this scale (see above)
 MASKS = ("80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80", "0-0-100")
 
 # Table 8, dev set: MNLI fine-tune accuracy, NER fine-tune F1, NER feature-based F1.
