@@ -121,11 +121,12 @@ def test_length_and_format_checks(brown_env):
         BertPretrainingTask(smoke_config(**{"data.mask_prob": 0.5}))
 
 
-def test_table8_mask_variants():
-    for spec, rates in (("80-10-10", (0.8, 0.1, 0.1)), ("100-0-0", (1.0, 0.0, 0.0)),
-                        ("80-0-20", (0.8, 0.0, 0.2)), ("80-20-0", (0.8, 0.2, 0.0)),
-                        ("0-20-80", (0.0, 0.2, 0.8)), ("0-0-100", (0.0, 0.0, 1.0))):
+def test_table8_mask_variants_read_mask_same_random():
+    # BERT Table 8's columns are MASK, SAME, RND: '0-0-100' is all random replacement.
+    for spec, (mask, same, rnd) in (("80-10-10", (0.8, 0.1, 0.1)), ("100-0-0", (1.0, 0.0, 0.0)),
+                                    ("80-0-20", (0.8, 0.0, 0.2)), ("80-20-0", (0.8, 0.2, 0.0)),
+                                    ("0-20-80", (0.0, 0.2, 0.8)), ("0-0-100", (0.0, 0.0, 1.0))):
         data = load_config_file(f"configs/bert/pretrain.py:mask={spec}").data
-        assert (data.mask_prob, data.random_prob, data.keep_prob) == pytest.approx(rates)
+        assert (data.mask_prob, data.keep_prob, data.random_prob) == pytest.approx((mask, same, rnd))
     with pytest.raises(ConfigError, match="sum to 100"):
         load_config_file("configs/bert/pretrain.py:mask=80-10-20")

@@ -9,8 +9,9 @@ Variants (`:arg`, comma-separated):
                                                 positions, no dropout, lr 2e-3; the others:
                                                 BERT's presets (Turc et al. sizes) with BERT's
                                                 learned positions and dropout 0.1
-  mask=80-10-10        % of the selected tokens replaced by [MASK] - a random token - kept
-                       (BERT Table 8 rows: 80-10-10, 100-0-0, 80-0-20, 80-20-0, 0-20-80, 0-0-100)
+  mask=80-10-10        % of the selected tokens replaced by [MASK] - kept the same - replaced
+                       by a random token: Table 8's MASK-SAME-RND columns (its rows: 80-10-10,
+                       100-0-0, 80-0-20, 80-20-0, 0-20-80, 0-0-100)
   nsp=on|off           next-sentence prediction (off: MLM only)
   inputs=segment_pair|full_sentences|doc_sentences
                        BERT's sentence pairs, or RoBERTa's packed sentences (no NSP)
@@ -32,15 +33,17 @@ INPUT_FORMATS = ("segment_pair", "full_sentences", "doc_sentences")
 
 
 def parse_mask(spec: str) -> tuple[float, float, float]:
-    """'80-10-10' -> (0.8, 0.1, 0.1): the [MASK] / random / unchanged split of selected tokens."""
+    """'MASK-SAME-RND' in %, the column order of BERT Table 8 -> (mask_prob, random_prob,
+    keep_prob), the data fields: '80-0-20' -> (0.8, 0.2, 0.0), 20% replaced by random tokens."""
     parts = spec.split("-")
     try:
-        mask, random, keep = (int(p) for p in parts)
+        mask, same, random = (int(p) for p in parts)
     except ValueError:
-        raise ValueError(f"mask={spec!r} must look like 80-10-10 ([MASK]-random-same in %)") from None
-    if mask + random + keep != 100 or min(mask, random, keep) < 0:
+        raise ValueError(f"mask={spec!r} must look like 80-10-10 ([MASK]-same-random in %, "
+                         "as BERT Table 8's MASK, SAME, RND columns)") from None
+    if mask + same + random != 100 or min(mask, same, random) < 0:
         raise ValueError(f"mask={spec!r}: the three percentages must be >= 0 and sum to 100")
-    return mask / 100, random / 100, keep / 100
+    return mask / 100, random / 100, same / 100
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
