@@ -111,6 +111,31 @@ def test_sweep_declarations_are_checked(kwargs, message):
         sweep_spec.Metric("loss", "lower")
 
 
+
+def test_a_sweep_may_gain_rows_and_later_stages_but_not_redefine_runs(tmp_path):
+    """sweep.json keeps how the runs were defined: rows and stages after the saved ones may be
+    added (the runs already made stay what they were); anything else needs
+    --allow_config_change."""
+    def spec(*stages, rows=("a",), overrides=()):
+        sweep = sweep_spec.Sweep(title="t", stages=stages, rows={r: f"posemb={r}" for r in rows},
+                                 metrics=(sweep_spec.Metric("accuracy"),))
+        return sweep_lib.run_spec(sweep, list(overrides))
+
+    pre, fine = sweep_spec.Stage("pre", "p.py"), sweep_spec.Stage("fine", "f.py", apply_rows=False)
+    sweep_lib.check_spec(tmp_path, spec(pre), allow_change=False)
+    sweep_lib.check_spec(tmp_path, spec(pre, fine, rows=("a", "b")), allow_change=False)
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert [s["name"] for s in saved["stages"]] == ["pre", "fine"]
+    assert list(saved["rows"]) == ["a", "b"]
+    changed = [spec(fine, pre),                                       # stages reordered
+               spec(pre),                                             # a stage dropped
+               spec(sweep_spec.Stage("pre", "p.py", {"k": 1}), fine),  # a stage redefined
+               spec(pre, fine, overrides=["--config.k=1"])]           # every run redefined
+    for new in changed:
+        with pytest.raises(sweep_lib.SweepError, match="defines the runs differently"):
+            sweep_lib.check_spec(tmp_path, new, allow_change=False)
+    assert json.loads((tmp_path / "sweep.json").read_text()) == saved
+    sweep_lib.check_spec(tmp_path, spec(pre), allow_change=True)  # the user asked for it
 def test_the_posemb_sweep_covers_every_position_embedding():
     from models.vit import POSEMB_KINDS
 
@@ -128,32 +153,42 @@ def test_the_posemb_sweep_covers_every_position_embedding():
     assert sweep_lib.load_sweep_file(SMOKE).seeds == 2
 
 
-def test_the_bert_table8_sweep_fine_tunes_both_ways_from_each_rows_pretraining():
-    """Rows change only pretraining; both downstream stages get the row's pretraining workdir
-    (workdir_from) and depend on it, not on each other; every command's config loads."""
+def test_the_bert_table8_sweep_evaluates_each_rows_pretraining_three_ways():
+    """Rows change only pretraining; every downstream stage gets the row's pretraining workdir
+    (workdir_from) and depends on it, not on the others; every command's config loads."""
     for arg in ("", "smoke"):
         sweep = sweep_lib.load_sweep_file(f"configs/ablations/bert_table8.py:{arg}")
         assert list(sweep.rows) == ["80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80",
                                     "0-0-100"]
         runs = sweep_lib.plan(sweep, Path("w"), ["0-20-80"], [1], [])
-        pretrain, features, finetune = runs
+        assert [run.stage for run in runs] == ["pretrain", "classify", "features", "finetune"]
+        pretrain = runs[0]
         assert pretrain.argv[1].endswith("pretrain.py:mask=0-20-80" if not arg
                                          else "pretrain.py:smoke,mask=0-20-80")
-        for run in (features, finetune):
+        for run in runs[1:]:
             assert run.previous == pretrain.workdir
             assert run.argv[-1] == f"--config.init={pretrain.workdir.absolute()}"
             assert "mask=" not in run.argv[1]
         configs = {run.stage: run_config(run) for run in runs}
-        config = configs["finetune"]
-        assert config.task.features == "none" and config.init.endswith("pretrain")
-        if not arg:  # fine-tuning at the learning rate chosen for this scale; features: 1e-3
+        assert configs["finetune"].task.features == "none"
+        assert configs["finetune"].init.endswith("pretrain")
+        assert configs["features"].task.features == "concat_last_four"
+        assert configs["classify"].task.features == "none"
+        assert configs["classify"].data.name == ("spam" if arg else "tweets")
+        assert {configs[s].data.name for s in ("features", "finetune")} == {"brown_pos"}
+        if not arg:  # fine-tuning at the learning rates chosen for this scale; features: 1e-3
             assert configs["pretrain"].optimizer.warmup_steps == 300  # the config's own warmup
             assert configs["pretrain"].train.num_steps == 1000
-            assert config.optimizer.learning_rate == bert_table8.FINETUNE_LR == 2e-3
+            assert configs["finetune"].optimizer.learning_rate == 2e-3
+            assert configs["classify"].optimizer.learning_rate == 1e-3
+            assert bert_table8.FINETUNE_LR == {"brown_pos": 2e-3, "tweets": 1e-3}
             assert configs["features"].optimizer.learning_rate == 1e-3
-            assert configs["features"].task.features == "concat_last_four"
+        assert [sweep.label(m) for m in sweep.metrics] == [
+            "token_accuracy", "features.token_accuracy", "classify.accuracy",
+            "pretrain.mlm_accuracy"]
         assert sweep.paper["80-10-10"] == pytest.approx({"token_accuracy": 0.954,
-                                                         "features.token_accuracy": 0.949})
+                                                         "features.token_accuracy": 0.949,
+                                                         "classify.accuracy": 0.842})
     with pytest.raises(sweep_lib.SweepError, match="not an earlier stage"):
         sweep_spec.Sweep(title="t", stages=(sweep_spec.Stage("a", "f.py"),
                                            sweep_spec.Stage("b", "f.py", previous_workdir_key="k",

@@ -26,7 +26,8 @@ printed; the whole log is DIR/<row>/seed_<k>/<stage>/train.log) and the sweep go
 Resuming: the same command again skips the finished runs (result.json, or a final eval at
 train.num_steps in metrics.jsonl) and lets the trainer resume the unfinished ones from their
 checkpoints. DIR/sweep.json records how the runs were defined; a command that would define them
-differently is refused unless --allow_config_change (adding rows or seeds is always allowed).
+differently is refused unless --allow_config_change (adding rows, seeds or later stages is
+always allowed).
 Ctrl-C / SIGTERM: the running trainer checkpoints, the sweep writes its reports and stops.
 
 Exit status: 0 every selected run finished; 1 some failed (listed); 2 the sweep itself is wrong;
@@ -139,8 +140,12 @@ def check_spec(sweep_dir: Path, spec: dict, allow_change: bool, save: bool = Tru
     path = sweep_dir / "sweep.json"
     saved = json.loads(path.read_text()) if path.exists() else None
     if saved is not None:
-        diff = [f"  {key}: {saved[key]!r} before, {spec[key]!r} now"
-                for key in ("stages", "overrides") if saved.get(key) != spec[key]]
+        diff = []
+        # Stages may be added after the saved ones: the runs of those are defined as before.
+        if spec["stages"][:len(saved["stages"])] != saved["stages"]:
+            diff.append(f"  stages: {saved['stages']!r} before, {spec['stages']!r} now")
+        if saved["overrides"] != spec["overrides"]:
+            diff.append(f"  overrides: {saved['overrides']!r} before, {spec['overrides']!r} now")
         diff += [f"  row {row!r}: {saved['rows'][row]!r} before, {spec['rows'][row]!r} now"
                  for row in spec["rows"] if row in saved.get("rows", {})
                  and saved["rows"][row] != spec["rows"][row]]
