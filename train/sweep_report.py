@@ -132,14 +132,19 @@ def write_plot(sweep: Sweep, records: list[dict], summary: dict, path: Path) -> 
         stds = np.nan_to_num(np.array([summary[r][label][1] for r in rows]))
         ax.errorbar(x, means, yerr=stds, fmt="s", color="tab:blue", capsize=4,
                     label="mean ± std over seeds")
-        paper = [(i, sweep.paper[r][label]) for i, r in enumerate(rows)
-                 if label in sweep.paper.get(r, {})]
-        if paper:
-            ax.plot(*zip(*paper), "x", color="tab:red", markersize=9, mew=2, label="paper")
         ax.set_xticks(x, rows, rotation=30, ha="right")
         ax.set_title(f"{label} ({'higher' if metric.better == 'max' else 'lower'} is better)")
+        ax.set_ylabel("ours", color="tab:blue")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize="small")
+        handles = ax.get_legend_handles_labels()
+        paper = [(i, sweep.paper[r][label]) for i, r in enumerate(rows)
+                 if label in sweep.paper.get(r, {})]
+        if paper:  # another model, data and budget: its own scale, so that the orders compare
+            twin = ax.twinx()
+            twin.plot(*zip(*paper), "x", color="tab:red", markersize=9, mew=2, label="paper")
+            twin.set_ylabel("paper (right axis)", color="tab:red")
+            handles = [a + b for a, b in zip(handles, twin.get_legend_handles_labels())]
+        ax.legend(*handles, fontsize="small")
     figure.suptitle(sweep.title)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
