@@ -21,6 +21,7 @@ from configs.ablations import bert_table8
 from train import sweep as sweep_lib
 from train import sweep_spec
 from train.config import apply_override, load_config_file
+from train.optimizers import make_optimizer
 
 SMOKE = "configs/ablations/vit_posemb.py:smoke"
 ROWS = ["none", "learned_1d"]
@@ -159,7 +160,17 @@ def test_the_bert_table8_sweep_evaluates_each_rows_pretraining_three_ways():
     for arg in ("", "smoke"):
         sweep = sweep_lib.load_sweep_file(f"configs/ablations/bert_table8.py:{arg}")
         assert list(sweep.rows) == ["80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80",
-                                    "0-0-100"]
+                                    "0-0-100", "untrained"]
+        # The reference row: one pretraining step that changes nothing, whatever the variant.
+        untrained = run_config(sweep_lib.plan(sweep, Path("w"), ["untrained"], [0], [])[0])
+        assert untrained.train.num_steps == 1 and untrained.optimizer.learning_rate == 0.0
+        assert untrained.optimizer.warmup_steps == 0
+        optimizer_cfg = untrained.optimizer.copy_and_resolve_references()
+        optimizer_cfg.total_steps = untrained.train.num_steps  # as the trainer resolves -1
+        tx, _ = make_optimizer(optimizer_cfg)
+        params = {"w": np.ones((3, 2), np.float32)}
+        updates, _ = tx.update({"w": np.full((3, 2), 5.0, np.float32)}, tx.init(params), params)
+        np.testing.assert_array_equal(updates["w"], 0.0)  # weight decay included
         runs = sweep_lib.plan(sweep, Path("w"), ["0-20-80"], [1], [])
         assert [run.stage for run in runs] == ["pretrain", "classify", "features", "finetune"]
         pretrain = runs[0]

@@ -1,18 +1,19 @@
 """python -m train.sweep --config configs/ablations/bert_table8.py --workdir workdirs/bert_table8
 
-BERT Table 8 (Devlin et al. 2019, masking strategies): the six [MASK] / same / random splits of
-the selected tokens, each used to pretrain the CPU-sized BERT of configs/bert/pretrain.py on
-Brown + Austen + SOTU, then evaluated downstream as the paper's three columns are: Brown
-part-of-speech tagging (our stand-in for its NER) both ways, fine-tuning the whole model and
-feature-based (the encoder frozen, a BiLSTM on the concatenated last four layers, as in its
-Table 7), and tweet sentiment classification fine-tuned (our stand-in for MNLI: a sentence-level
-classification through the pooled [CLS]). Three seeds per row (`--seeds N`), on a reduced budget
-(`steps` pretraining steps, default 1,000 of the config's 4,200: ~10 minutes a run on a 2-core
-CPU, plus the three downstream runs). Pretraining keeps the
-config's schedule (300 warmup steps to 2e-3) and decays linearly to 0 at `steps`: with a
-100-step warmup the 100-0-0 row (seed 0) never left the unigram plateau (5% MLM accuracy
-through step 1,000, NSP at chance), while with 300 its MLM accuracy was rising by step
-400 (9.1%).
+BERT Table 8 (Devlin et al. 2019, masking strategies): the six [MASK] / same / random splits of the
+selected tokens, each used to pretrain the CPU-sized BERT of configs/bert/pretrain.py on Brown +
+Austen + SOTU, then evaluated downstream as the paper's three columns are: Brown part-of-speech
+tagging (our stand-in for its NER) both ways, fine-tuning the whole model and feature-based (the
+encoder frozen, a BiLSTM on the concatenated last four layers, as in its Table 7), and tweet
+sentiment classification fine-tuned (our stand-in for MNLI: a sentence-level classification through
+the pooled [CLS]). A seventh row, `untrained`, is the reference without pretraining: the same
+encoder and vocabulary at its initial weights (one pretraining step at learning rate 0), so that
+every row's downstream numbers can be read as a gain (or a loss) from pretraining. Three seeds per
+row (`--seeds N`), on a reduced budget (`steps` pretraining steps, default 1,000 of the config's
+4,200: ~10 minutes a run on a 2-core CPU, plus the three downstream runs). Pretraining keeps the
+config's schedule (300 warmup steps to 2e-3) and decays linearly to 0 at `steps`: with a 100-step
+warmup the 100-0-0 row (seed 0) never left the unigram plateau (5% MLM accuracy through step 1,000,
+NSP at chance), while with 300 its MLM accuracy was rising by step 400 (9.1%).
 
 The downstream stages keep configs/bert/finetune.py's 240-step CPU budgets (0.16 epochs of the
 POS data, 0.25 of the tweets). Fine-tuning runs at peak learning rates of 2e-3 (POS) and 1e-3
@@ -43,6 +44,9 @@ FINETUNE = "configs/bert/finetune.py"
 # Fine-tuning's peak learning rate per downstream task at this scale (see above).
 FINETUNE_LR = {"brown_pos": 2e-3, "tweets": 1e-3}
 MASKS = TABLE8_MASKS  # MASK-SAME-RND in %, the paper's column order
+# The reference row: the pretraining stage leaves the initial weights as they are (one step at
+# learning rate 0 writes the checkpoint that the downstream stages start from).
+UNTRAINED = {"train.num_steps": 1, "optimizer.warmup_steps": 0, "optimizer.learning_rate": 0.0}
 
 # Table 8, dev set: MNLI fine-tune accuracy, NER fine-tune F1, NER feature-based F1.
 PAPER_TABLE8 = {
@@ -85,7 +89,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
         title="BERT Table 8: masking strategies (Brown POS, tweet sentiment"
               f"{', smoke' if args.smoke else ''})",
         stages=stages,
-        rows={mask: f"mask={mask}" for mask in MASKS},
+        rows={**{mask: f"mask={mask}" for mask in MASKS}, "untrained": UNTRAINED},
         metrics=(Metric("token_accuracy", "max"),  # POS fine-tuned (the last stage)
                  Metric("token_accuracy", "max", stage="features"),
                  Metric("accuracy", "max", stage="classify"),
