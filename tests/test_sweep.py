@@ -185,7 +185,7 @@ def test_the_bert_table8_sweep_evaluates_each_rows_pretraining_three_ways():
         assert configs["finetune"].init.endswith("pretrain")
         assert configs["features"].task.features == "concat_last_four"
         assert configs["classify"].task.features == "none"
-        assert configs["classify"].data.name == ("spam" if arg else "tweets")
+        assert configs["classify"].data.name == ("brown_genre" if arg else "tweets")
         assert {configs[s].data.name for s in ("features", "finetune")} == {"brown_pos"}
         if not arg:  # fine-tuning at the learning rates chosen for this scale; features: 1e-3
             assert configs["pretrain"].optimizer.warmup_steps == 300  # the config's own warmup
@@ -206,6 +206,26 @@ def test_the_bert_table8_sweep_evaluates_each_rows_pretraining_three_ways():
                                                            workdir_from="c"),
                                            sweep_spec.Stage("c", "f.py")),
                         rows={"r": {}}, metrics=(sweep_spec.Metric("accuracy"),))
+
+
+def test_the_bert_table8_smoke_sweep_runs_every_stage_from_an_untrained_encoder(brown_data_root,
+                                                                               tmp_path):
+    """The reference row end to end: a pretraining step that changes nothing, then the three
+    downstream runs from its checkpoint, tabulated in one results.csv line."""
+    result = run_sweep(tmp_path, brown_data_root, "--rows", "untrained", "--seeds", "1",
+                       config="configs/ablations/bert_table8.py:smoke")
+    assert "4 runs: 0 finished before, 4 to run" in result.stdout
+    pretrain = [json.loads(line) for line in
+                (tmp_path / "untrained/seed_0/pretrain/metrics.jsonl").read_text().splitlines()]
+    assert [r["learning_rate"] for r in pretrain if r["split"] == "train"] == [0.0]
+    with open(tmp_path / "results.csv") as file:
+        (record,) = list(csv.DictReader(file))
+    labels = ["token_accuracy", "features.token_accuracy", "classify.accuracy",
+              "pretrain.mlm_accuracy"]
+    assert record["row"] == "untrained" and all(0 <= float(record[k]) <= 1 for k in labels)
+    for stage in ("classify", "features", "finetune"):
+        config = json.loads((tmp_path / f"untrained/seed_0/{stage}/config.json").read_text())
+        assert config["init"] == str((tmp_path / "untrained/seed_0/pretrain").absolute())
 
 
 # ---- a real 2-row x 2-seed smoke sweep -------------------------------------------------------

@@ -80,11 +80,13 @@ class FinetuneTask(Task):
         self.tokenizer = self.init.tokenizer
         try:
             self.model_config.check_length(config.data.max_seq_length)
-            if task.features != "none":
-                bert_heads.check_features(self.model_config, task.features)
         except ValueError as error:
-            raise ConfigError(f"config.data.max_seq_length / config.task.features: {error}") \
-                from error
+            raise ConfigError(f"config.data.max_seq_length: {error}") from error
+        try:
+            bert_heads.check_features(self.model_config, task.features)
+        except ValueError as error:
+            raise ConfigError(f"config.task.features: {error} (the encoder of "
+                              f"init={config.init!r})") from error
         self.model = self._head()
         try:
             self.encoder = ft_data.FeatureEncoder(
