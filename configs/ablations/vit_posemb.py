@@ -4,9 +4,10 @@ ViT paper Table 8 (Dosovitskiy et al. 2021, position embeddings) on Fashion-MNIS
 `posemb` rows of configs/vit/fashion_mnist.py (Table 8's kinds, 2-D sine-cosine, and the later
 2-D RoPE and 2-D ALiBi), each trained with 3 seeds (`--seeds N` for another count) on a reduced
 budget (600 steps of 256 images: about 4 minutes a run on one core, so 7 rows x 3 seeds = 21
-runs take about 50 minutes on a 2-core CPU as two processes with disjoint `--rows`), with the paper's ViT-B/16 numbers beside them. The model is
-that config's hybrid ViT with 6 blocks, GELU, batch 256 and lr 2e-3 (MODEL below: the demo's
-default when the table was measured, kept fixed here).
+runs take about 50 minutes on a 2-core CPU as two processes with disjoint `--rows`), with the
+paper's ViT-B/16 numbers beside them. The model is that config's hybrid ViT with 6 blocks, GELU,
+batch 256 and lr 2e-3 (MODEL below: the demo's default when the table was measured, kept fixed
+here).
 
 Variants (`:arg`, comma-separated):
   steps=N      optimizer updates per run (default 600; warmup min(200, N/6), cosine decay to N)
