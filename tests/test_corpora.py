@@ -1,176 +1,30 @@
 """Tests of the document corpora: Brown, Austen (R lazy-load database), SOTU, their builders.
 
 Fast and offline: the Brown builder reads the committed real excerpt (tests/fixtures/brown/), the
-R reader a real R-written index (tests/fixtures/austen/Rdata.rdx) and small databases written
-here by a tiny R XDR writer, SOTU small JSON files written here.
+Austen builder small R databases written here (tests/r_xdr_writer.py; the R reader itself is
+tested in test_rdata.py), SOTU small JSON files written here.
 """
 
 from __future__ import annotations
 
 import collections
 import fnmatch
-import gzip
 import json
-import pathlib
 import random
-import re
-import struct
-import zlib
 
 import pytest
 
 from data import builders, fetch
 from data.builders import austen as austen_builder
 from data.builders import sotu as sotu_builder
-from data.corpora import austen, brown, rdata, sotu
+from data.corpora import austen, brown, sotu
 from data.corpora.documents import Document, as_document, corpus_stats, read_documents, \
     to_example
 from data.corpora.sentences import split_sentences
 from data.corpora.splits import assign_splits, num_validation, stable_hash
 from data.errors import DataError
 from data.testing import BROWN_FIXTURE_DIR, BROWN_FIXTURE_SPLITS
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-RDX_FIXTURE = REPO / "tests" / "fixtures" / "austen" / "Rdata.rdx"
-
-
-# ------------------------------------------------------------------------ a tiny R XDR writer
-
-def _flags(sexptype, *, attr=False, tag=False, levels=0):
-    return struct.pack(">i", sexptype | attr << 9 | tag << 10 | levels << 12)
-
-
-class RWriter:
-    """Writes R values as R's `serialize(x, NULL, xdr=TRUE, version=3)` does (the subset used)."""
-
-    def __init__(self):
-        self.symbols = {}  # name -> reference index (1-based), as R's reference table
-
-    def string(self, s):
-        if s is None:
-            return _flags(9) + struct.pack(">i", -1)
-        raw = s.encode("utf-8")
-        return _flags(9, levels=64 if s.isascii() else 8) + struct.pack(">i", len(raw)) + raw
-
-    def symbol(self, name):
-        if name in self.symbols:
-            return struct.pack(">i", 255 | self.symbols[name] << 8)
-        self.symbols[name] = len(self.symbols) + 1
-        return _flags(1) + self.string(name)
-
-    def attributes(self, attrs):
-        out = b""
-        for name, value in attrs.items():
-            out += _flags(2, tag=True) + self.symbol(name) + value
-        return out + _flags(254)
-
-    def vector(self, sexptype, body, n, attrs=None):
-        head = _flags(sexptype, attr=bool(attrs)) + struct.pack(">i", n)
-        return head + body + (self.attributes(attrs) if attrs else b"")
-
-    def character(self, values, attrs=None):
-        return self.vector(16, b"".join(self.string(v) for v in values), len(values), attrs)
-
-    def integer(self, values, attrs=None, sexptype=13):
-        ints = [-(2 ** 31) if v is None else int(v) for v in values]
-        return self.vector(sexptype, struct.pack(f">{len(ints)}i", *ints), len(ints), attrs)
-
-    def double(self, values):
-        return self.vector(14, struct.pack(f">{len(values)}d", *values), len(values))
-
-    def named_list(self, items):
-        return self.vector(19, b"".join(items.values()), len(items),
-                           {"names": self.character(list(items))})
-
-    @staticmethod
-    def serialize(body):
-        return b"X\n" + struct.pack(">iii", 3, 0x40201, 0x30500) + struct.pack(">i", 5) + \
-            b"UTF-8" + body
-
-
-def write_lazyload_db(stem, values: dict[str, list[str]]):
-    """Writes `<stem>.rdx/.rdb` holding character vectors, as R's makeLazyLoadDB lays them out."""
-    rdb, offsets = b"", {}
-    for name, lines in values.items():
-        data = RWriter.serialize(RWriter().character(lines))
-        record = struct.pack(">I", len(data)) + zlib.compress(data)
-        offsets[name] = (len(rdb), len(record))
-        rdb += record
-    w = RWriter()
-    index = w.named_list({
-        "variables": w.named_list({n: w.integer(o) for n, o in offsets.items()}),
-        "references": w.named_list({}),
-        "compressed": w.integer([1], sexptype=10),
-    })
-    stem = pathlib.Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".rdx").write_bytes(gzip.compress(RWriter.serialize(index), mtime=0))
-    stem.with_suffix(".rdb").write_bytes(rdb)
-
-
-# ------------------------------------------------------------------------ R reader
-
-
-def test_rdata_reads_the_index_r_wrote():
-    index = rdata.read_rds(RDX_FIXTURE)
-    assert index.kind == "list" and index.names == ["variables", "references", "compressed"]
-    fields = index.as_dict()
-    variables = fields["variables"].as_dict()
-    assert list(variables) == list(sorted(austen.BOOKS))
-    assert variables["emma"].kind == "integer" and variables["emma"].values == [0, 352043]
-    assert variables["sensesensibility"].values == [1334779, 266556]
-    assert fields["compressed"].kind == "logical" and fields["compressed"].values == [True]
-    assert fields["references"].values == []
-
-
-def test_rdata_values_attributes_and_references():
-    w = RWriter()
-    value = w.named_list({
-        "s": w.character(["x", None, "é"]),
-        "i": w.integer([1, None, -3], {"names": w.character(["a", "b", "c"])}),
-        "l": w.integer([1, None, 0], sexptype=10),
-        "d": w.double([1.5, -2.0]),
-        "n": struct.pack(">i", 254),  # NULL
-    })
-    obj = rdata.unserialize(RWriter.serialize(value))
-    assert obj.names == ["s", "i", "l", "d", "n"]
-    v = obj.as_dict()
-    assert v["s"].kind == "character" and v["s"].values == ["x", None, "é"]
-    # The second `names` tag is a reference to the first symbol in R's reference table.
-    assert v["i"].values == [1, None, -3] and v["i"].names == ["a", "b", "c"]
-    assert v["l"].values == [True, None, False] and v["d"].values == [1.5, -2.0]
-    assert v["n"] is None
-
-
-@pytest.mark.parametrize("data, message", [
-    (b"A\n" + bytes(20), "ASCII R serialization is not supported"),
-    (b"RDX3\n", "not R XDR serialization"),
-    (b"X\n" + struct.pack(">iii", 4, 0, 0), "format version 4"),
-    (RWriter.serialize(_flags(3)), "closure (CLOSXP) is not supported"),
-    (RWriter.serialize(_flags(238)), "ALTREP"),
-    (RWriter.serialize(_flags(16) + struct.pack(">i", 3)), "truncated"),
-    (RWriter.serialize(struct.pack(">i", 255 | 7 << 8)), "reference 7 to an unknown object"),
-    (RWriter.serialize(struct.pack(">i", 254)) + b"xx", "2 unexpected bytes"),
-], ids=["ascii", "magic", "version", "closure", "altrep", "truncated", "reference", "trailing"])
-def test_rdata_errors_are_clear(data, message):
-    with pytest.raises(DataError, match=re.escape(message)) as err:
-        rdata.unserialize(data, "some.rds")
-    assert "some.rds" in str(err.value)
-
-
-def test_lazyload_db_round_trip_and_errors(tmp_path):
-    write_lazyload_db(tmp_path / "Rdata", {"one": ["a", "b"], "two": ["Ünïcode", ""]})
-    db = rdata.LazyLoadDB(tmp_path / "Rdata")
-    assert db.names == ["one", "two"] and "two" in db
-    assert db["two"].values == ["Ünïcode", ""] and db["one"].kind == "character"
-    with pytest.raises(DataError, match="no variable 'three'"):
-        db["three"]
-    rdb = tmp_path / "Rdata.rdb"
-    rdb.write_bytes(rdb.read_bytes()[:-3])
-    with pytest.raises(DataError, match="truncated"):
-        db["two"]
-    with pytest.raises(DataError, match="not found"):
-        rdata.LazyLoadDB(tmp_path / "Nothing")
+from r_xdr_writer import write_lazyload_db
 
 
 # ------------------------------------------------------------------------ sentences
