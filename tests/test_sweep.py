@@ -15,34 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_python
+from conftest import REPO
+from sweep_helpers import SMOKE, run_config, run_sweep, sweep_cli
 
-from configs.ablations import bert_table8
 from train import sweep as sweep_lib
 from train import sweep_spec
-from train.config import apply_override, load_config_file
-from train.optimizers import make_optimizer
 
-SMOKE = "configs/ablations/vit_posemb.py:smoke"
 ROWS = ["none", "learned_1d"]
-
-
-def run_config(run):
-    """The config a planned run's trainer will see: its file, then its --config.key=value items."""
-    config = load_config_file(run.argv[1])
-    for item in run.argv[4:]:
-        key, _, raw = item[len("--config."):].partition("=")
-        apply_override(config, key, raw)
-    return config
-
-
-def sweep_cli(workdir, *extra, config=SMOKE):
-    return ["-m", "train.sweep", "--config", config, "--workdir", str(workdir), *extra]
-
-
-def run_sweep(workdir, data_root, *extra, config=SMOKE, check=True):
-    return run_python(sweep_cli(workdir, *extra, config=config),
-                      env={"PAPERS_JAX_DATA": str(data_root)}, check=check)
 
 
 def run_dirs(workdir: Path) -> list[Path]:
@@ -137,97 +116,6 @@ def test_a_sweep_may_gain_rows_and_later_stages_but_not_redefine_runs(tmp_path):
             sweep_lib.check_spec(tmp_path, new, allow_change=False)
     assert json.loads((tmp_path / "sweep.json").read_text()) == saved
     sweep_lib.check_spec(tmp_path, spec(pre), allow_change=True)  # the user asked for it
-def test_the_posemb_sweep_covers_every_position_embedding():
-    from models.vit import POSEMB_KINDS
-
-    for arg in ("", "smoke", "steps=100"):
-        sweep = sweep_lib.load_sweep_file(f"configs/ablations/vit_posemb.py:{arg}")
-        assert list(sweep.rows) == list(POSEMB_KINDS)
-        assert set(sweep.paper) == {"none", "learned_1d", "learned_2d", "relative"}
-        for row in sweep.rows:  # every row's config loads, with the sweep's overrides
-            run = sweep_lib.plan(sweep, Path("w"), [row], [0], [])[0]
-            config = run_config(run)
-            assert config.model.posemb == row
-            if arg != "smoke":  # the model the table was measured with, whatever the demo's
-                assert (config.model.num_layers, config.model.activation) == (6, "gelu")
-                assert config.data.batch_size == 256 and config.optimizer.learning_rate == 2e-3
-    assert sweep_lib.load_sweep_file(SMOKE).seeds == 2
-
-
-def test_the_bert_table8_sweep_evaluates_each_rows_pretraining_three_ways():
-    """Rows change only pretraining; every downstream stage gets the row's pretraining workdir
-    (workdir_from) and depends on it, not on the others; every command's config loads."""
-    for arg in ("", "smoke"):
-        sweep = sweep_lib.load_sweep_file(f"configs/ablations/bert_table8.py:{arg}")
-        assert list(sweep.rows) == ["80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80",
-                                    "0-0-100", "untrained"]
-        # The reference row: one pretraining step that changes nothing, whatever the variant.
-        untrained = run_config(sweep_lib.plan(sweep, Path("w"), ["untrained"], [0], [])[0])
-        assert untrained.train.num_steps == 1 and untrained.optimizer.learning_rate == 0.0
-        assert untrained.optimizer.warmup_steps == 0
-        optimizer_cfg = untrained.optimizer.copy_and_resolve_references()
-        optimizer_cfg.total_steps = untrained.train.num_steps  # as the trainer resolves -1
-        tx, _ = make_optimizer(optimizer_cfg)
-        params = {"w": np.ones((3, 2), np.float32)}
-        updates, _ = tx.update({"w": np.full((3, 2), 5.0, np.float32)}, tx.init(params), params)
-        np.testing.assert_array_equal(updates["w"], 0.0)  # weight decay included
-        runs = sweep_lib.plan(sweep, Path("w"), ["0-20-80"], [1], [])
-        assert [run.stage for run in runs] == ["pretrain", "classify", "features", "finetune"]
-        pretrain = runs[0]
-        assert pretrain.argv[1].endswith("pretrain.py:mask=0-20-80" if not arg
-                                         else "pretrain.py:smoke,mask=0-20-80")
-        for run in runs[1:]:
-            assert run.previous == pretrain.workdir
-            assert run.argv[-1] == f"--config.init={pretrain.workdir.absolute()}"
-            assert "mask=" not in run.argv[1]
-        configs = {run.stage: run_config(run) for run in runs}
-        assert configs["finetune"].task.features == "none"
-        assert configs["finetune"].init.endswith("pretrain")
-        assert configs["features"].task.features == "concat_last_four"
-        assert configs["classify"].task.features == "none"
-        assert configs["classify"].data.name == ("brown_genre" if arg else "tweets")
-        assert {configs[s].data.name for s in ("features", "finetune")} == {"brown_pos"}
-        if not arg:  # fine-tuning at the learning rates chosen for this scale; features: 1e-3
-            assert configs["pretrain"].optimizer.warmup_steps == 300  # the config's own warmup
-            assert configs["pretrain"].train.num_steps == 1000
-            assert configs["finetune"].optimizer.learning_rate == 2e-3
-            assert configs["classify"].optimizer.learning_rate == 1e-3
-            assert bert_table8.FINETUNE_LR == {"brown_pos": 2e-3, "tweets": 1e-3}
-            assert configs["features"].optimizer.learning_rate == 1e-3
-        assert [sweep.label(m) for m in sweep.metrics] == [
-            "token_accuracy", "features.token_accuracy", "classify.accuracy",
-            "pretrain.mlm_accuracy"]
-        assert sweep.paper["80-10-10"] == pytest.approx({"token_accuracy": 0.954,
-                                                         "features.token_accuracy": 0.949,
-                                                         "classify.accuracy": 0.842})
-    with pytest.raises(sweep_lib.SweepError, match="not an earlier stage"):
-        sweep_spec.Sweep(title="t", stages=(sweep_spec.Stage("a", "f.py"),
-                                           sweep_spec.Stage("b", "f.py", previous_workdir_key="k",
-                                                           workdir_from="c"),
-                                           sweep_spec.Stage("c", "f.py")),
-                        rows={"r": {}}, metrics=(sweep_spec.Metric("accuracy"),))
-
-
-def test_the_bert_table8_smoke_sweep_runs_every_stage_from_an_untrained_encoder(brown_data_root,
-                                                                               tmp_path):
-    """The reference row end to end: a pretraining step that changes nothing, then the three
-    downstream runs from its checkpoint, tabulated in one results.csv line."""
-    result = run_sweep(tmp_path, brown_data_root, "--rows", "untrained", "--seeds", "1",
-                       config="configs/ablations/bert_table8.py:smoke")
-    assert "4 runs: 0 finished before, 4 to run" in result.stdout
-    pretrain = [json.loads(line) for line in
-                (tmp_path / "untrained/seed_0/pretrain/metrics.jsonl").read_text().splitlines()]
-    assert [r["learning_rate"] for r in pretrain if r["split"] == "train"] == [0.0]
-    with open(tmp_path / "results.csv") as file:
-        (record,) = list(csv.DictReader(file))
-    labels = ["token_accuracy", "features.token_accuracy", "classify.accuracy",
-              "pretrain.mlm_accuracy"]
-    assert record["row"] == "untrained" and all(0 <= float(record[k]) <= 1 for k in labels)
-    for stage in ("classify", "features", "finetune"):
-        config = json.loads((tmp_path / f"untrained/seed_0/{stage}/config.json").read_text())
-        assert config["init"] == str((tmp_path / "untrained/seed_0/pretrain").absolute())
-
-
 # ---- a real 2-row x 2-seed smoke sweep -------------------------------------------------------
 @pytest.fixture(scope="module")
 def smoke_sweep(fixture_data_root, tmp_path_factory):
