@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import position
+from models.attention import IMPLEMENTATIONS
 from models.layers import ACTIVATIONS, EncoderBlock, make_norm
 from models.stack import REMAT_KINDS, run_blocks
 
@@ -97,7 +98,9 @@ class ViTConfig:
                                       ("activation", self.activation, tuple(ACTIVATIONS)),
                                       ("dtype", self.dtype, DTYPES),
                                       ("param_dtype", self.param_dtype, DTYPES),
-                                      ("remat", self.remat, REMAT_KINDS)):
+                                      ("remat", self.remat, REMAT_KINDS),
+                                      ("attention_implementation",
+                                       self.attention_implementation, IMPLEMENTATIONS)):
             if value not in allowed:
                 raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
         if self.posemb == "learned_2d" and self.hidden_size % 2:

@@ -214,7 +214,8 @@ def test_attention_dropout():
 
 def test_implementation_errors():
     q = _normal(1, 2, 2, 4)
-    with pytest.raises(ValueError, match="set the attention dropout rate to 0 or use"):
+    with pytest.raises(ValueError,
+                       match=r"dropout is active \(rate 0.1\) and cuDNN's kernel has none"):
         A.dot_product_attention(q, q, q, dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0),
                                 deterministic=False, implementation='cudnn')
     with pytest.raises(ValueError, match="'xla', 'cudnn'"):

@@ -86,7 +86,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.posemb = args.posemb or ("alibi" if args.size == "cpu" else "learned")
                                              # learned (BERT)|sinusoidal|rope|alibi|none
     config.model.nsp = nsp                   # build and train the next-sentence head
-    config.model.attention_implementation = "xla"  # xla | cudnn (GPU)
+    config.model.attention_implementation = "xla"  # xla | cudnn (GPU) | auto
     config.model.dtype = "float32"           # compute dtype
     config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
     config.model.remat = "none"              # none | minimal | full: recompute layer activations
