@@ -15,7 +15,8 @@ OURS_EVERY_POSITION = "ours, MLM head on every position"
 
 
 def make_report(args, contenders: Sequence, *, tokens_per_example: int, shape: str,
-                dropout: float, peak: float, peak_source: str) -> dict:
+                dropout: float, attention_dropout: float, attention: str, peak: float,
+                peak_source: str) -> dict:
     """Rows from each contender's round times (median), ratios of the peer's median time over
     ours: the standard step, and equal work when a row of ours computes the peer's work."""
     rows = []
@@ -40,17 +41,24 @@ def make_report(args, contenders: Sequence, *, tokens_per_example: int, shape: s
     device = jax.devices()[0]
     return {"model": args.model, "size": args.size, "shape": shape, "batch": args.batch,
             "dtype": args.dtype, "remat": args.remat, "dropout": dropout,
+            "attention_dropout": attention_dropout, "attention": attention,
             "device": f"{device.platform}: {device.device_kind}", "cpu_count": os.cpu_count(),
             "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "peak_tflops": peak / 1e12, "peak_source": peak_source,
             "steps": args.steps, "repeats": args.repeats, "rows": rows, "ratios": ratios}
 
 
+def _flop_rate(tflops: float) -> str:
+    """``0.4634`` -> ``463.4 GFLOP/s``; ``989.0`` -> ``989.0 TFLOP/s``."""
+    return f"{tflops:.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.1f} GFLOP/s"
+
+
 def markdown(report: dict) -> str:
     """The report as a headed Markdown table plus the ratios as bullets."""
     head = (f"**{report['model']} {report['size']}**, batch {report['batch']}, {report['shape']}, "
-            f"{report['dtype']}, dropout {report['dropout']}, remat {report['remat']}; "
-            f"{report['device']}; peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s "
+            f"{report['dtype']}, dropout {report['dropout']} (attention "
+            f"{report['attention_dropout']}), attention {report['attention']}, remat "
+            f"{report['remat']}; {report['device']}; peak {_flop_rate(report['peak_tflops'])} "
             f"({report['peak_source']}); median of {report['repeats']} rounds of "
             f"{report['steps']} steps")
     lines = [head, "",

@@ -6,6 +6,8 @@ TFLOPs per step and MFU:
 
   python -m benchmarks.train_step --model bert --size base --seq 128 --batch 8
   python -m benchmarks.train_step --model bert --size large --seq 512 --batch 4 --dtype bfloat16
+  python -m benchmarks.train_step --model bert --size large --seq 512 --batch 32 \
+      --dtype bfloat16 --attention auto --attention_dropout 0          # on a GPU
   python -m benchmarks.train_step --model vit --size B/16 --batch 8 --json out.json --markdown out.md
 
 What is timed is what the trainer runs: ``train.trainer.make_train_step`` around the task's
@@ -14,7 +16,10 @@ cross-entropy), with the config file's optax chain (``configs/bert/pretrain.py:s
 AdamW, clipping, linear schedule; ``configs/vit/fashion_mnist.py:size=...`` at ImageNet shapes),
 ``jax.jit`` with the state donated, on one device. The peer runs through the same step, task,
 loss and optimizer with its model swapped in, on the same batch, dtype and dropout; only the
-model differs. Rows:
+model differs. ``--attention`` picks our attention kernel (``models/attention.py``: 'xla'
+einsums, 'cudnn' fused flash attention, 'auto' cuDNN where it can run); cuDNN's kernel has no
+attention-probability dropout, so GPU runs with it set ``--attention_dropout 0`` (both
+libraries; the peer always runs its own XLA attention). Rows:
 
   BERT  ours          MLM head at ``--num_predictions`` gathered positions (BERT's 20 at 128,
                       80 at 512), what ``configs/bert/pretrain.py`` trains
@@ -60,6 +65,7 @@ import numpy as np
 from benchmarks.profile import markdown as profile_markdown
 from benchmarks.profile import profile_contender
 from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown
+from models.attention import IMPLEMENTATIONS, cudnn_attention_blocker
 from models.bert_pretraining import gather_positions
 from models.sizes import BERT_SIZES, VIT_SIZES
 from train import flops, partitioning
@@ -193,6 +199,25 @@ class Setup:
     equal_work: tuple | None = None  # (model, flops per example) of ours, head everywhere
 
 
+def _attention(args, dropout: float) -> dict:
+    """The model config's attention kernel and attention dropout (default: ``dropout``)."""
+    rate = dropout if args.attention_dropout is None else args.attention_dropout
+    return dict(attention_implementation=args.attention, attention_dropout_rate=rate)
+
+
+def _check_attention(args, model_config):
+    """``--attention cudnn`` where cuDNN cannot run stops here, before compiling, with why."""
+    if args.attention != "cudnn":
+        return
+    head_dim = model_config.hidden_size // model_config.num_heads
+    reason = cudnn_attention_blocker(args.dtype, head_dim, head_dim,
+                                     dropout_rate=model_config.attention_dropout_rate)
+    if reason is not None:
+        raise SystemExit(f"--attention cudnn cannot run this benchmark: {reason}. Use "
+                         "--attention xla or auto, or change that (--attention_dropout 0, "
+                         "--dtype bfloat16, an NVIDIA GPU).")
+
+
 def bert_setup(args, workdir: str) -> Setup:
     from train.tasks.bert_pretrain import BertPretrainingTask
 
@@ -213,8 +238,9 @@ def bert_setup(args, workdir: str) -> Setup:
                        batch_size=args.batch)
     dropout = 0.1 if args.dropout is None else args.dropout  # BERT's
     config.model.update(dtype=args.dtype, remat=args.remat, dropout_rate=dropout,
-                        attention_dropout_rate=dropout)
+                        **_attention(args, dropout))
     task = BertPretrainingTask(config)
+    _check_attention(args, task.model_config)
     optimizer, schedule = _optimizer(config, task.d_model)
     batch = bert_batch(np.random.default_rng(args.seed), args.batch, args.seq, predictions,
                        task.model_config.vocab_size)
@@ -240,9 +266,10 @@ def vit_setup(args, workdir: str) -> Setup:
     config.model.update(num_classes=IMAGENET_CLASSES, image_size=image_size, pool="cls",
                         posemb="learned_1d", stem_channels=0, head_hidden_size=0,
                         activation="gelu", dtype=args.dtype, remat=args.remat,
-                        dropout_rate=dropout, attention_dropout_rate=dropout)
+                        dropout_rate=dropout, **_attention(args, dropout))
     config.data.update(image_shape=(*image_size, CHANNELS), batch_size=args.batch)
     task = ClassificationTask(config)  # checks that the patch size divides the image
+    _check_attention(args, task.model_config)
     optimizer, schedule = _optimizer(config, task.d_model)
     batch = vit_batch(np.random.default_rng(args.seed), args.batch, image_size)
     grid_h, grid_w = task.model_config.grid
@@ -358,8 +385,11 @@ def report_for(args, setup: Setup, contenders: list[Contender], peak: float,
         shape = f"seq {args.seq}, {predictions} predictions"
     else:
         shape = f"{args.image_size}x{args.image_size}, {setup.tokens_per_example} tokens"
+    cfg = setup.task.model_config
     return make_report(args, contenders, tokens_per_example=setup.tokens_per_example,
-                       shape=shape, dropout=setup.task.model_config.dropout_rate, peak=peak,
+                       shape=shape, dropout=cfg.dropout_rate,
+                       attention_dropout=cfg.attention_dropout_rate,
+                       attention=cfg.attention_implementation, peak=peak,
                        peak_source=peak_source)
 
 
@@ -386,6 +416,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="rematerialisation of our layers (models/stack.py)")
     parser.add_argument("--dropout", type=float, default=None,
                         help="dropout of both libraries (default: BERT 0.1, ViT 0.0)")
+    parser.add_argument("--attention_dropout", type=float, default=None,
+                        help="attention-probability dropout of both libraries (default: "
+                             "--dropout's; 'cudnn' attention needs 0)")
+    parser.add_argument("--attention", choices=IMPLEMENTATIONS, default="xla",
+                        help="our attention kernel: 'xla' einsums, 'cudnn' fused (NVIDIA GPU, "
+                             "bf16, no attention dropout), 'auto' cudnn where it can run")
     parser.add_argument("--peer", choices=PEERS, default="transformers",
                         help="'none' times ours only (no transformers needed)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
@@ -403,8 +439,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("batch", "steps", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
-    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
-        parser.error("--dropout must be in [0, 1)")
+    for name in ("dropout", "attention_dropout"):
+        value = getattr(args, name)
+        if value is not None and not 0.0 <= value < 1.0:
+            parser.error(f"--{name} must be in [0, 1)")
     return args
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import jax
@@ -64,7 +66,9 @@ def test_equal_work_model_has_the_same_loss(tmp_path):
 
 def test_report_numbers_follow_from_the_timings():
     args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
-    setup = bench.Setup(task=type("T", (), {"model_config": type("C", (), {"dropout_rate": 0.0})})(),
+    model_config = type("C", (), {"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+                                  "attention_implementation": "xla"})
+    setup = bench.Setup(task=type("T", (), {"model_config": model_config})(),
                         config=None, optimizer=None, schedule=None, batch={},
                         tokens_per_example=197)
     ours = bench.Contender("ours", "ours", None, None, {}, flops_per_example=1e9,
@@ -80,7 +84,10 @@ def test_report_numbers_follow_from_the_timings():
     assert row["mfu"] == pytest.approx(4e9 / 0.3 / 1e11)
     assert report["ratios"]["standard step (peer time / ours)"] == pytest.approx(0.7 / 0.3)
     assert report["shape"] == "224x224, 197 tokens"
-    assert "| ours |" in bench.markdown(report)
+    table = bench.markdown(report)
+    assert "| ours |" in table and "peak 100.0 GFLOP/s (given)" in table
+    report["peak_tflops"] = 989.0
+    assert "peak 989.0 TFLOP/s" in bench.markdown(report)
 
 
 def test_spec_peaks_by_device_kind():
@@ -97,6 +104,32 @@ def test_bad_arguments_name_the_fix():
         bench.run(_args("--model", "bert", "--size", "tiny", "--seq", "4096", "--peer", "none"))
     with pytest.raises(SystemExit, match="written like B/16"):
         bench.run(_args("--model", "vit", "--size", "tiny", "--peer", "none"))
+
+
+def test_attention_kernel_and_its_dropout_reach_the_model_and_the_report(tmp_path):
+    report = bench.main(["--model", "vit", "--size", "Ti/16", "--image_size", "32", "--batch",
+                         "2", "--steps", "1", "--repeats", "1", "--peer", "none", "--dropout",
+                         "0.1", "--attention_dropout", "0", "--attention", "auto"])
+    assert (report["attention"], report["dropout"], report["attention_dropout"]) == (
+        "auto", 0.1, 0.0)
+    assert "dropout 0.1 (attention 0.0), attention auto" in bench.markdown(report)
+    args = _args("--model", "bert", "--size", "tiny", "--seq", "32", "--peer", "none")
+    config = bench.bert_setup(args, str(tmp_path)).task.model_config
+    assert (config.attention_implementation, config.attention_dropout_rate) == ("xla", 0.1)
+
+
+def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path):
+    """No NVIDIA GPU here: the reason and the fix; with attention dropout, that first."""
+    common = ["--model", "bert", "--size", "tiny", "--seq", "32", "--peer", "none",
+              "--attention", "cudnn"]
+    with pytest.raises(SystemExit, match=r"--attention cudnn cannot run this benchmark: "
+                                         r"attention-probability dropout is active \(rate 0.1\)"):
+        bench.bert_setup(_args(*common), str(tmp_path))
+    with pytest.raises(SystemExit, match=r"not an NVIDIA GPU\. Use --attention xla or auto"):
+        bench.bert_setup(_args(*common, "--attention_dropout", "0", "--dtype", "bfloat16"),
+                         str(tmp_path))
+    with pytest.raises(SystemExit):
+        _args(*common, "--attention_dropout", "1.0")
 
 
 @pytest.mark.parametrize("model_args", [
@@ -140,3 +173,26 @@ def test_op_kind_drops_the_instance_number():
     assert op_kind("copy_bitcast_fusion.85") == "copy_bitcast_fusion"
     assert op_kind("dot") == "dot"
 
+
+
+def test_gpu_table_script_runs_the_three_bf16_rows(tmp_path):
+    """benchmarks/gpu_table.sh (DRY_RUN prints its commands): each parses as benchmark flags,
+    bf16 with cuDNN attention where it can run, and a flag given to the script wins."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_table.sh"
+    printed = subprocess.run(["bash", str(script), str(tmp_path), "--peer", "none"],
+                             env={**os.environ, "DRY_RUN": "1", "PYTHON": "py"}, check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+    rows = {}
+    for line in printed:
+        words = line.split()
+        assert words[:3] == ["py", "-m", "benchmarks.train_step"], line
+        args = bench.parse_args(words[3:])
+        rows[(args.model, args.size, args.seq if args.model == "bert" else None)] = args
+    assert set(rows) == {("bert", "base", 128), ("bert", "large", 512), ("vit", "B/16", None)}
+    for args in rows.values():
+        assert (args.dtype, args.attention, args.attention_dropout, args.peer) == (
+            "bfloat16", "auto", 0.0, "none")
+        assert args.dropout is None and Path(args.json).parent == tmp_path
+    assert not list(tmp_path.iterdir())                     # a dry run writes nothing
+    usage = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage: bash benchmarks/gpu_table.sh OUTDIR" in usage.stderr
