@@ -152,16 +152,18 @@ def _expand_to_4d(x, q_len, kv_len):
 
 def cudnn_attention_blocker(dtype, head_dim: int, value_head_dim: int, *,
                             dropout_rate: float = 0.0, masked: bool = False,
-                            lengths: tuple[int, int] = (2, 2), device=None) -> str | None:
+                            training: bool = True, lengths: tuple[int, int] = (2, 2),
+                            device=None) -> str | None:
     """Why cuDNN's fused attention (``jax.nn.dot_product_attention(implementation='cudnn')``)
     cannot compute a call, or None when it can.
 
     Its flash-attention kernel needs an NVIDIA GPU of compute capability 8.0 or later (Ampere),
     bfloat16 or float16 inputs, a head dimension that is a multiple of 8 and at most 128 (256
     from Hopper, 9.0, on), equal query/key and value head dimensions, even query and key lengths
-    when a bias or mask is added, and has no attention-probability dropout. ``device`` (default:
-    the first of ``jax.devices()``, where a jitted step runs) is read for its platform, CUDA
-    runtime and compute capability.
+    when a bias or mask is added in training (its backward pass), and has no
+    attention-probability dropout. ``training`` is the caller's ``not deterministic``. ``device``
+    (default: the first of ``jax.devices()``, where a jitted step runs) is read for its
+    platform, CUDA runtime and compute capability.
     """
     if dropout_rate > 0.0:
         return (f"attention-probability dropout is active (rate {dropout_rate}) and cuDNN's kernel "
@@ -185,8 +187,8 @@ def cudnn_attention_blocker(dtype, head_dim: int, value_head_dim: int, *,
                 f"(compute capability {capability})")
     if value_head_dim != head_dim:
         return f"value head dimension {value_head_dim} differs from the query/key's {head_dim}"
-    if masked and any(n % 2 for n in lengths):
-        return f"a bias or mask with an odd length (query, key lengths {lengths})"
+    if training and masked and any(n % 2 for n in lengths):
+        return f"a bias or mask with an odd length in training (query, key lengths {lengths})"
     return None
 
 
@@ -251,8 +253,9 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
 
     if implementation != 'xla':
         blocker = cudnn_attention_blocker(
-            dtype, query.shape[-1], value.shape[-1], dropout_rate=dropout_rate if dropout_active
-            else 0.0, masked=bias is not None or mask is not None,
+            dtype, query.shape[-1], value.shape[-1],
+            dropout_rate=dropout_rate if dropout_active else 0.0,
+            masked=bias is not None or mask is not None, training=not deterministic,
             lengths=(query.shape[1], key.shape[1]))
         if blocker is None:
             return _cudnn_attention(query, key, value, bias, mask, dtype)

@@ -33,6 +33,7 @@ def test_cudnn_runs_bfloat16_and_float16_heads_on_ampere_and_later():
     assert blocker(head_dim=256, value_head_dim=256, device=gpu("9.0")) is None
     assert blocker(masked=True, lengths=(128, 128)) is None
     assert blocker(lengths=(197, 197)) is None           # ViT's 197 tokens, no bias or mask
+    assert blocker(masked=True, training=False, lengths=(1, 197)) is None  # decoding a step
     assert blocker(dropout_rate=0.0) is None
 
 
@@ -47,7 +48,7 @@ def test_cudnn_runs_bfloat16_and_float16_heads_on_ampere_and_later():
     (dict(head_dim=256, value_head_dim=256, device=gpu("8.0")), r"of at most 128"),
     (dict(head_dim=264, value_head_dim=264), r"of at most 256"),
     (dict(value_head_dim=32), r"value head dimension 32 differs from the query/key's 64"),
-    (dict(masked=True, lengths=(197, 197)), r"a bias or mask with an odd length"),
+    (dict(masked=True, lengths=(197, 197)), r"a bias or mask with an odd length in training"),
 ])
 def test_cudnn_blocker_names_each_unsupported_case(kwargs, reason):
     found = blocker(**kwargs)
