@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from models import attention as A
+from models import cudnn_attention as C
 
 
 def gpu(capability="9.0", runtime="cuda 12080", kind="NVIDIA H100 80GB HBM3"):
@@ -82,14 +83,14 @@ def test_auto_computes_what_xla_computes_where_cudnn_cannot(kv_heads):
 
 
 def test_auto_reports_each_fallback_reason_once(caplog, monkeypatch):
-    monkeypatch.setattr(A, "_reported_fallbacks", set())
+    monkeypatch.setattr(C, "_reported_fallbacks", set())
     q, k, v = _qkv()
-    with caplog.at_level(logging.INFO, logger=A.__name__):
+    with caplog.at_level(logging.INFO, logger=C.__name__):
         for _ in range(3):
             A.dot_product_attention(q, k, v, implementation="auto")
         A.dot_product_attention(q, k, v, implementation="auto", dropout_rate=0.5,
                                 dropout_rng=jax.random.PRNGKey(0), deterministic=False)
-    messages = [r.getMessage() for r in caplog.records if r.name == A.__name__]
+    messages = [r.getMessage() for r in caplog.records if r.name == C.__name__]
     assert len(messages) == 2, messages                    # the device, then the dropout
     assert all(m.startswith("attention implementation 'auto' uses 'xla': ") for m in messages)
     assert "not an NVIDIA GPU" in messages[0] and "dropout is active" in messages[1]

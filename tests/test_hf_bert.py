@@ -22,14 +22,7 @@ from models.hf_bert import (CheckpointError, config_from_hf, config_to_hf, hf_na
                             load_hf_checkpoint, params_from_hf, params_to_hf, save_hf_checkpoint)
 from models.safetensors_file import read_safetensors, safetensors_metadata
 
-VOCAB = 50
-
-
-def tiny(**overrides) -> BertConfig:
-    fields = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
-                  max_position_embeddings=16)
-    fields.update(overrides)
-    return BertConfig(**fields)
+from tiny_bert import VOCAB, tiny
 
 
 def random_hf(cfg: BertConfig, head: str, seed: int = 0) -> dict[str, np.ndarray]:

@@ -1,0 +1,88 @@
+"""cuDNN's fused attention behind ``models.attention.dot_product_attention``: when it can compute
+a call (``cudnn_attention_blocker``), the call itself, and the once-per-reason note that
+``implementation='auto'`` fell back to the 'xla' einsums."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+
+_log = logging.getLogger(__name__)
+
+
+def _expand_to_4d(x, q_len, kv_len):
+    """Bias/mask to 4-D with full ``q`` and ``k`` axes (cuDNN broadcasts only batch and heads)."""
+    x = jnp.asarray(x)
+    x = x.reshape((1,) * (4 - x.ndim) + x.shape)
+    return jnp.broadcast_to(x, x.shape[:2] + (q_len, kv_len))
+
+
+def cudnn_attention_blocker(dtype, head_dim: int, value_head_dim: int, *,
+                            dropout_rate: float = 0.0, masked: bool = False,
+                            training: bool = True, lengths: tuple[int, int] = (2, 2),
+                            device=None) -> str | None:
+    """Why cuDNN's fused attention (``jax.nn.dot_product_attention(implementation='cudnn')``)
+    cannot compute a call, or None when it can.
+
+    Its flash-attention kernel needs an NVIDIA GPU of compute capability 8.0 or later (Ampere),
+    bfloat16 or float16 inputs, a head dimension that is a multiple of 8 and at most 128 (256
+    from Hopper, 9.0, on), equal query/key and value head dimensions, even query and key lengths
+    when a bias or mask is added in training (its backward pass), and has no
+    attention-probability dropout. ``training`` is the caller's ``not deterministic``. ``device``
+    (default: the first of ``jax.devices()``, where a jitted step runs) is read for its
+    platform, CUDA runtime and compute capability.
+    """
+    if dropout_rate > 0.0:
+        return (f"attention-probability dropout is active (rate {dropout_rate}) and cuDNN's kernel "
+                "has none")
+    device = jax.devices()[0] if device is None else device
+    platform_version = str(getattr(getattr(device, 'client', None), 'platform_version', ''))
+    if device.platform != 'gpu' or 'cuda' not in platform_version.lower():
+        return f"the device is {device.device_kind!r} ({device.platform}), not an NVIDIA GPU"
+    capability = str(getattr(device, 'compute_capability', ''))
+    try:
+        major, minor = (int(x) for x in capability.split('.')[:2])
+    except ValueError:
+        return f"the GPU reports no compute capability ({capability!r})"
+    if (major, minor) < (8, 0):
+        return f"compute capability {capability} is below 8.0 (flash attention needs Ampere+)"
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return f"the compute dtype is {jnp.dtype(dtype).name}; the kernel takes bfloat16 or float16"
+    largest = 256 if (major, minor) >= (9, 0) else 128
+    if head_dim % 8 or head_dim > largest:
+        return (f"head dimension {head_dim} is not a multiple of 8 of at most {largest} "
+                f"(compute capability {capability})")
+    if value_head_dim != head_dim:
+        return f"value head dimension {value_head_dim} differs from the query/key's {head_dim}"
+    if training and masked and any(n % 2 for n in lengths):
+        return f"a bias or mask with an odd length in training (query, key lengths {lengths})"
+    return None
+
+
+_reported_fallbacks: set[str] = set()
+
+
+def log_fallback(reason: str):
+    """Says once per reason (at trace time) that 'auto' attention runs the 'xla' einsums."""
+    if reason not in _reported_fallbacks:
+        _reported_fallbacks.add(reason)
+        level = logging.WARNING if jax.default_backend() == 'gpu' else logging.INFO
+        _log.log(level, "attention implementation 'auto' uses 'xla': %s", reason)
+
+
+def cudnn_attention(query, key, value, bias, mask, dtype):
+    """``jax.nn.dot_product_attention`` with cuDNN; fully masked queries output zeros."""
+    q_len, kv_len = query.shape[1], key.shape[1]
+    if mask is not None:
+        mask = _expand_to_4d(mask, q_len, kv_len).astype(bool)
+    out = jax.nn.dot_product_attention(
+        query, key, value,
+        bias=None if bias is None else _expand_to_4d(bias, q_len, kv_len).astype(dtype),
+        mask=mask, implementation='cudnn')
+    if mask is not None:
+        # Match the 'xla' path: queries with no visible key output zeros.
+        any_key = jnp.any(mask, axis=-1)                                          # [b|1, h|1, q]
+        out = out * jnp.transpose(any_key, (0, 2, 1))[..., None].astype(out.dtype)
+    return out
