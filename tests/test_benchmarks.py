@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 
+from benchmarks import setups
 from benchmarks import train_step as bench
 from benchmarks.profile import markdown as profile_markdown
 from benchmarks.profile import op_kind
@@ -26,9 +27,9 @@ def _args(*argv: str) -> argparse.Namespace:
 
 
 def test_bert_default_predictions_follow_bert():
-    assert bench.default_num_predictions(128) == 20
-    assert bench.default_num_predictions(512) == 80
-    assert bench.default_num_predictions(64) == math.ceil(0.15 * 64)
+    assert setups.default_num_predictions(128) == 20
+    assert setups.default_num_predictions(512) == 80
+    assert setups.default_num_predictions(64) == math.ceil(0.15 * 64)
 
 
 def test_equal_work_model_has_the_same_loss(tmp_path):
@@ -36,7 +37,7 @@ def test_equal_work_model_has_the_same_loss(tmp_path):
     and NSP loss as the gathered head on the same batch and parameters: only the work differs."""
     args = _args("--model", "bert", "--size", "tiny", "--seq", "32", "--batch", "3",
                  "--peer", "none", "--dropout", "0")
-    setup = bench.bert_setup(args, str(tmp_path))
+    setup = setups.bert_setup(args, str(tmp_path))
     every_model, every_flops = setup.equal_work
     assert every_flops > setup.task.flops_per_example()
     params = setup.task.init_variables(jax.random.PRNGKey(0),
@@ -68,9 +69,9 @@ def test_report_numbers_follow_from_the_timings():
     args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
     model_config = type("C", (), {"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
                                   "attention_implementation": "xla"})
-    setup = bench.Setup(task=type("T", (), {"model_config": model_config})(),
-                        config=None, optimizer=None, schedule=None, batch={},
-                        tokens_per_example=197)
+    setup = setups.Setup(task=type("T", (), {"model_config": model_config})(),
+                         config=None, optimizer=None, schedule=None, batch={},
+                         tokens_per_example=197)
     ours = bench.Contender("ours", "ours", None, None, {}, flops_per_example=1e9,
                            num_params=10, compile_seconds=1.0, times=[0.5, 0.2, 0.3])
     peer = bench.Contender("transformers 4.57.6", "transformers", None, None, {},
@@ -114,7 +115,7 @@ def test_attention_kernel_and_its_dropout_reach_the_model_and_the_report(tmp_pat
         "auto", 0.1, 0.0)
     assert "dropout 0.1 (attention 0.0), attention auto" in bench.markdown(report)
     args = _args("--model", "bert", "--size", "tiny", "--seq", "32", "--peer", "none")
-    config = bench.bert_setup(args, str(tmp_path)).task.model_config
+    config = setups.bert_setup(args, str(tmp_path)).task.model_config
     assert (config.attention_implementation, config.attention_dropout_rate) == ("xla", 0.1)
 
 
@@ -124,9 +125,9 @@ def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path):
               "--attention", "cudnn"]
     with pytest.raises(SystemExit, match=r"--attention cudnn cannot run this benchmark: "
                                          r"attention-probability dropout is active \(rate 0.1\)"):
-        bench.bert_setup(_args(*common), str(tmp_path))
+        setups.bert_setup(_args(*common), str(tmp_path))
     with pytest.raises(SystemExit, match=r"not an NVIDIA GPU\. Use --attention xla or auto"):
-        bench.bert_setup(_args(*common, "--attention_dropout", "0", "--dtype", "bfloat16"),
+        setups.bert_setup(_args(*common, "--attention_dropout", "0", "--dtype", "bfloat16"),
                          str(tmp_path))
     with pytest.raises(SystemExit):
         _args(*common, "--attention_dropout", "1.0")
@@ -147,7 +148,7 @@ def test_tiny_benchmark_against_the_peer(model_args, tmp_path):
     # The same architecture: the same parameter count (BERT's NSP head and the tied decoder
     # included), and losses of freshly initialised models near log(classes).
     assert peer["params"] == ours["params"]
-    classes = bench.BERT_VOCAB_SIZE if model_args[1] == "bert" else bench.IMAGENET_CLASSES
+    classes = setups.BERT_VOCAB_SIZE if model_args[1] == "bert" else setups.IMAGENET_CLASSES
     for row in report["rows"]:
         assert all(t > 0 for t in row["step_s_rounds"]) and len(row["step_s_rounds"]) == 2
         assert 0 < row["mfu"] < 1.5

@@ -16,7 +16,7 @@ from models import decode as D
 from models.attention import MultiHeadAttention, causal_mask
 from models.transformer import Transformer, shift_right
 
-from tiny_transformer import PAD, EOS, BOS, VOCAB, tiny, words
+from tiny_transformer import PAD, EOS, BOS, tiny, words
 
 
 def setup_model(cfg, seed=0):

@@ -10,7 +10,6 @@ import sys
 import jax
 import numpy as np
 import portpicker
-import pytest
 from conftest import REPO, run_python
 
 from train.config import apply_override, load_config_file
