@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from models.cudnn_attention import cudnn_attention, cudnn_attention_blocker, log_fallback
+from models.dropout import dropout
 from models.position import apply_rope
 
 Dtype = Any
@@ -155,8 +156,8 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
       mask: bool, broadcastable to ``[b, h, q, k]``, True = may attend.
       dropout_rate, dropout_rng, deterministic: dropout on the attention probabilities
         (Vaswani et al. 2017 apply dropout to sublayer outputs; attention-probability dropout
-        is the standard companion used by their code and BERT). Needs ``dropout_rng`` when
-        active.
+        is the standard companion used by their code and BERT), one independent keep decision
+        per ``[b, h, q, k]`` element (``models/dropout.py``). Needs ``dropout_rng`` when active.
       implementation: ``'xla'`` (explicit einsums, this file; the reference), ``'cudnn'``
         (fused flash attention via ``jax.nn.dot_product_attention``: NVIDIA GPUs, fp16/bf16
         only, no probability dropout; a call it cannot compute raises a ValueError naming why,
@@ -191,8 +192,7 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
     if dropout_active:
         if dropout_rng is None:
             raise ValueError('dot_product_attention: dropout is active but dropout_rng is None.')
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-        probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+        probs = dropout(probs, dropout_rate, dropout_rng)
     b, q_len, h, _ = query.shape
     num_kv_heads = key.shape[2]
     probs = probs.astype(dtype)

@@ -91,6 +91,7 @@ import jax.numpy as jnp
 
 from models import position
 from models.attention import IMPLEMENTATIONS, MultiHeadAttention
+from models.dropout import Dropout
 from models.layers import EncoderBlock, FeedForward, make_norm
 from models.sizes import BERT_SIZES
 from models.stack import REMAT_KINDS, run_blocks, stack_layers, unstack_layers
@@ -231,7 +232,7 @@ class BertEmbeddings(nn.Module):
                 cfg.max_position_embeddings, cfg.hidden_size, embedding_init=initializer(cfg),
                 dtype=dtype, param_dtype=param_dtype)
         self.norm = layer_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = Dropout(cfg.dropout_rate)
 
     def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool = True):
         cfg = self.config

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from models.bert import BertConfig, BertModel, dense
+from models.dropout import Dropout
 from models.layers import ACTIVATIONS
 
 FEATURE_MODES = ("none", "last", "second_to_last", "sum_last_four", "concat_last_four")
@@ -90,7 +91,7 @@ class _Head(nn.Module):
         return dense(self.config, features, names, name)
 
     def _dropout(self, x, train: bool):
-        return nn.Dropout(self.config.dropout_rate)(x, deterministic=not train)
+        return Dropout(self.config.dropout_rate)(x, deterministic=not train)
 
 
 class BertForSequenceClassification(_Head):

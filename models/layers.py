@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from models.attention import MultiHeadAttention
+from models.dropout import Dropout
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -70,7 +71,7 @@ class FeedForward(nn.Module):
         h = dense(self.hidden_dim, ('embed', 'mlp'), 'wi')(x)
         h = ACTIVATIONS[self.activation](h)
         h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
-        h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+        h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
         out = dense(width, ('mlp', 'embed'), 'wo')(h)
         return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
@@ -196,7 +197,7 @@ class _BlockConfig(nn.Module):
 
     def _residual(self, x, sublayer, norm, deterministic):
         """One residual sublayer, pre- or post-norm; ``sublayer`` maps ``[b, l, e]`` to same."""
-        dropout = nn.Dropout(self.dropout_rate)
+        dropout = Dropout(self.dropout_rate)
         if self.norm_position == 'pre':
             # Xiong et al. 2020: x + Sublayer(LayerNorm(x)).
             y = x + dropout(sublayer(norm(x)), deterministic=deterministic)

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from models import position
 from models.attention import (IMPLEMENTATIONS, causal_mask, combine_masks, padding_mask,
                               segment_mask)
+from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
 from models.sizes import TRANSFORMER_SIZES
@@ -221,7 +222,7 @@ def _embed_tokens(cfg, embedding, tokens, positions, deterministic):
         x = x + table(positions)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
     # Sec. 5.4: dropout on the sums of the embeddings and the positional encodings.
-    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
 
 
 def _relative_bias(cfg, q_positions, kv_positions, *, causal: bool):

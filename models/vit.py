@@ -45,6 +45,7 @@ import numpy as np
 
 from models import position
 from models.attention import IMPLEMENTATIONS
+from models.dropout import Dropout
 from models.layers import ACTIVATIONS, EncoderBlock, make_norm
 from models.stack import REMAT_KINDS, run_blocks
 
@@ -199,7 +200,7 @@ class ViT(nn.Module):
         rotary_base = 10000.0 if cfg.posemb == "rope_2d" else None
 
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=not train)
+        x = Dropout(cfg.dropout_rate)(x, deterministic=not train)
 
         def block(name):
             return EncoderBlock(

@@ -1,0 +1,101 @@
+"""Dropout (Srivastava et al. 2014, "Dropout: A Simple Way to Prevent Neural Networks from
+Overfitting", Sec. 2 and 10: inverted dropout), its keep masks drawn from 16 random bits per
+element.
+
+Training zeroes each element independently with probability ``rate`` and scales the survivors by
+``1 / (1 - rate)``, so every element keeps its expectation; evaluation is the identity. The
+Transformer (Vaswani et al. 2017, Sec. 5.4), BERT and ViT apply it to sublayer outputs and
+embeddings, and BERT also to the attention probabilities (``models/attention.py``).
+
+Why 16 bits. ``jax.random.bernoulli`` draws a float32 uniform per element: one Threefry-2x32 hash
+(20 rounds) per element, which on a CPU is a visible share of a BERT step (the attention
+probabilities alone are ``[b, h, l, l]``). A keep decision needs far fewer bits: here each
+32-bit draw is split into two 16-bit integers, halving the hashing, and an element is dropped
+when its integer is below ``round(rate * 2**16)``. The rate actually applied is that threshold
+over ``2**16`` (``quantized_rate``: within ``2**-17`` of ``rate``, e.g. 0.1 -> 0.1000061), and
+the survivors are scaled by the exact inverse of its keep probability, so the expectation is
+preserved exactly. The draws keep the leading axes' shape, so sharded activations draw their
+bits where they live.
+
+``dropout(x, rate, rng)`` is the function; ``Dropout`` the Linen module (the interface of
+``flax.linen.Dropout`` that the models use: ``Dropout(rate)(x, deterministic=...)``, its key from
+the ``'dropout'`` RNG stream).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+BITS = 16
+LEVELS = 1 << BITS
+
+
+def _check_rate(rate: float) -> None:
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f'dropout rate must be in [0, 1], got {rate}.')
+
+
+def drop_threshold(rate: float) -> int:
+    """The 16-bit integer below which an element is dropped: ``round(rate * 2**16)``."""
+    _check_rate(rate)
+    return min(LEVELS, round(rate * LEVELS))
+
+
+def quantized_rate(rate: float) -> float:
+    """The drop probability actually applied for ``rate``: ``drop_threshold(rate) / 2**16``."""
+    return drop_threshold(rate) / LEVELS
+
+
+def random_uint16(rng, shape: tuple[int, ...]) -> jax.Array:
+    """Uniform 16-bit integers of ``shape`` (at least 1-D), two from each 32-bit draw along the
+    last axis; the leading axes are drawn as they are."""
+    if not shape:
+        raise ValueError('random_uint16 needs at least one axis.')
+    *lead, n = shape
+    words = jax.random.bits(rng, (*lead, (n + 1) // 2), jnp.uint32)
+    halves = jax.lax.bitcast_convert_type(words, jnp.uint16)        # [..., ceil(n/2), 2]
+    halves = halves.reshape(*lead, 2 * words.shape[-1])
+    return halves if n % 2 == 0 else halves[..., :n]
+
+
+def keep_mask(rng, rate: float, shape: tuple[int, ...]) -> jax.Array:
+    """Bool mask of ``shape``, each element True (kept) with probability
+    ``1 - quantized_rate(rate)``, independently."""
+    threshold = drop_threshold(rate)
+    if threshold == 0:
+        return jnp.ones(shape, bool)
+    if threshold == LEVELS:
+        return jnp.zeros(shape, bool)
+    full = tuple(shape) if shape else (1,)
+    keep = random_uint16(rng, full) >= jnp.uint16(threshold)
+    return keep.reshape(shape)
+
+
+def dropout(x: jax.Array, rate: float, rng) -> jax.Array:
+    """Inverted dropout of ``x`` (training): elements zeroed with probability
+    ``quantized_rate(rate)``, the rest scaled by the inverse of their keep probability."""
+    threshold = drop_threshold(rate)
+    if threshold == 0:
+        return x
+    if threshold == LEVELS:
+        return jnp.zeros_like(x)
+    scale = LEVELS / (LEVELS - threshold)
+    keep = keep_mask(rng, rate, x.shape)
+    return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))
+
+
+class Dropout(nn.Module):
+    """``dropout`` as a Linen module: ``Dropout(rate)(x, deterministic)``; the identity when
+    ``deterministic`` or ``rate == 0``, else a key from the ``rng_collection`` stream."""
+
+    rate: float
+    rng_collection: str = 'dropout'
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool):
+        _check_rate(self.rate)
+        if deterministic or drop_threshold(self.rate) == 0:
+            return x
+        return dropout(x, self.rate, self.make_rng(self.rng_collection))
