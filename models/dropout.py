@@ -13,8 +13,8 @@ probabilities alone are ``[b, h, l, l]``). A keep decision needs far fewer bits:
 32-bit draw is split into two 16-bit integers, halving the hashing, and an element is dropped
 when its integer is below ``round(rate * 2**16)``. The rate actually applied is that threshold
 over ``2**16`` (``quantized_rate``: within ``2**-17`` of ``rate``, e.g. 0.1 -> 0.1000061), and
-the survivors are scaled by the exact inverse of its keep probability, so the expectation is
-preserved exactly. The draws keep the leading axes' shape, so sharded activations draw their
+the survivors are scaled by the exact inverse of its keep probability (in float32 at least,
+then rounded to the input's dtype), so the expectation is preserved up to that rounding. The draws keep the leading axes' shape, so sharded activations draw their
 bits where they live.
 
 ``dropout(x, rate, rng)`` is the function; ``Dropout`` the Linen module (the interface of
@@ -83,7 +83,9 @@ def dropout(x: jax.Array, rate: float, rng) -> jax.Array:
         return jnp.zeros_like(x)
     scale = LEVELS / (LEVELS - threshold)
     keep = keep_mask(rng, rate, x.shape)
-    return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))
+    # bf16 would hold 1/0.9 as 1.109375 and bias every survivor alike: scale in float32.
+    wide = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return jnp.where(keep, wide * scale, 0.0).astype(x.dtype)
 
 
 class Dropout(nn.Module):

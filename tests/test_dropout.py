@@ -77,6 +77,12 @@ def test_dropout_edges_and_dtype():
     assert dropout(x, 0.0, rng) is x
     assert np.all(np.asarray(dropout(x, 1.0, rng), np.float32) == 0.0)
     assert dropout(x, 0.3, rng).dtype == jnp.bfloat16
+    # bf16 survivors are the float32 products rounded once, not products with a rounded scale.
+    z = jnp.asarray(np.random.default_rng(1).normal(size=(64, 64)), jnp.bfloat16)
+    keep = np.asarray(keep_mask(rng, 0.1, z.shape))
+    wide = np.asarray(z, np.float32) * np.float32(1.0 / (1.0 - quantized_rate(0.1)))
+    expected = np.where(keep, np.asarray(jnp.asarray(wide, jnp.bfloat16), np.float32), 0.0)
+    np.testing.assert_array_equal(np.asarray(dropout(z, 0.1, rng), np.float32), expected)
     with pytest.raises(ValueError, match=r"dropout rate must be in \[0, 1\]"):
         dropout(x, 1.5, rng)
     with pytest.raises(ValueError, match="dropout rate"):
