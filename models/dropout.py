@@ -32,14 +32,10 @@ BITS = 16
 LEVELS = 1 << BITS
 
 
-def _check_rate(rate: float) -> None:
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f'dropout rate must be in [0, 1], got {rate}.')
-
-
 def drop_threshold(rate: float) -> int:
     """The 16-bit integer below which an element is dropped: ``round(rate * 2**16)``."""
-    _check_rate(rate)
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f'dropout rate must be in [0, 1], got {rate}.')
     return min(LEVELS, round(rate * LEVELS))
 
 
@@ -97,7 +93,7 @@ class Dropout(nn.Module):
 
     @nn.compact
     def __call__(self, x, deterministic: bool):
-        _check_rate(self.rate)
-        if deterministic or drop_threshold(self.rate) == 0:
+        threshold = drop_threshold(self.rate)  # checks the rate, in evaluation too
+        if deterministic or threshold == 0:
             return x
         return dropout(x, self.rate, self.make_rng(self.rng_collection))
