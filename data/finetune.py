@@ -57,6 +57,7 @@ from tokenizers import Tokenizer
 
 from data.errors import DataError
 from data.finetune_datasets import KINDS
+from data.random_access import read_examples
 from data.text import STAT_NAMES, TextIterator
 
 IGNORE = -100  # label of the positions a tag loss skips
@@ -236,13 +237,6 @@ def _token_span(offsets: Sequence[tuple[int, int]], char_start: int, char_end: i
 # ----------------------------------------------------------------------------- batches
 
 
-def _read(source, indices: Sequence[int]) -> Sequence[dict]:
-    indices = [int(i) for i in indices]
-    if hasattr(source, "__getitems__"):
-        return source.__getitems__(indices)
-    return [source[i] for i in indices]
-
-
 class _LoadBatch:
     """Batch of example indices -> stacked rows, 'mask', and the counts; an index >= len(source)
     is an eval padding row."""
@@ -253,7 +247,7 @@ class _LoadBatch:
     def __call__(self, indices: np.ndarray) -> dict[str, Any]:
         real = indices[indices < self.n]
         rows, truncated, dropped = [], 0, 0
-        for example in _read(self.source, real):
+        for example in read_examples(self.source, real):
             row, cut, weightless = self.encoder(example)
             rows.append(row)
             truncated += int(cut)

@@ -47,6 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from data.errors import DataError
+from data.random_access import read_examples
 
 KINDS = ("classify", "pair_classify", "tag", "span", "multiple_choice")
 SOURCE_KINDS = ("local", "tfds")
@@ -115,10 +116,7 @@ class MappedExamples:
             yield from self.__getitems__(range(start, min(len(self), start + 256)))
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
-        indices = [int(i) for i in indices]
-        if hasattr(self.source, "__getitems__"):
-            return [self.fn(e) for e in self.source.__getitems__(indices)]
-        return [self.fn(self.source[i]) for i in indices]
+        return [self.fn(e) for e in read_examples(self.source, indices)]
 
 
 def as_text(value) -> str:

@@ -43,6 +43,7 @@ import grain
 import numpy as np
 
 from data.errors import DataError
+from data.random_access import read_examples
 
 # Per-channel mean and std of x / 255 over the train split (checked against the data where we
 # have it: Fashion-MNIST 0.28604, 0.35302 from the 60,000 train images).
@@ -74,20 +75,13 @@ def compute_mean_std(source, *, max_examples: int | None = None
     n = len(source) if max_examples is None else min(len(source), max_examples)
     total = total_sq = count = 0
     for start in range(0, n, 1024):
-        images = np.stack([np.asarray(e["image"]) for e in _read(source, range(start,
-                                                                           min(n, start + 1024)))])
+        chunk = read_examples(source, range(start, min(n, start + 1024)))
+        images = np.stack([np.asarray(e["image"]) for e in chunk])
         x = images.astype(np.float64).reshape(-1, images.shape[-1]) / 255.0
         total, total_sq, count = total + x.sum(0), total_sq + (x * x).sum(0), count + len(x)
     mean = total / count
     std = np.sqrt(total_sq / count - mean * mean)
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
-
-
-def _read(source, indices: Sequence[int]) -> Sequence[dict]:
-    indices = [int(i) for i in indices]
-    if hasattr(source, "__getitems__"):
-        return source.__getitems__(indices)
-    return [source[i] for i in indices]
 
 
 class _LoadBatch:
@@ -101,7 +95,7 @@ class _LoadBatch:
 
     def __call__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         real = indices[indices < self.length]
-        examples = _read(self.source, real)
+        examples = read_examples(self.source, real)
         images = np.zeros((len(indices), *self.image_shape), np.uint8)
         labels = np.zeros((len(indices),), np.int32)
         for j, example in enumerate(examples):

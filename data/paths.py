@@ -8,7 +8,8 @@ temporary folder), default `~/.cache/papers-jax`:
   <root>/vocab/        vocabularies trained on them (SentencePiece, WordPiece), cached
 
 `file_lock` serialises writers of one of these (a fetch, a vocabulary training) between the
-processes of this machine.
+processes of this machine; `write_atomically` puts a file in place whole or not at all, so a
+reader never sees a half-written one and needs no lock.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import pathlib
+import tempfile
 from typing import Iterator
 
 ENV_VAR = "PAPERS_JAX_DATA"
@@ -48,3 +50,20 @@ def file_lock(lock_path: pathlib.Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def write_atomically(path: pathlib.Path, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary file in the same folder, flushed to disk and
+    renamed over `path`: an interrupted write leaves no partial file (the temporary one is
+    removed) and whatever `path` held before stays until the rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp made it private; the cache may be shared
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise

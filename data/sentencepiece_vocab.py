@@ -43,7 +43,6 @@ import itertools
 import os
 import pathlib
 import re
-import tempfile
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -220,17 +219,7 @@ def load_or_train(name: str, texts_fn: Callable[[], Iterable[str | bytes]], *,
                   f"{name} -> {path}", flush=True)
         proto = _train_model(texts, vocab_size=vocab_size, model_type=model_type,
                              character_coverage=character_coverage)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(proto)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp made it private; the cache may be shared
-            os.replace(tmp, path)
-        except BaseException:
-            pathlib.Path(tmp).unlink(missing_ok=True)
-            raise
+        paths.write_atomically(path, proto)
     return _load(path, vocab_size)
 
 

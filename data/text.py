@@ -64,7 +64,7 @@ max_length, long_examples, pack, seed, process_index/process_count and worker_co
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import grain
 import numpy as np
@@ -72,6 +72,7 @@ from absl import flags as absl_flags
 from grain.experimental import FirstFitPackIterDataset
 
 from data.errors import DataError
+from data.random_access import read_examples
 from data.sentencepiece_vocab import EOS_ID, PAD_ID, Tokenizer, as_text
 
 LONG_EXAMPLE_POLICIES = ("truncate", "drop")
@@ -334,13 +335,6 @@ def _train_iterator(source, n, tokenizer, source_key, target_key, batch_size, ma
     return TextIterator(iter(ds))
 
 
-def _read(source, indices: Sequence[int]) -> Sequence[dict]:
-    indices = [int(i) for i in indices]
-    if hasattr(source, "__getitems__"):
-        return source.__getitems__(indices)
-    return [source[i] for i in indices]
-
-
 class _LoadEvalBatch:
     """Batch of example indices -> padded rows, mask, index, texts; indices >= len(source) pad."""
 
@@ -355,7 +349,7 @@ class _LoadEvalBatch:
         texts = {k: np.full((b,), "", dtype=object) for k in TEXT_KEYS}
         truncated = 0
         real = indices[indices < self.n]
-        for j, example in enumerate(_read(self.source, real)):
+        for j, example in enumerate(read_examples(self.source, real)):
             source_text = as_text(example[self.source_key])
             target_text = as_text(example[self.target_key])
             inputs, cut_src = _limit(self.tokenizer.encode(source_text), length)

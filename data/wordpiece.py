@@ -55,7 +55,6 @@ import json
 import os
 import pathlib
 import re
-import tempfile
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -368,17 +367,7 @@ def load_or_train(datasets: str | Sequence[str], split: str,
                   f"({'uncased' if lowercase else 'cased'}) on {_names(datasets)} {split} -> "
                   f"{path}", flush=True)
         tok = train_wordpiece(texts_fn(), vocab_size=vocab_size, lowercase=lowercase)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(tok.tokenizer_json)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp made it private; the cache may be shared
-            os.replace(tmp, path)
-        except BaseException:
-            pathlib.Path(tmp).unlink(missing_ok=True)
-            raise
+        paths.write_atomically(path, tok.tokenizer_json.encode("utf-8"))
     return _load_cached(path, vocab_size, lowercase)
 
 

@@ -17,6 +17,7 @@ import random
 import numpy as np
 import pytest
 
+from batch_checks import take
 from data import pretraining as pt
 from data import pretraining_instances as pi
 from data import wordpiece as wp
@@ -37,10 +38,6 @@ def corpus(tok) -> pi.TokenizedCorpus:
 
 def within(observed: float, p: float, n: int, num_se: float = 4.0) -> bool:
     return abs(observed - p) <= num_se * math.sqrt(p * (1 - p) / n)
-
-
-def take(it, num_batches: int) -> list[dict]:
-    return [next(it) for _ in range(num_batches)]
 
 
 def rows(batches: list[dict]) -> dict[str, np.ndarray]:

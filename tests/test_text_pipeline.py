@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from batch_checks import assert_batches_equal, take
 from data import sentencepiece_vocab as sv
 from data import text
 from data.errors import DataError
@@ -27,18 +28,6 @@ def train_batches(source, tokenizer, **kwargs):
 
 def eval_batches(source, tokenizer, **kwargs):
     return text.translation_batches(source, tokenizer, train=False, **kwargs)
-
-
-def take(iterator, n):
-    return [next(iterator) for _ in range(n)]
-
-
-def assert_batches_equal(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
 
 
 def segments(row_tokens, row_segmentation):
