@@ -90,16 +90,16 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from models import position
-from models.attention import IMPLEMENTATIONS, MultiHeadAttention
+from models.attention import MultiHeadAttention
+from models.config_checks import SHARED_CHOICES, check_choices, check_rates
 from models.dropout import Dropout
 from models.layers import EncoderBlock, FeedForward, make_norm
 from models.sizes import BERT_SIZES
-from models.stack import REMAT_KINDS, run_blocks, stack_layers, unstack_layers
+from models.stack import run_blocks, stack_layers, unstack_layers
 
 POSEMB_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
 LAYER_PREFIX, SCAN_NAME = "layer_", "layers"  # encoder submodules: loop / scan (models.stack)
 TABLE_POSEMBS = ("learned", "sinusoidal")  # bounded by max_position_embeddings
-DTYPES = ("float32", "bfloat16", "float16")
 
 Initializer = Callable[..., Any]
 
@@ -139,22 +139,12 @@ class BertConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
                              f"hidden_size={self.hidden_size}")
-        for field in ("dropout_rate", "attention_dropout_rate"):
-            value = getattr(self, field)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{field}={value} must be in [0, 1)")
+        check_rates(self, ("dropout_rate", "attention_dropout_rate"))
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive")
         if self.initializer_range <= 0:
             raise ValueError(f"initializer_range={self.initializer_range} must be positive")
-        for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
-                                      ("attention_implementation", self.attention_implementation,
-                                       IMPLEMENTATIONS),
-                                      ("dtype", self.dtype, DTYPES),
-                                      ("param_dtype", self.param_dtype, DTYPES),
-                                      ("remat", self.remat, REMAT_KINDS)):
-            if value not in allowed:
-                raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
+        check_choices(self, {"posemb": POSEMB_KINDS, **SHARED_CHOICES})
         if self.posemb == "rope" and self.head_dim % 2:
             raise ValueError(f"posemb='rope' needs an even head dimension, got hidden_size/"
                              f"num_heads = {self.hidden_size}/{self.num_heads} = {self.head_dim}")

@@ -46,17 +46,16 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from models import position
-from models.attention import (IMPLEMENTATIONS, causal_mask, combine_masks, padding_mask,
-                              segment_mask)
+from models.attention import causal_mask, combine_masks, padding_mask, segment_mask
+from models.config_checks import SHARED_CHOICES, check_choices, check_rates
 from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
 from models.sizes import TRANSFORMER_SIZES
-from models.stack import REMAT_KINDS, run_blocks, unstack_layers
+from models.stack import run_blocks, unstack_layers
 
 PAD_ID = 0
 POSEMB_KINDS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,20 +115,10 @@ class TransformerConfig:
         if self.num_heads % self.kv_heads:
             raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide "
                              f"num_heads={self.num_heads}")
-        for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
-                                      ("activation", self.activation, tuple(ACTIVATIONS)),
-                                      ("norm", self.norm, NORM_KINDS),
-                                      ("norm_position", self.norm_position, NORM_POSITIONS),
-                                      ("attention_implementation", self.attention_implementation,
-                                       IMPLEMENTATIONS),
-                                      ("dtype", self.dtype, DTYPES),
-                                      ("param_dtype", self.param_dtype, DTYPES),
-                                      ("remat", self.remat, REMAT_KINDS)):
-            if value not in allowed:
-                raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
-        for field in ("dropout_rate", "attention_dropout_rate"):
-            if not 0.0 <= getattr(self, field) < 1.0:
-                raise ValueError(f"{field}={getattr(self, field)} must be in [0, 1)")
+        check_choices(self, {"posemb": POSEMB_KINDS, "activation": tuple(ACTIVATIONS),
+                             "norm": NORM_KINDS, "norm_position": NORM_POSITIONS,
+                             **SHARED_CHOICES})
+        check_rates(self, ("dropout_rate", "attention_dropout_rate"))
         if self.posemb == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"posemb='sinusoidal' needs an even d_model, got {self.d_model}")
         if self.posemb == "rope" and self.qk_dim % 2:

@@ -44,14 +44,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import position
-from models.attention import IMPLEMENTATIONS
+from models.config_checks import SHARED_CHOICES, check_choices, check_rates
 from models.dropout import Dropout
 from models.layers import ACTIVATIONS, EncoderBlock, make_norm
-from models.stack import REMAT_KINDS, run_blocks
+from models.stack import run_blocks
 
 POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d", "alibi_2d")
 POOL_KINDS = ("cls", "mean")
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,16 +93,9 @@ class ViTConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
                              f"hidden_size={self.hidden_size}")
-        for field, value, allowed in (("posemb", self.posemb, POSEMB_KINDS),
-                                      ("pool", self.pool, POOL_KINDS),
-                                      ("activation", self.activation, tuple(ACTIVATIONS)),
-                                      ("dtype", self.dtype, DTYPES),
-                                      ("param_dtype", self.param_dtype, DTYPES),
-                                      ("remat", self.remat, REMAT_KINDS),
-                                      ("attention_implementation",
-                                       self.attention_implementation, IMPLEMENTATIONS)):
-            if value not in allowed:
-                raise ValueError(f"{field}={value!r} is not one of {list(allowed)}")
+        check_choices(self, {"posemb": POSEMB_KINDS, "pool": POOL_KINDS,
+                             "activation": tuple(ACTIVATIONS), **SHARED_CHOICES})
+        check_rates(self, ("dropout_rate", "attention_dropout_rate"))
         if self.posemb == "learned_2d" and self.hidden_size % 2:
             raise ValueError(f"posemb='learned_2d' needs an even hidden_size, got {self.hidden_size}")
         if self.posemb == "sincos_2d" and self.hidden_size % 4:
