@@ -6,7 +6,9 @@ One step directory per saved step, holding two items:
             with orbax's standard pytree handler; restored straight into the shardings the caller
             asks for, which may differ from the ones it was saved with (other mesh, other
             device count).
-    data    a small JSON dict: the data-iterator state and anything else small (e.g. epoch).
+    data    a small JSON dict per process: the data-iterator state and anything else small
+            (e.g. epoch), one file `process_<i>-of-<n>.json` for each of the n processes, since
+            each process reads its own shard of the data and so has its own position in it.
 
 Typed rng keys (`jax.random.key(0)`) save and restore as they are (orbax 0.12.8 stores the key
 data with its implementation), so the state may hold one directly.
@@ -18,13 +20,17 @@ still running when the next `save` starts is waited for first.
 
 Multi-host: every process must call `save`, `restore`, `wait` and `close` with the same
 arguments (they are collective; orbax synchronises the processes and each writes its own
-shards). `latest_step()` reads a per-process cache of the directory, the same on every process.
+shards), except `data_state`, which is each process's own. `restore` gives every process the
+data state it saved; with another number of processes than saved it, each process gets process
+0's, and `warn` says that the data order does not continue exactly. `latest_step()` reads a
+per-process cache of the directory, the same on every process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,9 +38,15 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
 STATE, DATA = "state", "data"
+_LEGACY_DATA_FILE = "metadata"  # earlier checkpoints: one JSON (process 0's) for all processes
+
+
+def _process_file(index: int, count: int) -> str:
+    return f"process_{index}-of-{count}.json"
 
 
 class CheckpointError(RuntimeError):
@@ -68,7 +80,12 @@ class Checkpointer:
                 policies.PreemptionCheckpointingPolicy(),
             ]),
         )
-        self._manager = ocp.CheckpointManager(directory, options=options, item_names=(STATE, DATA))
+        # The data item: every process writes its own file (primary_host=None: no single writer).
+        data_handler = ocp.JsonCheckpointHandler(
+            filename=_process_file(jax.process_index(), jax.process_count()),
+            multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=None))
+        self._manager = ocp.CheckpointManager(directory, options=options, item_names=(STATE, DATA),
+                                              item_handlers={DATA: data_handler})
 
     # ----- what is there ----------------------------------------------------------------
 
@@ -99,12 +116,14 @@ class Checkpointer:
                                      DATA: ocp.args.JsonSave(data_state)})
         return bool(self._manager.save(step, args=args, force=force))
 
-    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
+    def restore(self, abstract_state: Any, step: int | None = None,
+                warn: Callable[[str], None] = print) -> tuple[Any, dict, int]:
         """(state, data_state, step) of `step` (None: the latest).
 
         `abstract_state` is the state's pytree with jax.ShapeDtypeStruct(shape, dtype,
         sharding=...) leaves (e.g. jax.eval_shape of the init, with the run's shardings): each
         array comes back with that sharding and dtype. Concrete arrays also work as targets.
+        `data_state` is the one this process saved (see the module's note on multi-host).
         Raises FileNotFoundError if the directory has no checkpoint (or not that step).
         """
         self.wait()  # a step still being written is not readable yet
@@ -116,10 +135,30 @@ class Checkpointer:
         elif step not in steps:
             raise FileNotFoundError(f"No checkpoint of step {step} in {self.directory}; "
                                     f"saved steps: {steps}.")
-        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state),
-                                     DATA: ocp.args.JsonRestore()})
+        data_state = self._read_data_state(step, warn)
+        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state)})
         restored = self._manager.restore(step, args=args)
-        return restored[STATE], restored[DATA], step
+        return restored[STATE], data_state, step
+
+    def _read_data_state(self, step: int, warn: Callable[[str], None]) -> dict:
+        folder = epath.Path(self.directory) / str(step) / DATA
+        own = folder / _process_file(jax.process_index(), jax.process_count())
+        if own.exists():
+            return json.loads(own.read_text())
+        names = [p.name for p in folder.iterdir()] if folder.exists() else []
+        counts = {int(m.group(1)) for name in names
+                  if (m := re.fullmatch(r"process_\d+-of-(\d+)\.json", name))}
+        if len(counts) == 1:
+            count = counts.pop()
+            warn(f"{folder}: the data positions were saved by {count} process(es) and this run "
+                 f"has {jax.process_count()}; every process resumes from process 0's position, "
+                 "so the data order does not continue exactly where it stopped")
+            return json.loads((folder / _process_file(0, count)).read_text())
+        if (folder / _LEGACY_DATA_FILE).exists():
+            return json.loads((folder / _LEGACY_DATA_FILE).read_text())
+        raise FileNotFoundError(f"{folder} holds no data state for process "
+                                f"{jax.process_index()} of {jax.process_count()} "
+                                f"(found: {sorted(names) or 'nothing'})")
 
     def restore_latest_good(self, abstract_state: Any, warn: Callable[[str], None] = print
                             ) -> tuple[Any, dict, int]:
@@ -133,7 +172,7 @@ class Checkpointer:
         failures = []
         for step in reversed(self.all_steps()):
             try:
-                return self.restore(abstract_state, step)
+                return self.restore(abstract_state, step, warn)
             except Exception as error:  # noqa: BLE001 - any read failure means "not usable"
                 path = os.path.join(self.directory, str(step))
                 failures.append(f"{path}: {type(error).__name__}: {str(error)[:300]}")

@@ -1,11 +1,14 @@
 """Runs a few train steps of the ViT smoke config and saves losses and parameters to an .npz.
 
     python tests/scripts/train_steps.py OUT.npz [--config.KEY=VALUE ...] [--process I/N@HOST:PORT]
+                                        [--workdir=DIR [--until=STEP]]
 
 Used by tests that compare runs across device counts, meshes and processes; the device count
 comes from XLA_FLAGS, set by the caller before this process starts (it must precede the jax
 import). With --process, this is process I of N joined through the coordinator at HOST:PORT;
-each process feeds its own slice of every batch, and process 0 writes OUT.npz.
+each process feeds its own slice of every batch, and process 0 writes OUT.npz. With --workdir,
+the trainer's own loop runs instead (`Trainer.run`: checkpoints in DIR, resuming from the latest,
+up to STEP or train.num_steps) and OUT.npz holds its final parameters (no losses).
 """
 
 from __future__ import annotations
@@ -38,16 +41,23 @@ def main(out: str, args: list[str]) -> None:
     for item in overrides:
         key, _, value = item[len("--config."):].partition("=")
         apply_override(config, key, value)
-    trainer = Trainer(config, "/nonexistent-workdir-unused")
-    state = trainer.init_state()
-    batches = trainer.task.train_iterator(
-        batch_size=config.data.batch_size // jax.process_count(), seed=0,
-        process_index=jax.process_index(), process_count=jax.process_count())
+    workdir = [a.split("=", 1)[1] for a in args if a.startswith("--workdir=")]
+    until = [int(a.split("=", 1)[1]) for a in args if a.startswith("--until=")]
     losses = []
-    for _ in range(STEPS):
-        state, metrics = trainer.train_step(state, next(batches))
-        total, count = jax.device_get(metrics["loss"])
-        losses.append(total / count)
+    if workdir:
+        trainer = Trainer(config, workdir[0])
+        trainer.run(until_step=until[0] if until else None)
+        state = trainer.final_state
+    else:
+        trainer = Trainer(config, "/nonexistent-workdir-unused")
+        state = trainer.init_state()
+        batches = trainer.task.train_iterator(
+            batch_size=config.data.batch_size // jax.process_count(), seed=0,
+            process_index=jax.process_index(), process_count=jax.process_count())
+        for _ in range(STEPS):
+            state, metrics = trainer.train_step(state, next(batches))
+            total, count = jax.device_get(metrics["loss"])
+            losses.append(total / count)
     from jax.experimental import multihost_utils
     params = multihost_utils.process_allgather(state.params, tiled=True)  # whole arrays, any mesh
     params = traverse_util.flatten_dict(params, sep="/")
