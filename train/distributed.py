@@ -7,10 +7,16 @@ logs and files (orbax checkpoints are written collectively, each process its own
 
 How the processes find each other, in order:
   1. explicit flags `--coordinator_address HOST:PORT --num_processes N --process_id I`;
-  2. the environment of a known cluster, which `jax.distributed.initialize()` reads itself:
-     TPU pod slices, SLURM jobs with more than one task, Open MPI, or
-     JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID set by the launcher;
-  3. otherwise a single process: nothing to do.
+  2. the same three from the environment, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+     JAX_PROCESS_ID, for a launcher that sets variables rather than flags (JAX itself reads only
+     the first; the other two are read here);
+  3. the environment of a known cluster, which `jax.distributed.initialize()` reads itself:
+     TPU pod slices, SLURM jobs with more than one task, Open MPI (JAX_COORDINATOR_ADDRESS, if
+     set, then picks the coordinator);
+  4. otherwise a single process: nothing to do.
+
+`sum_over_processes` adds up host-side counters (examples read, dropped, truncated) over the
+processes, so what process 0 logs covers every process's shard of the data.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
+
+ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 
 
 def _cluster_environment() -> str | None:
-    """The kind of multi-process launch this environment describes, if any."""
+    """The kind of cluster whose multi-process launch this environment describes, if any."""
     env = os.environ
-    if env.get("JAX_COORDINATOR_ADDRESS"):
-        return "JAX_COORDINATOR_ADDRESS"
     if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_JOB_ID" in env:
         return "SLURM"
     if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
@@ -35,23 +42,54 @@ def _cluster_environment() -> str | None:
     return None
 
 
+def _environment_launch() -> tuple[str, int, int] | None:
+    """(coordinator address, number of processes, process id) from ENV_VARS when all three are
+    set; None when JAX_NUM_PROCESSES and JAX_PROCESS_ID are not (a cluster may supply them)."""
+    env = {name: os.environ.get(name, "") for name in ENV_VARS}
+    address, count, index = env.values()
+    if not count and not index:
+        return None
+    if not (address and count and index):
+        missing = [name for name, value in env.items() if not value]
+        raise ValueError(f"{', '.join(missing)} not set: a launch from the environment needs "
+                         f"all of {', '.join(ENV_VARS)} (or the flags --coordinator_address, "
+                         "--num_processes, --process_id)")
+    try:
+        return address, int(count), int(index)
+    except ValueError:
+        raise ValueError(f"JAX_NUM_PROCESSES={count!r} and JAX_PROCESS_ID={index!r} must be "
+                         "integers") from None
+
+
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None) -> str:
     """Connects this process to the others; returns how (for the log). Call before any other jax
     use. CPU processes exchange data through gloo collectives."""
     explicit = [coordinator_address, num_processes, process_id]
+    source = "flags"
+    if all(value is None for value in explicit):
+        launch = _environment_launch()
+        if launch is not None:
+            explicit, source = list(launch), "environment"
     if any(value is not None for value in explicit):
         if any(value is None for value in explicit):
             raise ValueError("--coordinator_address, --num_processes and --process_id go together; "
                              "give all three (or none, to read a cluster's environment)")
+        coordinator_address, num_processes, process_id = explicit
         if not 0 <= process_id < num_processes:
-            raise ValueError(f"--process_id={process_id} must be in [0, {num_processes})")
+            raise ValueError(f"process id {process_id} (from the {source}) must be in "
+                             f"[0, {num_processes})")
         _use_gloo_on_cpu()
         jax.distributed.initialize(coordinator_address, num_processes=num_processes,
                                    process_id=process_id)
-        return f"process {process_id} of {num_processes} (coordinator {coordinator_address})"
+        return (f"process {process_id} of {num_processes} (coordinator {coordinator_address}, "
+                f"from the {source})")
     cluster = _cluster_environment()
     if cluster is None:
+        if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+            raise ValueError("JAX_COORDINATOR_ADDRESS is set but neither JAX_NUM_PROCESSES and "
+                             "JAX_PROCESS_ID nor a known cluster (SLURM, Open MPI, TPU pod) say "
+                             "how many processes take part and which one this is; set both")
         return "single process"
     _use_gloo_on_cpu()
     jax.distributed.initialize()
@@ -61,3 +99,23 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 def _use_gloo_on_cpu() -> None:
     # Only the CPU backend reads this; GPU (NCCL) and TPU (ICI/DCN) collectives are unaffected.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+
+def sum_over_processes(counts: dict[str, float]) -> dict[str, float]:
+    """{name: the sum over all processes of each one's whole-number `counts[name]`}. Every
+    process must call it at the same point with the same names (it is a collective); with one
+    process it returns `counts` as they are."""
+    if jax.process_count() == 1:
+        return dict(counts)
+    from jax.experimental import multihost_utils
+
+    names = sorted(counts)
+    values = np.array([counts[name] for name in names], np.float64)
+    if not np.all((values == np.round(values)) & (values >= 0)):
+        raise ValueError(f"sum_over_processes adds whole non-negative counts, got {counts}")
+    values = values.astype(np.int64)
+    # Collectives carry int32 unless jax_enable_x64: send each count as two 31-bit halves.
+    halves = np.stack([values >> 31, values & (2 ** 31 - 1)]).astype(np.int32)
+    gathered = np.asarray(multihost_utils.process_allgather(halves)).astype(np.int64)
+    totals = ((gathered[:, 0] << 31) + gathered[:, 1]).sum(axis=0)
+    return {name: float(total) for name, total in zip(names, totals)}

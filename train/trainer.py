@@ -31,6 +31,7 @@ import optax
 from train import partitioning
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice
+from train.distributed import sum_over_processes
 from train.flops import measure_matmul_peak
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
@@ -320,7 +321,9 @@ class Trainer:
                         del sums[flag]
                     skipped_total += float(sums.pop("nonfinite_steps")[0])
                     values = self.task.derived_metrics(summarize(sums))
-                    values.update(self.task.data_metrics(train_iter))
+                    data_counts = sum_over_processes(self.task.data_metrics(train_iter))
+                    values.update(data_counts)
+                    values.update(self.task.derived_data_metrics(data_counts))
                     if cfg.nonfinite == "skip":  # steps whose update was dropped, this run
                         values["skipped_steps_total"] = skipped_total
                     elapsed = time.perf_counter() - timer_start

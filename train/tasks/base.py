@@ -17,8 +17,10 @@ Optional, with the defaults below:
                            N: also every N steps (on the eval split, with the eval)
   predict_fn(params, batch) -> {name: array}   a jittable generation step (beam search)
   score_predictions(outputs, log) -> metrics   host-side scoring of the gathered outputs (BLEU)
-  data_metrics(train_iterator) -> metrics      counters of the input pipeline to log (dropped or
-                                               truncated examples)
+  data_metrics(train_iterator) -> counts       whole-number counters of this process's input
+                                               pipeline (examples, dropped, truncated); the
+                                               trainer sums them over the processes and logs them
+  derived_data_metrics(totals) -> metrics      values computed from those sums (epochs)
 Eval batches may carry non-numeric entries (reference strings); the trainer sends only numeric
 arrays to the devices.
 """
@@ -39,4 +41,7 @@ class Task:
         raise NotImplementedError(f"{type(self).__name__} does not generate")
 
     def data_metrics(self, train_iterator) -> dict[str, float]:
+        return {}
+
+    def derived_data_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         return {}

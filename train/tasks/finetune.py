@@ -96,7 +96,7 @@ class FinetuneTask(Task):
         except DataError as error:
             raise ConfigError(f"config.data: {error}") from error
         self.d_model = self.model_config.hidden_size
-        self._num_train_examples, self._process_count = 0, 1
+        self._num_train_examples = 0
 
     def _head(self):
         cfg, task, n = self.model_config, self.config.task, self.dataset.num_labels
@@ -218,7 +218,7 @@ class FinetuneTask(Task):
     def train_iterator(self, *, batch_size: int, seed: int, process_index: int,
                        process_count: int):
         examples = self._examples(self.config.data.train_split)
-        self._num_train_examples, self._process_count = len(examples), process_count
+        self._num_train_examples = len(examples)
         return ft_data.finetune_batches(examples, self.encoder, batch_size=batch_size,
                                         train=True, seed=seed, process_index=process_index,
                                         process_count=process_count)
@@ -232,10 +232,12 @@ class FinetuneTask(Task):
                                              process_count=process_count)
 
     def data_metrics(self, train_iterator) -> dict[str, float]:
-        """Examples fed so far (this process), how many were truncated / had their answer cut
-        away, and the epochs all processes together have made."""
-        counts = text_data.long_example_counts(train_iterator)
-        if self._num_train_examples:
-            counts["epochs"] = (counts["examples"] * self._process_count
-                                / self._num_train_examples)
-        return counts
+        """Examples this process has fed so far, and how many were truncated / had their answer
+        cut away."""
+        return text_data.long_example_counts(train_iterator)
+
+    def derived_data_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        """The epochs all processes together have made (`totals`: summed over processes)."""
+        if not self._num_train_examples:
+            return {}
+        return {"epochs": totals["examples"] / self._num_train_examples}
