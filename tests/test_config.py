@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from configs.common import parse_arg
-from train.__main__ import main
-from train.config import ConfigError, apply_override, load_config_file
+from train.__main__ import check_workdir, main
+from train.config import ConfigError, apply_override, load_config_file, to_json
 
 CONFIG = "configs/vit/fashion_mnist.py"
 
@@ -102,3 +102,20 @@ def test_missing_dataset_names_the_fetch_command(tmp_path, capsys, monkeypatch):
     code = main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "w")])
     assert code == 2
     assert "python -m data.fetch fashion_mnist" in capsys.readouterr().err
+
+
+def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_path):
+    config = load_config_file("configs/vit/fashion_mnist.py:smoke")
+    (tmp_path / "config.json").write_text(to_json(config))
+    assert check_workdir(tmp_path / "fresh", to_json(config), allow_change=False) == []
+    assert check_workdir(tmp_path, to_json(config), allow_change=False) == []
+    moved = load_config_file("configs/vit/fashion_mnist.py:smoke")
+    apply_override(moved, "mesh.fsdp", "2")
+    apply_override(moved, "mesh.tensor", "2")
+    lines = check_workdir(tmp_path, to_json(moved), allow_change=False)
+    assert lines == ["  mesh.fsdp: 1 in the workdir, 2 now", "  mesh.tensor: 1 in the workdir, 2 now"]
+    apply_override(moved, "model.num_layers", "3")
+    with pytest.raises(ConfigError, match="model.num_layers: 2 in the workdir, 3 now") as error:
+        check_workdir(tmp_path, to_json(moved), allow_change=False)
+    assert "mesh" not in str(error.value)  # only what changes the experiment is listed
+    assert len(check_workdir(tmp_path, to_json(moved), allow_change=True)) == 2

@@ -44,18 +44,21 @@ def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
         np.testing.assert_allclose(sharded[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def _two_processes(args: list[str], env: dict) -> None:
+def _two_processes(args: list[str], env: dict) -> list[str]:
     """Runs `python ARGS --process=i/2@...` as 2 local processes of 2 CPU devices each (gloo
-    collectives, a local coordinator) and waits for both to succeed."""
+    collectives, a local coordinator), waits for both to succeed; returns their stderr."""
     port = portpicker.pick_unused_port()
     full_env = dict(os.environ, JAX_PLATFORMS="cpu",
                     XLA_FLAGS="--xla_force_host_platform_device_count=2", **env)
     processes = [subprocess.Popen([sys.executable, *args, f"--process={index}/2@127.0.0.1:{port}"],
                                   cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for index in range(2)]
+    errors = []
     for process in processes:
         _, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-3000:]
+        errors.append(stderr)
+    return errors
 
 
 def test_two_processes_match_one_process_with_the_same_devices(fixture_data_root, tmp_path):
@@ -90,7 +93,8 @@ def test_two_processes_checkpoint_and_resume_as_one_uninterrupted_run(fixture_da
                    env)
     assert sorted(os.listdir(tmp_path / "resumed" / "checkpoints" / "10" / "data")) == [
         "commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
-    _two_processes(["tests/scripts/train_steps.py", str(resumed), *mesh, workdir], env)
+    stderr = _two_processes(["tests/scripts/train_steps.py", str(resumed), *mesh, workdir], env)
+    assert "at step 10" in stderr[0]  # it resumed (a fresh start would match too)
     straight, resumed = np.load(straight), np.load(resumed)
     for name, value in _params(straight).items():
         if name.endswith("attention/key/bias"):
@@ -99,6 +103,26 @@ def test_two_processes_checkpoint_and_resume_as_one_uninterrupted_run(fixture_da
             # lr-sized steps: ~1e-5 values that differ with the order of the sums.
             continue
         np.testing.assert_allclose(resumed[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_resume_on_another_mesh_and_device_count(fixture_data_root, tmp_path):
+    """Trained to step 10 on 8 devices (data=8), resumed to step 20 on 4 (fsdp=2, tensor=2: the
+    parameters and optimizer state sharded anew): the parameters of a 1-device run of 20 steps."""
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    script = "tests/scripts/train_steps.py"
+    straight, moved = tmp_path / "straight.npz", tmp_path / "moved.npz"
+    run_python([script, str(straight), f"--workdir={tmp_path / 'straight'}"], env=env, devices=1)
+    workdir = f"--workdir={tmp_path / 'moved'}"
+    run_python([script, str(moved), workdir, "--until=10", "--config.mesh.data=8"], env=env,
+               devices=8)
+    resumed = run_python([script, str(moved), workdir, "--config.mesh.fsdp=2",
+                          "--config.mesh.tensor=2"], env=env, devices=4)
+    assert "at step 10" in resumed.stderr  # it resumed (a fresh start would match too)
+    straight, moved = np.load(straight), np.load(moved)
+    for name, value in _params(straight).items():
+        if name.endswith("attention/key/bias"):
+            continue  # rounding noise only (see the test above)
+        np.testing.assert_allclose(moved[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 def test_state_is_sharded_by_the_logical_rules(fixture_data_root):

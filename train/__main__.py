@@ -51,18 +51,30 @@ def _flatten(tree, prefix=""):
     return out
 
 
-def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> None:
-    """Refuses to mix two different experiments in one workdir."""
+# Where a run computes, not what: the same experiment may resume on another mesh (the
+# checkpoint restores into the new shardings; the global batch stays the same), so these keys
+# may differ from the workdir's without --allow_config_change.
+PLACEMENT_PREFIXES = ("mesh.",)
+
+
+def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> list[str]:
+    """Refuses to mix two different experiments in one workdir; returns the placement keys
+    (the mesh) that changed, as lines to report."""
     saved_path = workdir / "config.json"
     if not saved_path.exists():
-        return
+        return []
     saved = _flatten(json.loads(saved_path.read_text()))
     current = _flatten(json.loads(config_json))
-    diff = [f"  {key}: {saved.get(key, '<absent>')!r} in the workdir, {current.get(key, '<absent>')!r} now"
-            for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)]
+    changed = [key for key in sorted(set(saved) | set(current))
+               if saved.get(key) != current.get(key)]
+    lines = {key: f"  {key}: {saved.get(key, '<absent>')!r} in the workdir, "
+                  f"{current.get(key, '<absent>')!r} now" for key in changed}
+    placement = [key for key in changed if key.startswith(PLACEMENT_PREFIXES)]
+    diff = [lines[key] for key in changed if key not in placement]
     if diff and not allow_change:
         raise ConfigError(f"workdir {workdir} holds a run with a different config:\n" + "\n".join(diff)
                           + "\nUse another --workdir, or pass --allow_config_change to resume anyway.")
+    return [lines[key] for key in placement]
 
 
 def main(argv=None) -> int:
@@ -81,7 +93,7 @@ def main(argv=None) -> int:
             print(config_json)
             return 0
         workdir = Path(args.workdir)
-        check_workdir(workdir, config_json, args.allow_config_change)
+        moved = check_workdir(workdir, config_json, args.allow_config_change)
 
         import jax
 
@@ -95,6 +107,9 @@ def main(argv=None) -> int:
             raise ConfigError(str(error)) from error
         if jax.process_count() > 1 and jax.process_index() == 0:
             print(f"multi-process run: {joined}; {jax.device_count()} devices", file=sys.stderr)
+        if moved and jax.process_index() == 0:
+            print("the mesh differs from the workdir's; the checkpoint is restored onto the new "
+                  "one:\n" + "\n".join(moved), file=sys.stderr)
         trainer = Trainer(config, workdir)  # validates everything before compiling
         if jax.process_index() == 0:
             workdir.mkdir(parents=True, exist_ok=True)
