@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -61,6 +62,34 @@ def run_python(args, *, env=None, devices: int | None = None, timeout=600, check
         raise AssertionError(f"python {' '.join(args)} failed ({result.returncode}):\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+def run_two_processes(args, *, env=None, timeout=300) -> list[tuple[str, str]]:
+    """Runs `python ARGS --process=i/2@127.0.0.1:PORT` from the repo root as two local processes
+    of two CPU devices each (gloo collectives, process 0 the coordinator); waits for both to
+    succeed and returns each one's (stdout, stderr)."""
+    import portpicker
+
+    port = portpicker.pick_unused_port()
+    full_env = dict(os.environ, **(env or {}))
+    full_env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    processes = [subprocess.Popen([sys.executable, *args, f"--process={i}/2@127.0.0.1:{port}"],
+                                  cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = []
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=timeout)
+        assert process.returncode == 0, stderr[-3000:]
+        outputs.append((stdout, stderr))
+    return outputs
+
+
+def json_report(stdout: str) -> dict:
+    """The last JSON object line a test script printed (gloo's native code prints its own
+    lines to stdout too, in any order relative to Python's)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no JSON line in the output:\n{stdout[-3000:]}"
+    return json.loads(lines[-1])
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,6 @@
 """Checkpointer: round trips, keep-N, save interval, resume, restore onto another mesh, and
 multi-host checkpoints with each process's data state."""
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from train import optimizers
 from train.checkpointing import Checkpointer
+
+from conftest import json_report, run_python, run_two_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,51 +223,23 @@ def test_restore_onto_a_different_mesh(tmp_path):
     assert "RESHARD_OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
 
 
-def _two_processes(args: list[str], env: dict) -> list[str]:
-    """Runs `python ARGS --process=i/2@...` as 2 local processes of 2 CPU devices each (gloo);
-    returns each one's stdout."""
-    import portpicker
-
-    port = portpicker.pick_unused_port()
-    full_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    processes = [subprocess.Popen([sys.executable, *args, f"--process={i}/2@127.0.0.1:{port}"],
-                                  cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outputs = []
-    for process in processes:
-        stdout, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-3000:]
-        outputs.append(stdout)
-    return outputs
-
-
-def _report(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
 def test_multi_host_checkpoint_keeps_each_process_data_state(tmp_path):
     """2 processes x 2 devices save one sharded state collectively and each its own data state;
     each gets its own back. One process with 4 devices restores the same arrays and, as its
     process count differs, process 0's data state with a warning saying so."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     script = "tests/scripts/checkpoint_processes.py"
     directory = str(tmp_path / "ckpt")
-    _two_processes([script, "save", directory], env)
+    run_two_processes([script, "save", directory])
     assert sorted(os.listdir(tmp_path / "ckpt" / "3" / "data")) == [
         "commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
     want = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
-    for index, stdout in enumerate(_two_processes([script, "restore", directory], env)):
-        report = _report(stdout)
+    for index, (stdout, _) in enumerate(run_two_processes([script, "restore", directory])):
+        report = json_report(stdout)
         assert report["process"] == index and report["step"] == 3
         assert report["data"] == {"process": index, "next_index": 100 + index}
         assert report["mesh_size"] == 4 and report["warnings"] == []
         np.testing.assert_array_equal(report["w"], want)
-    single = subprocess.run([sys.executable, script, "restore", directory], cwd=ROOT,
-                            env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"),
-                            capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-3000:]
-    report = _report(single.stdout)
+    report = json_report(run_python([script, "restore", directory], devices=4).stdout)
     assert report["data"] == {"process": 0, "next_index": 100}
     np.testing.assert_array_equal(report["w"], want)
     assert len(report["warnings"]) == 1

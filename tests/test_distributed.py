@@ -3,7 +3,6 @@ environments) and the sum of host-side counters over processes."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import sys
 import jax
 import portpicker
 import pytest
-from conftest import REPO
+from conftest import REPO, json_report
 
 from train import distributed
 
@@ -90,7 +89,7 @@ def test_two_processes_join_from_environment_variables_and_sum_counts():
     for index, process in enumerate(processes):
         stdout, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-3000:]
-        report = json.loads(stdout.strip().splitlines()[-1])
+        report = json_report(stdout)
         assert report["process"] == index and report["processes"] == 2
         assert report["devices"] == 4
         assert "from the environment" in report["joined"]

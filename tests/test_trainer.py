@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
-import portpicker
-from conftest import REPO, run_python
+from conftest import run_python, run_two_processes
 
 from train.config import apply_override, load_config_file
 from train.trainer import Trainer
@@ -44,23 +41,6 @@ def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
         np.testing.assert_allclose(sharded[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def _two_processes(args: list[str], env: dict) -> list[str]:
-    """Runs `python ARGS --process=i/2@...` as 2 local processes of 2 CPU devices each (gloo
-    collectives, a local coordinator), waits for both to succeed; returns their stderr."""
-    port = portpicker.pick_unused_port()
-    full_env = dict(os.environ, JAX_PLATFORMS="cpu",
-                    XLA_FLAGS="--xla_force_host_platform_device_count=2", **env)
-    processes = [subprocess.Popen([sys.executable, *args, f"--process={index}/2@127.0.0.1:{port}"],
-                                  cwd=REPO, env=full_env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for index in range(2)]
-    errors = []
-    for process in processes:
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-3000:]
-        errors.append(stderr)
-    return errors
-
-
 def test_two_processes_match_one_process_with_the_same_devices(fixture_data_root, tmp_path):
     """2 processes x 2 CPU devices (gloo collectives, a local coordinator), each feeding its own
     half of every batch, end with the same parameters as 1 process with 4 devices."""
@@ -69,7 +49,7 @@ def test_two_processes_match_one_process_with_the_same_devices(fixture_data_root
     single = tmp_path / "single.npz"
     run_python(["tests/scripts/train_steps.py", str(single), *mesh], env=env, devices=4)
     multi = tmp_path / "multi.npz"
-    _two_processes(["tests/scripts/train_steps.py", str(multi), *mesh], env)
+    run_two_processes(["tests/scripts/train_steps.py", str(multi), *mesh], env=env)
     single, multi = np.load(single), np.load(multi)
     assert int(multi["devices"]) == int(single["devices"]) == 4
     np.testing.assert_allclose(multi["losses"], single["losses"], rtol=1e-5)
@@ -89,12 +69,13 @@ def test_two_processes_checkpoint_and_resume_as_one_uninterrupted_run(fixture_da
                 f"--workdir={tmp_path / 'straight'}"], env=env, devices=4)
     resumed = tmp_path / "resumed.npz"
     workdir = f"--workdir={tmp_path / 'resumed'}"
-    _two_processes(["tests/scripts/train_steps.py", str(resumed), *mesh, workdir, "--until=10"],
-                   env)
+    run_two_processes(["tests/scripts/train_steps.py", str(resumed), *mesh, workdir,
+                       "--until=10"], env=env)
     assert sorted(os.listdir(tmp_path / "resumed" / "checkpoints" / "10" / "data")) == [
         "commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
-    stderr = _two_processes(["tests/scripts/train_steps.py", str(resumed), *mesh, workdir], env)
-    assert "at step 10" in stderr[0]  # it resumed (a fresh start would match too)
+    (_, stderr), _ = run_two_processes(["tests/scripts/train_steps.py", str(resumed), *mesh,
+                                        workdir], env=env)
+    assert "at step 10" in stderr  # process 0 resumed (a fresh start would match too)
     straight, resumed = np.load(straight), np.load(resumed)
     for name, value in _params(straight).items():
         if name.endswith("attention/key/bias"):
