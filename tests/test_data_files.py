@@ -1,0 +1,70 @@
+"""data/paths.py and data/random_access.py: where data lives, files written whole or not at all,
+and batched reads of a data source."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from data import paths
+from data.random_access import read_examples
+
+
+def test_paths_follow_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    assert paths.raw_dir("x") == tmp_path / "raw" / "x"
+    assert paths.tfds_dir() == tmp_path / "tfds"
+    monkeypatch.delenv("PAPERS_JAX_DATA")
+    assert paths.data_root() == pathlib.Path("~/.cache/papers-jax").expanduser()
+
+
+def test_write_atomically_replaces_whole_files(tmp_path):
+    target = tmp_path / "vocab.model"
+    paths.write_atomically(target, b"first")
+    paths.write_atomically(target, b"second")
+    assert target.read_bytes() == b"second"
+    assert target.stat().st_mode & 0o777 == 0o644  # readable by others: the cache may be shared
+    assert [p.name for p in tmp_path.iterdir()] == ["vocab.model"]
+
+
+def test_interrupted_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "vocab.json"
+    target.write_bytes(b"old")
+
+    def fail(fd):
+        raise KeyboardInterrupt  # interrupted after writing, before the rename
+
+    monkeypatch.setattr(paths.os, "fsync", fail)
+    with pytest.raises(KeyboardInterrupt):
+        paths.write_atomically(target, b"new and longer")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["vocab.json"]  # no partial file left
+
+
+class _Indexable:
+    def __init__(self, n):
+        self.n, self.reads = n, []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.reads.append(i)
+        return {"x": i}
+
+
+class _Batched(_Indexable):
+    def __getitems__(self, indices):
+        self.reads.append(list(indices))
+        return [{"x": i} for i in indices]
+
+
+@pytest.mark.parametrize("kind", [_Indexable, _Batched])
+def test_read_examples_keeps_the_order_and_batches_where_it_can(kind):
+    source = kind(10)
+    examples = read_examples(source, np.array([7, 2, 2, 9]))
+    assert [e["x"] for e in examples] == [7, 2, 2, 9]
+    assert all(type(e["x"]) is int for e in examples)  # numpy indices read as Python ints
+    assert source.reads == ([[7, 2, 2, 9]] if kind is _Batched else [7, 2, 2, 9])
