@@ -9,7 +9,9 @@
 #   PYTHON=/path/to/python bash benchmarks/gpu_table.sh workdirs/bench/gpu --peer none
 #
 # Needs jax with its CUDA plugin; the peer needs transformers 4.57.6 (`pip install -e .[bench]`),
-# else pass --peer none. DRY_RUN=1 prints the commands instead of running them.
+# else pass --peer none. DRY_RUN=1 prints the commands instead of running them. A row that fails
+# does not stop the others (a GPU session is short); the script names the failed rows at the end
+# and exits 1.
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
     echo "usage: bash benchmarks/gpu_table.sh OUTDIR [benchmark flags]" >&2
@@ -25,6 +27,7 @@ rows=(
     "vit_b16 --model vit --size B/16 --batch 256"
 )
 [[ -n ${DRY_RUN:-} ]] || mkdir -p "$out"
+failed=()
 for row in "${rows[@]}"; do
     read -r -a words <<< "$row"
     name=${words[0]}
@@ -32,7 +35,11 @@ for row in "${rows[@]}"; do
              --json "$out/$name.json" --markdown "$out/$name.md" "$@")
     if [[ -n ${DRY_RUN:-} ]]; then
         echo "${command[@]}"
-    else
-        "${command[@]}"
+    elif ! "${command[@]}"; then
+        failed+=("$name")
     fi
 done
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "gpu_table.sh: failed rows: ${failed[*]} (the others' tables are in $out)" >&2
+    exit 1
+fi

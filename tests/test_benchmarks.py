@@ -197,3 +197,22 @@ def test_gpu_table_script_runs_the_three_bf16_rows(tmp_path):
     assert not list(tmp_path.iterdir())                     # a dry run writes nothing
     usage = subprocess.run(["bash", str(script)], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage: bash benchmarks/gpu_table.sh OUTDIR" in usage.stderr
+
+
+def test_gpu_table_script_goes_on_after_a_failed_row(tmp_path):
+    """One failing row (here BERT-large, as an out-of-memory would) does not cost the others:
+    all three run, the failed one is named, and the script exits 1."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_table.sh"
+    fake = tmp_path / "fake_python"
+    log = tmp_path / "ran.txt"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n'
+                    '[[ " $* " != *" --size large "* ]]\n')
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", str(script), str(tmp_path / "out")],
+                            env={**os.environ, "PYTHON": str(fake)},
+                            capture_output=True, text=True)
+    ran = log.read_text().splitlines()
+    assert [line.split()[5] for line in ran] == ["base", "large", "B/16"]
+    assert result.returncode == 1
+    assert "failed rows: bert_large_512 " in result.stderr
+    assert "bert_base_128" not in result.stderr and "vit_b16" not in result.stderr
