@@ -94,7 +94,9 @@ def test_report_numbers_follow_from_the_timings():
 def test_spec_peaks_by_device_kind():
     assert flops.spec_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
     assert flops.spec_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert flops.spec_peak_flops("NVIDIA H100 NVL") == 835e12
     assert flops.spec_peak_flops("NVIDIA H200") == 989e12
+    assert flops.spec_peak_flops("NVIDIA GH200 480GB") == 989e12
     assert flops.spec_peak_flops("cpu") is None
 
 
