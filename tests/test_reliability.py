@@ -12,14 +12,17 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import REPO, run_python
 
+from configs.common import optimizer_config, train_config
 from train.__main__ import main
 from train.checkpointing import Checkpointer
 from train.config import apply_override, load_config_file
-from train.trainer import NonFiniteError, Trainer
+from train.optimizers import make_optimizer
+from train.trainer import NonFiniteError, Trainer, TrainState, make_train_step
 
 STEPS = 30
 # Checkpoint every 3 steps and log every step, so a kill lands between checkpoints.
@@ -186,3 +189,40 @@ def test_batch_not_divisible_by_data_parallel_size_is_named(fixture_data_root, t
                         env={"PAPERS_JAX_DATA": str(fixture_data_root)}, devices=8, check=False)
     assert result.returncode == 2
     assert "config.data.batch_size=36 is not divisible by the data-parallel size 8" in result.stderr
+
+
+class _Quadratic:
+    """A one-parameter task, loss sum((x w - y)^2): enough to watch one Adam update."""
+
+    def loss_fn(self, params, batch, rng):
+        loss = jnp.sum((batch["x"] * params["w"] - batch["y"]) ** 2)
+        count = jnp.asarray(batch["x"].shape[0], jnp.float32)
+        return loss, (count, {"loss": (loss, count)})
+
+
+def test_a_skipped_step_keeps_adam_but_not_the_schedule_behind():
+    """With nonfinite='skip', the step after a skipped one uses the lr that is logged for it,
+    schedule(state.step), and Adam's moments and count are those from before the skip."""
+    tx, schedule = make_optimizer(optimizer_config(
+        name="adam", schedule="linear", learning_rate=1.0, warmup_steps=2, total_steps=10,
+        end_learning_rate=0.0, eps=1e-12, clip_norm=0.0))
+    step = jax.jit(make_train_step(_Quadratic(), tx, schedule,
+                                   train_config(nonfinite="skip", inject_nan_at_step=1)))
+    params = {"w": jnp.ones(())}
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                       rng=jax.random.key(0))
+    batch = {"x": jnp.ones((4,)), "y": jnp.zeros((4,))}
+    state, _ = step(state, batch)                    # step 0: lr schedule(0) = 0, moments move
+    after_first = state
+    state, metrics = step(state, batch)              # step 1: NaN, skipped
+    assert float(metrics["nonfinite_steps"][0]) == 1.0 and int(state.step) == 2
+    adam = lambda s: s.opt_state[0]                  # noqa: E731 - ScaleByAdamState
+    for new, old in zip(jax.tree.leaves(adam(state)), jax.tree.leaves(adam(after_first))):
+        np.testing.assert_array_equal(new, old)
+    np.testing.assert_array_equal(state.params["w"], after_first.params["w"])
+    w = float(state.params["w"])
+    state, metrics = step(state, batch)              # step 2: lr schedule(2) = 1.0
+    assert float(metrics["learning_rate"][0]) == float(schedule(2)) == 1.0
+    # A constant gradient: bias-corrected m / sqrt(v) = 1 after any number of real updates,
+    # so the parameter moves by exactly the lr applied.
+    np.testing.assert_allclose(w - float(state.params["w"]), 1.0, rtol=1e-5)

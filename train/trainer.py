@@ -82,12 +82,30 @@ class NonFiniteError(RuntimeError):
     """The loss or the gradient norm became NaN or Inf."""
 
 
+def _is_schedule_state(node) -> bool:
+    return isinstance(node, optax.ScaleByScheduleState)
+
+
+def _keep_if(keep: jax.Array, new: Any, old: Any) -> Any:
+    """`new` where `keep`, else `old`: how a skipped (non-finite) step leaves params and optimizer
+    state as they were. Except the learning-rate schedule's step counter, which advances anyway:
+    the step number (`state.step`) advances too, and the lr used from step k to k + 1 stays
+    `schedule(k)`, the one logged, with warmup and decay ending where the config says. Adam's
+    moments and its bias-correction count are kept, as if the step had not happened."""
+    def choose(new_node, old_node):
+        if _is_schedule_state(new_node):
+            return new_node
+        return jnp.where(keep, new_node, old_node)
+    return jax.tree.map(choose, new, old, is_leaf=_is_schedule_state)
+
+
 def make_train_step(task, optimizer, schedule, train_cfg):
     """A pure (state, batch) -> (state, metric sums) function; dropout keys fold in the step.
 
     Besides the task's metrics it returns `finite_loss` / `finite_grads` flags (for the host's
     NaN check) and, with train.nonfinite='skip', leaves parameters and optimizer state unchanged
-    on a step whose loss or gradients are not finite.
+    on a step whose loss or gradients are not finite (but for the schedule's step counter, see
+    `_keep_if`).
     """
     grad_accum_steps = train_cfg.grad_accum_steps
     skip_nonfinite = train_cfg.nonfinite == "skip"
@@ -131,10 +149,8 @@ def make_train_step(task, optimizer, schedule, train_cfg):
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         if skip_nonfinite:
-            keep_new = finite_loss & finite_grads
-            params, opt_state = jax.tree.map(
-                lambda new, old: jnp.where(keep_new, new, old),
-                (params, opt_state), (state.params, state.opt_state))
+            params, opt_state = _keep_if(finite_loss & finite_grads, (params, opt_state),
+                                         (state.params, state.opt_state))
         one = jnp.ones(())
         metrics["grad_norm"] = (grad_norm, one)
         metrics["param_norm"] = (optax.tree.norm(params), one)
