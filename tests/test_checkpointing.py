@@ -16,7 +16,7 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from train import optimizers
-from train.checkpointing import Checkpointer
+from train.checkpointing import Checkpointer, CheckpointMismatchError
 
 from conftest import json_report, run_python, run_two_processes
 
@@ -101,6 +101,35 @@ def test_restore_casts_to_requested_dtype(tmp_path):
     np.testing.assert_array_equal(restored["w"], state["w"].astype(jnp.bfloat16))
 
 
+def test_a_checkpoint_of_another_state_is_refused_and_left_alone(tmp_path):
+    """Another optimizer (adamw's chain holds one more state than adam's, moving the schedule's
+    count) or a wider kernel is not damage: restore_latest_good names the differences and
+    renames nothing."""
+    saved = _make_state(0, "adam")
+    with Checkpointer(tmp_path, save_every=1, keep=3) as ckpt:
+        ckpt.save(1, saved, {})
+        ckpt.save(2, saved, {})
+        other = _make_state(0, "adamw")       # adamw: a weight-decay state in the chain
+        with pytest.raises(CheckpointMismatchError) as error:
+            ckpt.restore_latest_good(_abstract(other, _replicated()))
+        message = str(error.value)
+        assert f"checkpoint {tmp_path / '2'} holds another train state" in message
+        assert "in this run's state only: opt_state/1/2/count" in message
+        assert "in the checkpoint only: opt_state/1/1/count" in message
+        assert "resume with that config, or train in a new --workdir" in message
+        wider = _abstract(saved, _replicated()).replace(params={
+            "kernel": jax.ShapeDtypeStruct((5, 4), jnp.float32, sharding=_replicated()),
+            "bias": jax.ShapeDtypeStruct((3,), jnp.float32, sharding=_replicated())})
+        with pytest.raises(CheckpointMismatchError, match=r"other shape: params/kernel: "
+                           r"\(5, 3\) in the checkpoint, \(5, 4\) now"):
+            ckpt.restore_latest_good(wider)
+        assert sorted(os.listdir(tmp_path)) == ["1", "2"] and ckpt.all_steps() == [1, 2]
+        restored, _, step = ckpt.restore_latest_good(_abstract(saved, _replicated()))
+    assert step == 2
+    for a, b in zip(_leaves(restored), _leaves(saved)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_async_save_copies_before_returning(tmp_path):
     """The caller may donate (delete) the state right after save() returns."""
     state = _make_state(1)
@@ -177,7 +206,7 @@ _RESHARD_SCRIPT = textwrap.dedent("""
     import sys
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from train.checkpointing import Checkpointer
+    from train.checkpointing import Checkpointer, CheckpointMismatchError
 
     assert jax.device_count() == 8, jax.devices()
     directory = sys.argv[1]

@@ -226,3 +226,39 @@ def test_a_skipped_step_keeps_adam_but_not_the_schedule_behind():
     # A constant gradient: bias-corrected m / sqrt(v) = 1 after any number of real updates,
     # so the parameter moves by exactly the lr applied.
     np.testing.assert_allclose(w - float(state.params["w"]), 1.0, rtol=1e-5)
+
+
+def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashion_mnist_env,
+                                                                         tmp_path, capsys):
+    """--allow_config_change with clipping turned off (one optimizer state fewer): the run stops
+    naming the difference; the checkpoints, config.json and metrics.jsonl stay as they were,
+    and the original command still resumes."""
+    command = ["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path)]
+    assert main(command) == 0
+    kept = {name: (tmp_path / name).read_bytes() for name in ("config.json", "metrics.jsonl")}
+    capsys.readouterr()
+    assert main([*command, "--allow_config_change", "--config.optimizer.clip_norm=0.0"]) == 3
+    err = capsys.readouterr().err
+    assert f"checkpoint {tmp_path / 'checkpoints' / '20'} holds another train state" in err
+    assert "in the checkpoint only: opt_state/1/0/count" in err
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20"]
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
+    assert not (tmp_path / "metrics.superseded.jsonl").exists()
+    assert main([*command, "--config.train.num_steps=25", "--allow_config_change"]) == 0
+    assert "resumed from" in capsys.readouterr().err
+    assert logged_train_steps(tmp_path) == [5, 10, 15, 20, 25]
+
+
+def test_records_a_restart_redoes_move_to_the_superseded_log(tmp_path):
+    """Resuming from step 10 takes the records after it (and a line cut short by a kill) out of
+    metrics.jsonl; the whole records are appended to metrics.superseded.jsonl, not lost."""
+    from train.metrics_writer import SUPERSEDED, _drop_records_after
+    log = tmp_path / "metrics.jsonl"
+    records = [json.dumps({"step": step, "split": "train"}) + "\n" for step in (5, 10, 15, 20)]
+    log.write_text("".join(records) + '{"step": 25, "spl')
+    _drop_records_after(log, 10)
+    assert log.read_text() == "".join(records[:2])
+    assert (tmp_path / SUPERSEDED).read_text() == "".join(records[2:])
+    _drop_records_after(log, 0)                      # a restart from scratch
+    assert log.read_text() == ""
+    assert (tmp_path / SUPERSEDED).read_text() == "".join(records[2:] + records[:2])

@@ -111,10 +111,7 @@ def main(argv=None) -> int:
             print("the mesh differs from the workdir's; the checkpoint is restored onto the new "
                   "one:\n" + "\n".join(moved), file=sys.stderr)
         trainer = Trainer(config, workdir)  # validates everything before compiling
-        if jax.process_index() == 0:
-            workdir.mkdir(parents=True, exist_ok=True)
-            (workdir / "config.json").write_text(config_json)
-        final = trainer.run()
+        final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -53,6 +53,47 @@ class CheckpointError(RuntimeError):
     """No readable checkpoint although the directory holds some."""
 
 
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint that reads back but holds another train state than the run's (another model,
+    optimizer or layer layout). Not damage: it is left where it is."""
+
+
+# How many differing paths a mismatch error lists per kind.
+_LISTED = 5
+
+
+def _stored_shape(leaf: Any) -> tuple[int, ...]:
+    """The shape an array leaf is stored with; a typed rng key is stored as its key data."""
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return tuple(jax.eval_shape(jax.random.key_data, leaf).shape)
+    return tuple(leaf.shape)
+
+
+def _array_shapes(tree: Any, stored: bool) -> dict[str, tuple[int, ...]]:
+    """{'params/encoder/.../kernel': shape} of a state (or of a checkpoint's metadata tree)."""
+    if not stored:
+        tree = ocp.tree.serialize_tree(tree, keep_empty_nodes=True)
+    flat = ocp.tree.to_flat_dict(tree, sep="/")
+    return {path: tuple(leaf.shape) if stored else _stored_shape(leaf)
+            for path, leaf in flat.items() if hasattr(leaf, "shape")}
+
+
+def state_differences(saved: dict[str, tuple], wanted: dict[str, tuple]) -> list[str]:
+    """Lines naming the arrays that one side lacks and those whose shapes differ."""
+    lines = []
+    for title, paths in (("in this run's state only", sorted(set(wanted) - set(saved))),
+                         ("in the checkpoint only", sorted(set(saved) - set(wanted)))):
+        if paths:
+            more = f" (and {len(paths) - _LISTED} more)" if len(paths) > _LISTED else ""
+            lines.append(f"  {title}: {', '.join(paths[:_LISTED])}{more}")
+    reshaped = [f"{path}: {saved[path]} in the checkpoint, {wanted[path]} now"
+                for path in sorted(set(saved) & set(wanted)) if saved[path] != wanted[path]]
+    lines += [f"  other shape: {line}" for line in reshaped[:_LISTED]]
+    if len(reshaped) > _LISTED:
+        lines.append(f"  (and {len(reshaped) - _LISTED} more of other shape)")
+    return lines
+
+
 class Checkpointer:
     """Keeps the last `keep` checkpoints of a run, saving every `save_every` steps."""
 
@@ -80,12 +121,14 @@ class Checkpointer:
                 policies.PreemptionCheckpointingPolicy(),
             ]),
         )
-        # The data item: every process writes its own file (primary_host=None: no single writer).
+        # The state's handler is named up front so its metadata reads before any restore. The
+        # data item: every process writes its own file (primary_host=None: no single writer).
         data_handler = ocp.JsonCheckpointHandler(
             filename=_process_file(jax.process_index(), jax.process_count()),
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=None))
         self._manager = ocp.CheckpointManager(directory, options=options, item_names=(STATE, DATA),
-                                              item_handlers={DATA: data_handler})
+                                              item_handlers={STATE: ocp.StandardCheckpointHandler(),
+                                                             DATA: data_handler})
 
     # ----- what is there ----------------------------------------------------------------
 
@@ -135,10 +178,29 @@ class Checkpointer:
         elif step not in steps:
             raise FileNotFoundError(f"No checkpoint of step {step} in {self.directory}; "
                                     f"saved steps: {steps}.")
+        self._check_state_matches(step, abstract_state)
         data_state = self._read_data_state(step, warn)
         args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state)})
         restored = self._manager.restore(step, args=args)
         return restored[STATE], data_state, step
+
+    def _check_state_matches(self, step: int, abstract_state: Any) -> None:
+        """Raises CheckpointMismatchError if the step's saved arrays are not the ones (paths and
+        shapes) of `abstract_state`; dtypes may differ (restoring casts). Metadata that cannot
+        be read raises whatever orbax raises: that step is damaged."""
+        if abstract_state is None:  # restoring as saved: nothing to compare with
+            return
+        metadata = self._manager.item_metadata(step)[STATE]
+        if metadata is None:
+            return
+        saved = _array_shapes(getattr(metadata, "tree", metadata), stored=True)
+        differences = state_differences(saved, _array_shapes(abstract_state, stored=False))
+        if differences:
+            path = os.path.join(self.directory, str(step))
+            raise CheckpointMismatchError(
+                f"checkpoint {path} holds another train state than this run's, so it is left as "
+                "it is:\n" + "\n".join(differences) + "\nIt was saved by a run with another "
+                "model or optimizer config: resume with that config, or train in a new --workdir.")
 
     def _read_data_state(self, step: int, warn: Callable[[str], None]) -> dict:
         folder = epath.Path(self.directory) / str(step) / DATA
@@ -167,12 +229,16 @@ class Checkpointer:
         A step that fails to restore (truncated or missing file, missing item) is reported with
         its path through `warn`, renamed to `<step>.corrupt-<unix time>` (kept for inspection,
         out of orbax's sight so the step can be saved again), and the previous one is tried.
+        A step that reads but holds another state (CheckpointMismatchError) is not damaged: the
+        error goes to the caller and nothing is renamed.
         """
         self.wait()
         failures = []
         for step in reversed(self.all_steps()):
             try:
                 return self.restore(abstract_state, step, warn)
+            except CheckpointMismatchError:
+                raise
             except Exception as error:  # noqa: BLE001 - any read failure means "not usable"
                 path = os.path.join(self.directory, str(step))
                 failures.append(f"{path}: {type(error).__name__}: {str(error)[:300]}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,20 +26,29 @@ def summarize(metric_sums: dict) -> dict[str, float]:
     return out
 
 
+SUPERSEDED = "metrics.superseded.jsonl"
+
+
 def _drop_records_after(path: Path, step: int) -> None:
-    """A run killed after its last checkpoint logged steps it will now redo: forget them, so
-    the log continues without repeats. The file is replaced atomically."""
+    """A run killed after its last checkpoint logged steps it will now redo: take them out of
+    the log, so it continues without repeats. They are appended to `metrics.superseded.jsonl`
+    beside it (a run that restarts from scratch moves the whole log there: nothing logged is
+    lost). The log is replaced atomically, after the superseded records are on disk."""
     if not path.exists():
         return
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = []
+    kept, superseded = [], []
     for line in lines:
         try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
+            (kept if json.loads(line)["step"] <= step else superseded).append(line)
         except (ValueError, KeyError):  # a line cut short by the kill
             continue
     if len(kept) != len(lines):
+        if superseded:
+            with open(path.with_name(SUPERSEDED), "a", encoding="utf-8") as aside:
+                aside.write("".join(superseded))
+                aside.flush()
+                os.fsync(aside.fileno())
         temporary = path.with_suffix(".jsonl.tmp")
         temporary.write_text("".join(kept), encoding="utf-8")
         temporary.replace(path)

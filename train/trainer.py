@@ -30,7 +30,7 @@ import optax
 
 from train import partitioning
 from train.checkpointing import Checkpointer
-from train.config import ConfigError, check_choice
+from train.config import ConfigError, check_choice, to_json
 from train.distributed import sum_over_processes
 from train.flops import measure_matmul_peak
 from train.metrics_writer import MetricsWriter, summarize
@@ -47,7 +47,8 @@ class TrainState:
 
 
 def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
-    """Batch sizes must split evenly over processes, data-parallel devices and microbatches."""
+    """Batch sizes must split evenly over processes, data-parallel devices and microbatches;
+    the step counts of config.train must be in range."""
     dp = partitioning.data_parallel_size(mesh)
     accum = config.train.grad_accum_steps
     if accum < 1:
@@ -65,8 +66,15 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
             f"grad_accum_steps={accum} microbatches that are each divisible by the data-parallel "
             f"size {dp}")
     check_choice(config, "train.nonfinite", ("stop", "skip"))
-    if config.train.num_steps < 1:
-        raise ConfigError(f"config.train.num_steps={config.train.num_steps} must be >= 1")
+    for key, least in (("num_steps", 1), ("log_every", 1), ("checkpoint_every", 1),
+                       ("keep_checkpoints", 1), ("eval_every", 0)):
+        value = config.train[key]
+        if value < least:
+            meaning = " (0: only at the end)" if least == 0 else ""
+            raise ConfigError(f"config.train.{key}={value} must be >= {least}{meaning}")
+    if config.train.peak_flops < 0:
+        raise ConfigError(f"config.train.peak_flops={config.train.peak_flops} must be >= 0 "
+                          "(0: measure a matmul here)")
 
 
 def _numeric(batch: dict) -> dict:
@@ -305,6 +313,8 @@ class Trainer:
             state, data_state, _ = checkpointer.restore_latest_good(self.abstract_state, notes.append)
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
+        if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
+            (self.workdir / "config.json").write_text(to_json(self.config))
         start = int(jax.device_get(state.step))
         writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
                                progress_bar=cfg.progress_bar)
