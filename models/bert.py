@@ -91,7 +91,7 @@ import jax.numpy as jnp
 
 from models import position
 from models.attention import MultiHeadAttention
-from models.config_checks import SHARED_CHOICES, check_choices, check_rates
+from models.config_checks import SHARED_CHOICES, check_choices, check_positive, check_rates
 from models.dropout import Dropout
 from models.layers import EncoderBlock, FeedForward, make_norm
 from models.sizes import BERT_SIZES
@@ -140,10 +140,7 @@ class BertConfig:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
                              f"hidden_size={self.hidden_size}")
         check_rates(self, ("dropout_rate", "attention_dropout_rate"))
-        if self.layer_norm_eps <= 0:
-            raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive")
-        if self.initializer_range <= 0:
-            raise ValueError(f"initializer_range={self.initializer_range} must be positive")
+        check_positive(self, ("layer_norm_eps", "initializer_range", "rotary_base"))
         check_choices(self, {"posemb": POSEMB_KINDS, **SHARED_CHOICES})
         if self.posemb == "rope" and self.head_dim % 2:
             raise ValueError(f"posemb='rope' needs an even head dimension, got hidden_size/"

@@ -1,6 +1,6 @@
 """Checks the model configs (``BertConfig``, ``TransformerConfig``, ``ViTConfig``) share: a field
-among its allowed values, a dropout rate in [0, 1). Each raises ValueError naming the field, its
-value and what it may be."""
+among its allowed values, a size at least its minimum, a positive constant, a dropout rate in
+[0, 1). Each raises ValueError naming the field, its value and what it may be."""
 
 from __future__ import annotations
 
@@ -33,3 +33,19 @@ def check_rates(config: Any, fields: Iterable[str]) -> None:
         value = getattr(config, field)
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{field}={value} must be in [0, 1)")
+
+
+def check_at_least(config: Any, least: Mapping[str, int]) -> None:
+    """Each ``config.<field>`` is an integer >= its minimum (a size, a count of layers)."""
+    for field, minimum in least.items():
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{field}={value!r} must be an integer >= {minimum}")
+
+
+def check_positive(config: Any, fields: Iterable[str]) -> None:
+    """Each ``config.<field>`` is a number > 0 (a norm epsilon, a rotary base)."""
+    for field in fields:
+        value = getattr(config, field)
+        if not value > 0:
+            raise ValueError(f"{field}={value} must be > 0")

@@ -269,6 +269,23 @@ def alibi_2d_bias(num_heads: int, grid_h: int, grid_w: int,
 # T5 relative position buckets
 # ----------------------------------------------------------------------------------------------
 
+def check_t5_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """ValueError unless T5's bucketing is well defined: each side (half of the buckets when
+    ``bidirectional``) needs at least one exact bucket, ``max_exact = side // 2 >= 1``, and the
+    log-spaced ones must span ``max_exact .. max_distance``, so ``max_distance > max_exact``
+    (equal: a division by log(1) = 0; smaller: negative buckets)."""
+    side = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = side // 2
+    kind = "bidirectional" if bidirectional else "causal"
+    if max_exact < 1:
+        raise ValueError(f"{kind} T5 buckets need num_buckets >= {4 if bidirectional else 2} "
+                         f"(half of each side's buckets hold exact distances); got {num_buckets}")
+    if max_distance <= max_exact:
+        raise ValueError(f"{kind} T5 buckets with num_buckets={num_buckets} hold exact "
+                         f"distances up to {max_exact - 1}, so max_distance must be > "
+                         f"{max_exact}; got {max_distance}")
+
+
 def t5_relative_position_bucket(relative_position, bidirectional: bool = True,
                                 num_buckets: int = 32, max_distance: int = 128):
     """Maps ``relative_position = kv_pos - q_pos`` (int array) to a bucket in ``[0, num_buckets)``.
@@ -281,6 +298,7 @@ def t5_relative_position_bucket(relative_position, bidirectional: bool = True,
         ``0 .. B//2 - 1``; the rest cover ``B//2 .. max_distance`` with logarithmically growing
         widths; every distance ``>= max_distance`` shares the last bucket.
     """
+    check_t5_buckets(num_buckets, max_distance, bidirectional)
     n = -jnp.asarray(relative_position).astype(jnp.int32)
     bucket = jnp.zeros_like(n)
     if bidirectional:

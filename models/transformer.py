@@ -47,7 +47,7 @@ import jax.numpy as jnp
 
 from models import position
 from models.attention import causal_mask, combine_masks, padding_mask, segment_mask
-from models.config_checks import SHARED_CHOICES, check_choices, check_rates
+from models.config_checks import SHARED_CHOICES, check_choices, check_positive, check_rates
 from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
@@ -119,6 +119,15 @@ class TransformerConfig:
                              "norm": NORM_KINDS, "norm_position": NORM_POSITIONS,
                              **SHARED_CHOICES})
         check_rates(self, ("dropout_rate", "attention_dropout_rate"))
+        check_positive(self, ("norm_epsilon", "rope_base"))
+        if self.posemb == "t5":  # the encoder's buckets are bidirectional, the decoder's causal
+            for bidirectional in (True, False):
+                try:
+                    position.check_t5_buckets(self.t5_num_buckets, self.t5_max_distance,
+                                              bidirectional)
+                except ValueError as error:
+                    raise ValueError(f"t5_num_buckets={self.t5_num_buckets}, t5_max_distance="
+                                     f"{self.t5_max_distance}: {error}") from None
         if self.posemb == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"posemb='sinusoidal' needs an even d_model, got {self.d_model}")
         if self.posemb == "rope" and self.qk_dim % 2:

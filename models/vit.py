@@ -44,9 +44,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import position
-from models.config_checks import SHARED_CHOICES, check_choices, check_rates
+from models.config_checks import SHARED_CHOICES, check_at_least, check_choices, check_rates
 from models.dropout import Dropout
-from models.layers import ACTIVATIONS, EncoderBlock, make_norm
+from models.layers import ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, EncoderBlock, make_norm
 from models.stack import run_blocks
 
 POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d", "alibi_2d")
@@ -88,13 +88,14 @@ class ViTConfig:
             raise ValueError(
                 f"patch_size={self.patch_size} does not divide image_size={self.image_size}; "
                 f"choose a patch size that divides both {height} and {width}")
-        if self.stem_channels < 0:
-            raise ValueError(f"stem_channels={self.stem_channels} must be >= 0 (0: no stem)")
+        check_at_least(self, {"num_classes": 1, "hidden_size": 1, "num_heads": 1, "mlp_dim": 1,
+                              "num_layers": 0, "head_hidden_size": 0, "stem_channels": 0})
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
                              f"hidden_size={self.hidden_size}")
         check_choices(self, {"posemb": POSEMB_KINDS, "pool": POOL_KINDS,
-                             "activation": tuple(ACTIVATIONS), **SHARED_CHOICES})
+                             "activation": tuple(ACTIVATIONS), "norm": NORM_KINDS,
+                             "norm_position": NORM_POSITIONS, **SHARED_CHOICES})
         check_rates(self, ("dropout_rate", "attention_dropout_rate"))
         if self.posemb == "learned_2d" and self.hidden_size % 2:
             raise ValueError(f"posemb='learned_2d' needs an even hidden_size, got {self.hidden_size}")

@@ -1,6 +1,7 @@
 """Position encodings checked against independent NumPy / plain-Python computations."""
 
 import math
+import re
 
 import flax.linen as nn
 import jax
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 from models import position as P
+
+import tiny_transformer
 
 RNG = np.random.default_rng(0)
 
@@ -290,6 +293,27 @@ def test_t5_buckets_match_reference(bidirectional, num_buckets, max_distance):
                 for r in rel]
     np.testing.assert_array_equal(got, expected)
     assert got.min() >= 0 and got.max() < num_buckets
+
+
+@pytest.mark.parametrize('bidirectional, num_buckets, max_distance, message', [
+    (True, 32, 8, "max_distance must be > 8; got 8"),         # log(1) = 0: int32 overflow
+    (True, 32, 4, "max_distance must be > 8; got 4"),         # negative buckets
+    (False, 32, 16, "max_distance must be > 16; got 16"),
+    (True, 3, 128, "bidirectional T5 buckets need num_buckets >= 4"),
+    (False, 1, 128, "causal T5 buckets need num_buckets >= 2"),
+])
+def test_t5_buckets_reject_settings_without_a_log_range(bidirectional, num_buckets,
+                                                        max_distance, message):
+    """Settings where the formula breaks (buckets out of [0, num_buckets) that jnp.take would
+    turn into NaN or wrap) are refused by the function and by the Transformer's config."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        P.t5_relative_position_bucket(jnp.arange(-5, 5), bidirectional, num_buckets, max_distance)
+    with pytest.raises(ValueError, match=re.escape(f"t5_num_buckets={num_buckets}, "
+                                                   f"t5_max_distance={max_distance}: ")):
+        tiny_transformer.tiny(posemb="t5", t5_num_buckets=num_buckets,
+                              t5_max_distance=max_distance)
+    smallest = 4 if bidirectional else 2        # the least that works, for the record
+    P.check_t5_buckets(smallest, smallest // (2 if bidirectional else 1) // 2 + 1, bidirectional)
 
 
 def test_t5_buckets_known_values():

@@ -203,7 +203,7 @@ def test_hybrid_stem_adds_one_convolution_and_feeds_the_patches():
         window = padded[:, y:y + 3, x:x + 3, :]
         expected = np.einsum("byxc,yxco->bo", window, kernel) + bias
         np.testing.assert_allclose(conv[:, y, x], expected, rtol=1e-4, atol=1e-4)
-    with pytest.raises(ValueError, match="stem_channels=-1 must be >= 0"):
+    with pytest.raises(ValueError, match="stem_channels=-1 must be an integer >= 0"):
         small(stem_channels=-1)
 
 
