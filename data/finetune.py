@@ -53,7 +53,6 @@ from typing import Any, Sequence
 
 import grain
 import numpy as np
-from tokenizers import Tokenizer
 
 from data.errors import DataError
 from data.finetune_datasets import KINDS
@@ -95,7 +94,6 @@ class FeatureEncoder:
         self.num_choices, self.max_query_length = num_choices, max_query_length
         self.cls, self.sep, self.pad = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
         self.unk = tokenizer.unk_id
-        self._offsets_tokenizer = None
 
     # ---- rows ----------------------------------------------------------------------------
     def _row(self, a: Sequence[int], b: Sequence[int] | None = None) -> dict[str, np.ndarray]:
@@ -188,18 +186,14 @@ class FeatureEncoder:
         out["label_weights"] = (row_labels >= 0).astype(np.float32)
         return out, len(pieces) > budget, False
 
-    def _offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Word-piece ids of `text` and each piece's character span in it."""
-        if self._offsets_tokenizer is None:  # the same tokenizer, through the library's API
-            self._offsets_tokenizer = Tokenizer.from_str(self.tokenizer.tokenizer_json)
-        encoding = self._offsets_tokenizer.encode(text, add_special_tokens=False)
-        return encoding.ids, encoding.offsets
-
     def _span(self, example):
-        question = self.tokenizer.encode(example["question"])[: self.max_query_length]
-        context, offsets = self._offsets(example["context"])
+        question = self.tokenizer.encode(example["question"])
+        context, offsets = self.tokenizer.encode_with_offsets(example["context"])
+        truncated = len(question) > self.max_query_length
+        question = question[: self.max_query_length]
         budget = self.length - len(question) - 3
-        truncated = len(context) > budget
+        context_cut = len(context) > budget
+        truncated |= context_cut
         context, offsets = context[:budget], offsets[:budget]
         out = self._row(question, context)
         first = len(question) + 2  # position of the first context token
@@ -210,7 +204,7 @@ class FeatureEncoder:
         found = 0
         for char_start, text in list(example["answers"])[:MAX_ANSWERS]:
             span = _token_span(offsets, int(char_start), int(char_start) + len(text),
-                               not truncated)
+                               not context_cut)
             if span is not None:
                 starts[found], ends[found] = first + span[0], first + span[1]
                 found += 1

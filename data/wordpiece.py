@@ -127,6 +127,11 @@ class WordPieceTokenizer:
         """Ids of `text`, without [CLS] or [SEP]."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """(`encode(text)`, each piece's character span `(start, end)` in `text`)."""
+        encoding = self._tok.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode` of each text (in parallel threads of the `tokenizers` library)."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]

@@ -186,12 +186,38 @@ def test_span_positions_and_truncation(tok):
     assert row["answer_ends"].tolist() == [first + 7, first + 2, -1]
     assert row["context_mask"].sum() == 8 and row["context_mask"][first] == 1
     assert row["segment_ids"][first] == 1 and row["segment_ids"][first - 1] == 0
-    assert not cut and not weightless and row["answer_weight"] == 1
+    # Cut counts the question's truncation too; the context was whole, so both answers count.
+    assert cut and not weightless and row["answer_weight"] == 1
+    _, cut, _ = enc({"question": "where is the zebra", "context": context, "answers": []})
+    assert not cut
 
     short = ft.FeatureEncoder("span", tok, 11, max_query_length=4)  # context cut to 3 pieces
     row, cut, weightless = short({"question": "where is the zebra", "context": context,
                                   "answers": [(start, "big mat")]})
     assert cut and weightless and row["answer_weight"] == 0 and row["start_positions"] == 0
+
+
+def test_span_rows_ignore_a_tokenizer_files_own_padding_and_truncation(tok):
+    """A saved tokenizer.json may pad and truncate every text to a fixed length (MiniLM's: 128).
+    The context's pieces and character offsets come from the same tokenizer as everything else,
+    which ignores those settings: no [PAD] inside the row, a long context counted as cut."""
+    import json
+    spec = json.loads(tok.tokenizer_json)
+    spec["padding"] = {"strategy": {"Fixed": 12}, "direction": "Right", "pad_to_multiple_of": None,
+                       "pad_id": tok.pad_id, "pad_type_id": 0, "pad_token": "[PAD]"}
+    spec["truncation"] = {"direction": "Right", "max_length": 12, "strategy": "LongestFirst",
+                          "stride": 0}
+    fixed = wordpiece.WordPieceTokenizer(json.dumps(spec))
+    enc = ft.FeatureEncoder("span", fixed, 32, max_query_length=4)
+    context = "the red cat sat on the big mat"
+    row, cut, _ = enc({"question": "where is the cat", "context": context,
+                       "answers": [(context.index("big mat"), "big mat")]})
+    assert row["context_mask"].sum() == 8 and not cut
+    assert not ((row["input_ids"] == tok.pad_id) & (row["input_mask"] == 1)).any()
+    long = " ".join(["the red cat sat"] * 8) + " on the big mat"          # 36 pieces
+    row, cut, weightless = enc({"question": "where", "context": long,
+                                "answers": [(long.index("big mat"), "big mat")]})
+    assert row["context_mask"].sum() == 32 - 1 - 3 and cut and weightless
 
 
 def test_multiple_choice_rows(tok):
