@@ -21,6 +21,7 @@ from configs.common import optimizer_config, train_config
 from train.__main__ import main
 from train.checkpointing import Checkpointer
 from train.config import apply_override, load_config_file
+from train.metrics_writer import SUPERSEDED, _drop_records_after
 from train.optimizers import make_optimizer
 from train.trainer import NonFiniteError, Trainer, TrainState, make_train_step
 
@@ -232,7 +233,7 @@ def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashio
                                                                          tmp_path, capsys):
     """--allow_config_change with clipping turned off (one optimizer state fewer): the run stops
     naming the difference; the checkpoints, config.json and metrics.jsonl stay as they were,
-    and the original command still resumes."""
+    and the original experiment then resumes from them (extended to 25 steps)."""
     command = ["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path)]
     assert main(command) == 0
     kept = {name: (tmp_path / name).read_bytes() for name in ("config.json", "metrics.jsonl")}
@@ -252,7 +253,6 @@ def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashio
 def test_records_a_restart_redoes_move_to_the_superseded_log(tmp_path):
     """Resuming from step 10 takes the records after it (and a line cut short by a kill) out of
     metrics.jsonl; the whole records are appended to metrics.superseded.jsonl, not lost."""
-    from train.metrics_writer import SUPERSEDED, _drop_records_after
     log = tmp_path / "metrics.jsonl"
     records = [json.dumps({"step": step, "split": "train"}) + "\n" for step in (5, 10, 15, 20)]
     log.write_text("".join(records) + '{"step": 25, "spl')
