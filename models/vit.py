@@ -43,7 +43,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from models import position
+from models import position, position_2d
 from models.config_checks import SHARED_CHOICES, check_at_least, check_choices, check_rates
 from models.dropout import Dropout
 from models.layers import ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, EncoderBlock, make_norm
@@ -164,10 +164,10 @@ class ViT(nn.Module):
 
         attention_bias = None
         if cfg.posemb == "learned_2d":
-            x = x + position.Learned2DPositionEmbedding(
+            x = x + position_2d.Learned2DPositionEmbedding(
                 grid_h, grid_w, cfg.hidden_size, param_dtype=param_dtype, name="posemb")().astype(dtype)
         elif cfg.posemb == "sincos_2d":
-            table = position.sincos_2d_table(grid_h, grid_w, cfg.hidden_size)
+            table = position_2d.sincos_2d_table(grid_h, grid_w, cfg.hidden_size)
             x = x + jnp.asarray(table, dtype)[None]
 
         if cfg.pool == "cls":
@@ -181,7 +181,7 @@ class ViT(nn.Module):
             x = x + position.LearnedPositionEmbedding(
                 num_tokens, cfg.hidden_size, param_dtype=param_dtype, name="posemb")(positions).astype(dtype)
         elif cfg.posemb == "relative":
-            attention_bias = position.RelativePositionBias2D(
+            attention_bias = position_2d.RelativePositionBias2D(
                 cfg.num_heads, grid_h, grid_w, num_prefix_tokens=cfg.num_prefix_tokens,
                 param_dtype=param_dtype, name="relative_bias")().astype(dtype)
         elif cfg.posemb == "alibi_2d":  # a constant; the logits are summed in float32 anyway
