@@ -1,7 +1,7 @@
 """Grain pipeline of BERT fine-tuning batches: WordPiece, [CLS] a [SEP] (b [SEP]), truncation,
 padding, labels laid out for each task kind (data/finetune_datasets.py has the raw forms).
 
-    enc = FeatureEncoder("classify", tokenizer, max_seq_length=128)
+    enc = FeatureEncoder("classify", tokenizer, max_seq_length=128, num_labels=2)
     it = finetune_batches(examples, enc, batch_size=32, train=True, seed=0)
     batch = next(it); it.stats      # {'examples': ..., 'truncated': ..., 'dropped': ...}
 
@@ -60,6 +60,7 @@ from data.random_access import read_examples
 from data.text import STAT_NAMES, TextIterator
 
 IGNORE = -100  # label of the positions a tag loss skips
+LABELLED_KINDS = ("classify", "pair_classify", "tag")  # label indices into num_labels classes
 MAX_ANSWERS = 3  # SQuAD v1.1 dev has up to 3 reference answers per question (more are dropped)
 _STATS = {name: f"_num_{name}" for name in STAT_NAMES}  # the keys TextIterator pops
 _DEFAULT_READ = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
@@ -79,21 +80,36 @@ def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], l
 class FeatureEncoder:
     """Raw example of one kind -> the arrays of one row (module docstring) + its counts."""
 
-    def __init__(self, kind: str, tokenizer, max_seq_length: int, *, num_choices: int = 0,
-                 max_query_length: int = 64):
+    def __init__(self, kind: str, tokenizer, max_seq_length: int, *, num_labels: int = 0,
+                 num_choices: int = 0, max_query_length: int = 64):
         if kind not in KINDS:
             raise DataError(f"kind={kind!r} is not one of {list(KINDS)}")
         if max_seq_length < 4:
             raise DataError(f"max_seq_length={max_seq_length} must be >= 4 ([CLS] a [SEP] b [SEP])")
+        if kind in LABELLED_KINDS and num_labels < 2:
+            raise DataError(f"{kind} needs num_labels >= 2 (the dataset's classes or tags), got "
+                            f"{num_labels}")
         if kind == "multiple_choice" and num_choices < 2:
             raise DataError(f"multiple_choice needs num_choices >= 2, got {num_choices}")
         if kind == "span" and not 1 <= max_query_length <= max_seq_length - 4:
             raise DataError(f"max_query_length={max_query_length} must be in [1, max_seq_length "
                             f"- 4 = {max_seq_length - 4}]")
         self.kind, self.tokenizer, self.length = kind, tokenizer, int(max_seq_length)
-        self.num_choices, self.max_query_length = num_choices, max_query_length
+        self.num_labels, self.num_choices = num_labels, num_choices
+        self.max_query_length = max_query_length
         self.cls, self.sep, self.pad = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
         self.unk = tokenizer.unk_id
+
+    @staticmethod
+    def _index(value, bound: int, what: str) -> int:
+        """`value` as an index in [0, bound), else DataError: a -1 (an unlabelled example, as a
+        benchmark's hidden test split gives) would wrap to the last class in the loss, and one
+        past the end would make it NaN."""
+        index = int(value)
+        if not 0 <= index < bound:
+            raise DataError(f"an example's {what} {index} is outside [0, {bound}): is the split "
+                            "unlabelled (a hidden test set), or the dataset's label list short?")
+        return index
 
     # ---- rows ----------------------------------------------------------------------------
     def _row(self, a: Sequence[int], b: Sequence[int] | None = None) -> dict[str, np.ndarray]:
@@ -142,14 +158,14 @@ class FeatureEncoder:
         ids = self.tokenizer.encode(example["text"])
         budget = self.length - 2
         out = self._row(ids[:budget])
-        out["label"] = np.int32(example["label"])
+        out["label"] = np.int32(self._index(example["label"], self.num_labels, "label"))
         return out, len(ids) > budget, False
 
     def _pair_classify(self, example):
         a, b, cut = truncate_pair(self.tokenizer.encode(example["text_a"]),
                                   self.tokenizer.encode(example["text_b"]), self.length - 3)
         out = self._row(a, b)
-        out["label"] = np.int32(example["label"])
+        out["label"] = np.int32(self._index(example["label"], self.num_labels, "label"))
         return out, cut, False
 
     def _multiple_choice(self, example):
@@ -164,7 +180,7 @@ class FeatureEncoder:
             rows.append(self._row(a, b))
             truncated |= cut
         out = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
-        out["label"] = np.int32(example["label"])
+        out["label"] = np.int32(self._index(example["label"], self.num_choices, "label"))
         return out, truncated, False
 
     def _tag(self, example):
@@ -176,7 +192,7 @@ class FeatureEncoder:
                                   else []):
             ids = ids or [self.unk]  # a word the normalizer erases still gets its label
             pieces += ids
-            labels += [int(tag)] + [IGNORE] * (len(ids) - 1)
+            labels += [self._index(tag, self.num_labels, "tag")] + [IGNORE] * (len(ids) - 1)
         budget = self.length - 2
         out = self._row(pieces[:budget])
         row_labels = np.full((self.length,), IGNORE, np.int32)

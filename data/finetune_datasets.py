@@ -26,13 +26,17 @@ internet access once):
                train/validation
   swag         multiple_choice, TFDS 'hellaswag': context + 4 endings -> the right one. TFDS
                has no builder named 'swag'; HellaSwag is SWAG's harder successor with the same
-               4-way form (Zellers et al. 2018, 2019)
+               4-way form (Zellers et al. 2018, 2019); train/validation (its test labels are
+               hidden: TFDS gives them as -1)
 
 Brown splits follow the documents, so no document is in two splits: `test` is Brown's own
 `validation` split (25 documents, ~5% of each genre, also held out of BERT pretraining here),
 and `validation` holds ~10% of each genre's remaining documents (data/corpora/splits.py's stable
 hash, stratified by genre); `train` is the rest. A genre with a single training document (the
 test fixture) has no validation document: evaluate on `test` there.
+
+Every dataset takes TFDS's split slices: `examples("train[:10%]")`, `"test[-100:]"`,
+`"train+validation"` (the Brown ones slice their examples as TFDS would).
 
 `register(dataset)` adds a dataset (tests add generated ones; users their own).
 """
@@ -42,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
+import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -85,10 +90,10 @@ class FinetuneDataset:
         source = self.source if source is None else source
         if source not in SOURCE_KINDS:
             raise DataError(f"unknown data source kind {source!r}; allowed: {list(SOURCE_KINDS)}")
-        base = split.split("[", 1)[0]  # TFDS slices like 'train[:10%]' keep their base name
-        if base not in self.splits:
-            raise DataError(f"dataset {self.name!r} has no split {split!r}; splits: "
-                            f"{list(self.splits)}")
+        for base in split_names(split):  # TFDS's grammar: 'train[:10%]', 'test+train[-5:]'
+            if base not in self.splits:
+                raise DataError(f"dataset {self.name!r} has no split {base!r} (in {split!r}); "
+                                f"splits: {list(self.splits)}")
         examples = self.read(split, source, data_dir)
         if len(examples) == 0:
             raise DataError(f"split {split!r} of dataset {self.name!r} has no examples"
@@ -117,6 +122,33 @@ class MappedExamples:
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         return [self.fn(e) for e in read_examples(self.source, indices)]
+
+
+def split_names(spec: str) -> list[str]:
+    """The split names of a TFDS split spec: 'train[:10%]+test' -> ['train', 'test']."""
+    return [part.split("[", 1)[0].strip() for part in spec.split("+")]
+
+
+def sliced(spec: str, read_split: Callable[[str], Sequence[dict]]) -> list[dict]:
+    """TFDS's split slicing ('train[:50%]', 'test[-10:]', 'test+train[:2]', its rounding) for
+    a reader that knows only whole splits: `read_split(name)` gives one split's examples."""
+    import tensorflow_datasets as tfds
+
+    try:
+        instruction = tfds.core.ReadInstruction.from_spec(spec)
+    except (ValueError, AssertionError) as error:
+        raise DataError(f"split {spec!r} is not a split name with an optional TFDS slice "
+                        "('train', 'train[:50%]', 'test[-10:]', 'train+test'): "
+                        f"{str(error).strip()}") from error
+    whole = {name: list(read_split(name)) for name in dict.fromkeys(split_names(spec))}
+    sizes = {name: types.SimpleNamespace(num_examples=len(examples))
+             for name, examples in whole.items()}
+    try:
+        parts = instruction.to_absolute(sizes)
+    except (ValueError, AssertionError) as error:
+        raise DataError(f"split {spec!r}: {error} (sizes: "
+                        f"{ {n: len(e) for n, e in whole.items()} })") from error
+    return [e for part in parts for e in whole[str(part.splitname)][part.from_:part.to]]
 
 
 def as_text(value) -> str:
@@ -180,8 +212,9 @@ def _read_brown_genre(split: str, source: str, data_dir) -> list[dict]:
 
     _check_local("brown_genre", source)
     index = {g: i for i, g in enumerate(GENRE_NAMES)}
-    return [{"text": " ".join(paragraph), "label": index[doc.metadata["genre"]]}
-            for doc in _brown(split, data_dir) for paragraph in doc.paragraphs]
+    return sliced(split, lambda name: [
+        {"text": " ".join(paragraph), "label": index[doc.metadata["genre"]]}
+        for doc in _brown(name, data_dir) for paragraph in doc.paragraphs])
 
 
 def _read_brown_pos(split: str, source: str, data_dir) -> list[dict]:
@@ -189,9 +222,10 @@ def _read_brown_pos(split: str, source: str, data_dir) -> list[dict]:
 
     _check_local("brown_pos", source)
     index = {t: i for i, t in enumerate(COARSE_TAGS)}
-    return [{"words": list(words), "tags": [index[coarse_tag(t)] for t in tags]}
-            for doc in _brown(split, data_dir)
-            for words, tags in zip(doc.tokens, doc.tags, strict=True)]
+    return sliced(split, lambda name: [
+        {"words": list(words), "tags": [index[coarse_tag(t)] for t in tags]}
+        for doc in _brown(name, data_dir)
+        for words, tags in zip(doc.tokens, doc.tags, strict=True)])
 
 
 # ----------------------------------------------------------------------------- TFDS catalog
@@ -246,7 +280,7 @@ def _builtin() -> dict[str, FinetuneDataset]:
                         description="Brown sentences: 12 coarse POS tags per word"),
         FinetuneDataset("squad", "span", (), ("train", "validation"), _read_squad,
                         source="tfds", description="SQuAD v1.1 (TFDS 'squad')"),
-        FinetuneDataset("swag", "multiple_choice", (), ("train", "validation", "test"),
+        FinetuneDataset("swag", "multiple_choice", (), ("train", "validation"),
                         _read_hellaswag, source="tfds", num_choices=4,
                         description="HellaSwag (TFDS 'hellaswag'), SWAG's 4-ending form"),
     )}

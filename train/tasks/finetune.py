@@ -91,7 +91,7 @@ class FinetuneTask(Task):
         try:
             self.encoder = ft_data.FeatureEncoder(
                 self.kind, self.tokenizer, config.data.max_seq_length,
-                num_choices=self.dataset.num_choices,
+                num_labels=self.dataset.num_labels, num_choices=self.dataset.num_choices,
                 max_query_length=config.data.max_query_length)
         except DataError as error:
             raise ConfigError(f"config.data: {error}") from error
