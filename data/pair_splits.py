@@ -29,7 +29,7 @@ def stable_unit(key: str) -> float:
 def split_of(key: str, validation: float = VALIDATION_FRACTION,
              test: float = TEST_FRACTION) -> str:
     """'train', 'validation' or 'test' for `key` (see the module docstring)."""
-    if validation < 0 or test < 0 or validation + test >= 1:
+    if not (validation >= 0 and test >= 0 and validation + test < 1):  # NaN fails too
         raise DataError(f"split fractions validation={validation}, test={test} must be >= 0 "
                         "and add up to less than 1")
     unit = stable_unit(key)

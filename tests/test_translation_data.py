@@ -242,8 +242,9 @@ def test_splits_are_stable_and_of_the_expected_size():
     assert abs(counts["validation"] / 50_000 - 0.02) < 0.002
     assert abs(counts["test"] / 50_000 - 0.02) < 0.002
     assert split_of("x", validation=0.0, test=0.0) == "train"
-    with pytest.raises(DataError, match="must be >= 0"):
-        split_of("x", validation=0.6, test=0.5)
+    for validation, test in ((0.6, 0.5), (-0.1, 0.0), (float("nan"), 0.02), (0.02, float("nan"))):
+        with pytest.raises(DataError, match="must be >= 0"):  # NaN sent every key to train
+            split_of("x", validation=validation, test=test)
 
 
 def test_builder_prepares_the_fixture(bible_env, fixture_pairs):
