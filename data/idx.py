@@ -12,6 +12,7 @@ Gzip is recognised by its magic bytes, not by the file name.
 from __future__ import annotations
 
 import gzip
+import math
 import pathlib
 import zlib
 
@@ -74,7 +75,7 @@ def read_idx(path: str | pathlib.Path) -> np.ndarray:
     path = pathlib.Path(path)
     raw = _read_bytes(path)
     dtype, dims, header_len = _parse_header(path, raw)
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize  # Python ints: a corrupt header can't wrap
     found = len(raw) - header_len
     if found < expected:
         raise DataError(f"{path}: truncated: expected {expected} bytes of data for shape {dims}, "

@@ -180,7 +180,10 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     if first.shape != image_shape:
         raise DataError(f"images of shape {image_shape} expected, found {first.shape} in "
                         f"{name} split {split}")
-    if mean is None or std is None:
+    if (mean is None) != (std is None):
+        raise DataError(f"mean={mean} and std={std}: pass both (per channel) or neither (the "
+                        "dataset's constants)")
+    if mean is None:
         if name not in NORMALIZATION:
             raise DataError(f"no normalisation constants for dataset {name!r} (known: "
                             f"{sorted(NORMALIZATION)}); pass mean= and std= (per channel), e.g. "
@@ -189,6 +192,8 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     if len(mean) != image_shape[-1] or len(std) != image_shape[-1]:
         raise DataError(f"mean {mean} and std {std} need one value per channel "
                         f"({image_shape[-1]})")
+    if not all(np.isfinite(mean)) or not all(s > 0 for s in std):  # `not >` catches NaN too
+        raise DataError(f"mean {mean} must be finite and std {std} positive")
     shuffle_seed, augment_seed = _seeds(seed)
 
     ds = grain.MapDataset.range(n)

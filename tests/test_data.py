@@ -107,6 +107,14 @@ def test_idx_errors_name_the_file(tmp_path, name, content, message):
     assert isinstance(err.value, ValueError)
 
 
+def test_idx_header_sizes_too_large_for_int64_are_a_data_error(tmp_path):
+    """The element count is computed exactly: (2^32 - 1)^2 wrapped to a negative int64 before."""
+    path = tmp_path / "huge"
+    path.write_bytes(_header([2**32 - 1, 2**32 - 1]) + bytes(10))
+    with pytest.raises(DataError, match=f"truncated: expected {(2**32 - 1) ** 2} bytes"):
+        read_idx(path)
+
+
 def test_idx_missing_file(tmp_path):
     with pytest.raises(DataError, match="not found") as err:
         read_idx(tmp_path / "nope.gz")
@@ -162,6 +170,27 @@ def test_labels_and_images_must_agree(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="1000 images .* but 900 labels"):
         get_data_source("fashion_mnist", "train")
     assert not (tmp_path / "tfds" / "fashion_mnist_local" / "1.0.0").exists()
+
+
+@pytest.mark.parametrize("file, array, message", [
+    ("t10k-labels-idx1-ubyte.gz", np.arange(-1, 9, dtype=np.int8), "0x08"),  # label -1
+    ("t10k-images-idx3-ubyte.gz", np.zeros((10, 28, 28), np.int16), "0x08"),
+    ("t10k-labels-idx1-ubyte.gz", np.array(3, np.uint8), r"labels of shape \(n,\)"),
+    ("t10k-images-idx3-ubyte.gz", np.zeros((10, 28), np.uint8), r"images of shape \(n, 28"),
+])
+def test_raw_files_of_the_wrong_kind_are_refused(tmp_path, monkeypatch, file, array, message):
+    """Signed labels (-1 became class 9 in the loss), other pixel types, zero-dimensional
+    headers: each a DataError naming the file, from the header check and from the reader."""
+    raw = install_fashion_mnist_fixture(tmp_path)
+    write_idx(raw / file, array)
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    check = fashion_mnist.check_raw_files if "shape" in message else \
+        lambda: fashion_mnist.load_split("test")
+    with pytest.raises(DataError, match=message) as err:
+        check()
+    assert str(raw / file) in str(err.value)
+    with pytest.raises(DataError, match=message):
+        fashion_mnist.load_split("test")
 
 
 def test_unknown_dataset_and_source_kind():
@@ -319,6 +348,13 @@ def test_pipeline_argument_errors():
         batches_of(source, batch_size=8, train=True, num_epochs=1, process_count=2)
     with pytest.raises(DataError, match="process_index"):
         batches_of(source, batch_size=2, train=True, process_index=2, process_count=2)
+    # A mean without a std used to fall back to the table's constants, dropping the mean given.
+    with pytest.raises(DataError, match="pass both"):
+        image_batches(source, batch_size=2, train=True, seed=0, image_shape=(6, 6, 1),
+                      mean=(0.5,))
+    for std in ((0.0,), (-1.0,), (float("nan"),)):
+        with pytest.raises(DataError, match="positive"):
+            batches_of(source, batch_size=2, train=True, std=std)
 
 
 # ------------------------------------------------------------------------------------ fetch

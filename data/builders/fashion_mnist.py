@@ -57,8 +57,18 @@ def check_raw_files() -> None:
                                                         for f in fs])
     for split, names in SPLIT_FILES.items():
         images_path, labels_path = (files[f] for f in names)
-        _check_counts(split, images_path, labels_path, read_idx_shape(images_path)[0],
-                      read_idx_shape(labels_path)[0])
+        images_shape, labels_shape = read_idx_shape(images_path), read_idx_shape(labels_path)
+        _check_shapes(images_path, images_shape, labels_path, labels_shape)
+        _check_counts(split, images_path, labels_path, images_shape[0], labels_shape[0])
+
+
+def _check_shapes(images_path, images_shape, labels_path, labels_shape) -> None:
+    if len(images_shape) != 3 or tuple(images_shape[1:]) != IMAGE_SHAPE[:2]:
+        raise DataError(f"{images_path}: images of shape (n, 28, 28) expected, found "
+                        f"{tuple(images_shape)}")
+    if len(labels_shape) != 1:
+        raise DataError(f"{labels_path}: labels of shape (n,) expected, found "
+                        f"{tuple(labels_shape)}")
 
 
 def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -66,11 +76,10 @@ def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
     files = builders.require_files(NAME, raw_folder(), SPLIT_FILES[split])
     images_path, labels_path = (files[f] for f in SPLIT_FILES[split])
     images, labels = read_idx(images_path), read_idx(labels_path)
-    if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE[:2]:
-        raise DataError(f"{images_path}: images of shape (n, 28, 28) expected, found "
-                        f"{images.shape}")
-    if labels.ndim != 1:
-        raise DataError(f"{labels_path}: labels of shape (n,) expected, found {labels.shape}")
+    _check_shapes(images_path, images.shape, labels_path, labels.shape)
+    for path, array in ((images_path, images), (labels_path, labels)):
+        if array.dtype != np.uint8:
+            raise DataError(f"{path}: unsigned bytes (IDX type 0x08) expected, found {array.dtype}")
     _check_counts(split, images_path, labels_path, len(images), len(labels))
     if len(labels) and labels.max() >= len(CLASS_NAMES):
         raise DataError(f"{labels_path}: label {labels.max()} out of range 0..9")
