@@ -71,7 +71,10 @@ def _parse_conf(path: pathlib.Path) -> tuple[str, dict[str, str]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
         lines = path.read_text(encoding="latin-1").splitlines()
-    name, values, key = None, {}, None
+    name, values = None, {}
+    # `continued`: the last value ended in a backslash, so the next line goes on with it; `key`:
+    # whose value that is (None for a repeated key, whose value and continuations are dropped).
+    key, continued = None, False
     for line in lines:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -81,17 +84,20 @@ def _parse_conf(path: pathlib.Path) -> tuple[str, dict[str, str]]:
                 raise DataError(f"{path}: not a SWORD module conf (no [ModuleName] line first)")
             name = stripped[1:-1]
             continue
-        if key is not None and values[key].endswith("\\"):  # a value continued on this line
-            values[key] = values[key][:-1] + " " + stripped
+        if continued:  # the previous value ended in a backslash: this line goes on with it
+            if key is not None:
+                values[key] = values[key][:-1].rstrip() + " " + stripped
+            continued = stripped.endswith("\\")
             continue
         key, sep, value = stripped.partition("=")
         if not sep:
             raise DataError(f"{path}: line {line!r} is not Key=Value")
-        key = key.strip()
+        key, value = key.strip(), value.strip()
+        continued = value.endswith("\\")
         if key in values:  # repeated keys (GlobalOptionFilter, ...): keep the first
             key = None
             continue
-        values[key] = value.strip()
+        values[key] = value
     if name is None:
         raise DataError(f"{path}: empty SWORD module conf")
     return name, values

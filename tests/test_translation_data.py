@@ -88,6 +88,17 @@ def test_ztext_damage_is_named(tmp_path, damage, message):
     assert str(data) in str(err.value)
 
 
+def test_conf_continuations_and_repeated_keys(tmp_path):
+    """A value ending in a backslash goes on the next line, a repeated key's (dropped) too."""
+    conf = sword.conf_path(tmp_path, "m")
+    conf.parent.mkdir(parents=True)
+    conf.write_text("[m]\nAbout=first \\\n  second \\\n  third\nSee=a\nSee=b \\\n  c=d\n"
+                    "DataPath=./modules/texts/ztext/m/\nModDrv=zText\nCompressType=ZIP\n")
+    values = sword.read_conf(tmp_path, "m").values
+    assert values["About"] == "first second third" and values["See"] == "a"
+    assert "c" not in values and values["ModDrv"] == "zText"
+
+
 def test_conf_errors(tmp_path):
     conf = sword.conf_path(tmp_path, "m")
     conf.parent.mkdir(parents=True)
