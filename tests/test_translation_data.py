@@ -317,6 +317,8 @@ def test_ding_parser_on_synthetic_lines(tmp_path):
     assert ding.clean_phrase("Sie hat es  weggelegt [Ös.].") == "Sie hat es weggelegt."
     assert ding.is_sentence("Das ist gut so.") and not ding.is_sentence("Das ist gut so")
     assert not ding.is_sentence("Er hilft jdm. bei etw.") and not ding.is_sentence("Geh weg!")
+    assert not ding.is_sentence("im Kampf gegen jdn./etw.")
+    assert not ding.is_sentence("the biology of sb./sth.")
 
 
 @pytest.mark.parametrize("content, message", [

@@ -31,8 +31,10 @@ NAME = ding.NAME  # the name data.fetch and data.sources know it by
 class DingDeEnLocal(LocalBuilder):
     """German-English sentence pairs from a locally fetched Ding dictionary."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First version: Debian's trans-de-en (Ding)."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "First version: Debian's trans-de-en (Ding).",
+                     "1.1.0": "Phrases ending in joined placeholders ('jdm./etw.', 'sb./sth.') "
+                              "are no longer taken for sentences (18 fewer pairs)."}
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
