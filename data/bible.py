@@ -24,9 +24,17 @@ them by (book, chapter, verse):
   English ones. Where one side leaves the last verse(s) of a chapter empty while the other has
   text there, that chapter and the next one of the book are skipped: there the two sides may be
   shifted against each other. (An empty verse inside a chapter is an omitted verse, which shifts
-  nothing; only that pair is skipped.) With the Debian modules: 30,485 pairs; 31,077 verses have
-  text on both sides, 592 of them in the 24 skipped chapters (Num 12-13, Job 38-41, Jonah 1-2,
-  Rom 16, ...).
+  nothing; only that pair is skipped.)
+- Divisions that differ inside a chapter. Elsewhere the Reina-Valera may split a KJV verse and
+  fold the overflow into the chapter's last slot (1 Chr 21:15-30 are one verse off), divide two
+  verses differently (2 Sam 2:31-32) or carry words the WEB lacks (the colophons after Paul's
+  letters, 1 John 5:7): no slot is empty, but the pairs no longer translate each other. Each
+  chapter's verses are aligned by their lengths (data/alignment.py, Gale & Church 1993); where
+  the likeliest alignment matches two verses with one, the verses from the first such match to
+  the end of the last are skipped.
+  With the Debian modules: 30,408 pairs; 31,077 verses have text on both sides, 592 of them in
+  the 24 skipped chapters (Num 12-13, Job 38-41, Jonah 1-2, Rom 16, ...) and 77 in the stretches
+  of 15 chapters skipped by the alignment (1 Kgs 22:43-53, 1 Chr 21:15-30, ...).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import re
 from typing import Iterator
 
 from data import builders, paths, sword
+from data.alignment import gale_church_align
 from data.errors import DataError
 
 NAME = "bible_en_es"  # the name data.fetch and the builder know it by
@@ -145,6 +154,28 @@ def _shifted_chapters(en: dict, es: dict, common: list[sword.Ref]) -> set[tuple[
     return skipped
 
 
+def _misaligned_verses(en: dict, es: dict, common: list[sword.Ref],
+                       skipped: set[tuple[str, int]]) -> set[sword.Ref]:
+    """Verses of the other chapters where the one-to-one pairing is not the likeliest: in each
+    chapter, the verses with text on both sides are aligned by length (data/alignment.py,
+    Gale & Church 1993) and those from the first 2-1 or 1-2 match to the end of the last are
+    returned (see the module docstring)."""
+    chapters: dict[tuple[str, int], list[sword.Ref]] = {}
+    for ref in common:
+        if en[ref] and es[ref] and ref[:2] not in skipped:
+            chapters.setdefault(ref[:2], []).append(ref)
+    misaligned = set()
+    for refs in chapters.values():
+        steps = gale_church_align([len(en[r]) for r in refs], [len(es[r]) for r in refs])
+        start, end, i, j = len(refs), 0, 0, 0  # i, j: the step's first English, Spanish verse
+        for a, b in steps:
+            if (a, b) != (1, 1):
+                start, end = min(start, i, j), max(end, i + a, j + b)
+            i, j = i + a, j + b
+        misaligned.update(refs[start:end])
+    return misaligned
+
+
 def read_modules(folder: pathlib.Path | None = None) -> dict[str, dict[sword.Ref, str]]:
     """{'en': {ref: plain text}, 'es': {...}} of every verse of both modules."""
     folder = raw_folder() if folder is None else pathlib.Path(folder)
@@ -170,6 +201,7 @@ def read_verse_pairs(folder: pathlib.Path | None = None) -> Iterator[tuple[str, 
         raise DataError(f"the modules in {folder or raw_folder()} share no verse; run: "
                         f"python -m data.fetch {NAME}")
     skipped = _shifted_chapters(en, es, common)
+    misaligned = _misaligned_verses(en, es, common, skipped)
     for ref in common:
-        if en[ref] and es[ref] and ref[:2] not in skipped:
+        if en[ref] and es[ref] and ref[:2] not in skipped and ref not in misaligned:
             yield format_ref(ref), en[ref], es[ref]

@@ -151,11 +151,17 @@ def _naive_words(markup: str) -> list[str]:
     return re.findall(r"\w+", html.unescape(re.sub(r"<[^>]*>", " ", markup)))
 
 
+# The Reina-Valera's 1 John 5:7 carries the Comma Johanneum ("three that bear record in heaven,
+# the Father, the Word, ..."), which the WEB lacks: by length, 5:6-8 pair better two to one.
+UNPAIRED_IN_FIXTURE = ("1John.5.6", "1John.5.7", "1John.5.8")
+
+
 def test_reader_on_the_fixture(fixture_pairs, fixture_rows):
-    assert len(fixture_pairs) == len(fixture_rows) > 2000
-    assert [p[0] for p in fixture_pairs] == [row[0] for row in fixture_rows]
+    rows = [row for row in fixture_rows if row[0] not in UNPAIRED_IN_FIXTURE]
+    assert len(fixture_pairs) == len(rows) == len(fixture_rows) - 3 > 2000
+    assert [p[0] for p in fixture_pairs] == [row[0] for row in rows]
     by_ref = {ref: (en, es) for ref, en, es in fixture_pairs}
-    for (ref, en, es), (_, en_markup, es_markup) in zip(fixture_pairs, fixture_rows):
+    for (ref, en, es), (_, en_markup, es_markup) in zip(fixture_pairs, rows):
         for text, markup in ((en, en_markup), (es, es_markup)):
             assert text and text == text.strip() and "  " not in text, ref
             assert not re.search(r"[<>\x00]|&\w+;", text), ref
@@ -205,6 +211,23 @@ def test_shifted_chapters_are_skipped(tmp_path):
     refs = [ref for ref, _, _ in bible.read_verse_pairs(tmp_path)]
     assert refs == ([f"Jonah.3.{v}" for v in range(1, 11)] +
                     ["Acts.8.36", "Acts.8.38", "Acts.8.39"])
+
+
+def test_verses_whose_divisions_differ_inside_a_chapter_are_skipped(tmp_path):
+    """As the Reina-Valera's 1 Chr 21: it splits verse 5 in two, so its later verses are one
+    off, and folds the overflow into the last slot: no slot is empty, but verses 5-10 no longer
+    translate each other (the length alignment finds it). Judg 15, divided alike, is kept."""
+    lengths = [60, 140, 90, 200, 160, 70, 180, 50, 120, 100]
+    en, es = {}, {}
+    for verse, length in enumerate(lengths, 1):
+        en[f"Judg.14.{verse}"] = en[f"Judg.15.{verse}"] = "x" * (length - 1) + "."
+        es[f"Judg.15.{verse}"] = "y" * (length - 1) + "."
+    spanish = lengths[:4] + [80, 80] + lengths[5:8] + [lengths[8] + lengths[9]]
+    for verse, length in enumerate(spanish, 1):
+        es[f"Judg.14.{verse}"] = "y" * (length - 1) + "."
+    write_pair(tmp_path, en, es)
+    refs = [ref for ref, _, _ in bible.read_verse_pairs(tmp_path)]
+    assert refs == [f"Judg.14.{v}" for v in range(1, 5)] + [f"Judg.15.{v}" for v in range(1, 11)]
 
 
 # ------------------------------------------------------------------------------------ errors

@@ -28,15 +28,17 @@ NAME = bible.NAME  # the name data.fetch and data.sources know it by
 class BibleEnEsLocal(LocalBuilder):
     """English-Spanish verse pairs from locally fetched SWORD modules."""
 
-    VERSION = tfds.core.Version("1.0.0")
+    VERSION = tfds.core.Version("1.1.0")
     RELEASE_NOTES = {"1.0.0": "First version: Debian's sword-text-web 426.0 and "
-                              "sword-text-sparv 2.60."}
+                              "sword-text-sparv 2.60.",
+                     "1.1.0": "Verses where a length alignment (Gale & Church) finds the two "
+                              "divisions differ are left out: 30,408 pairs (77 fewer)."}
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
             builder=self,
             description="Verse-aligned English-Spanish Bible: the World English Bible and the "
-                        "Reina-Valera 1909, ~30,500 verse pairs of the 66 shared books, "
+                        "Reina-Valera 1909, ~30,400 verse pairs of the 66 shared books, "
                         "footnotes and markup removed. Public domain.",
             features=tfds.features.FeaturesDict({
                 "en": tfds.features.Text(),  # World English Bible
