@@ -4,7 +4,9 @@ version=3)` writes them (the subset the Austen database uses), and lazy-load dat
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import pathlib
 import struct
 import zlib
@@ -63,19 +65,29 @@ class RWriter:
             b"UTF-8" + body
 
 
-def write_lazyload_db(stem, values: dict[str, list[str]]):
-    """Writes `<stem>.rdx/.rdb` holding character vectors, as R's makeLazyLoadDB lays them out."""
+# R's record compressors by method byte (R_compress2/3): xz is a raw LZMA2 stream, preset 6.
+METHODS = {"Z": lambda b: lzma.compress(b, format=lzma.FORMAT_RAW,
+                                        filters=[{"id": lzma.FILTER_LZMA2, "preset": 6}]),
+           "2": bz2.compress, "1": zlib.compress, "0": bytes}
+
+
+def write_lazyload_db(stem, values: dict[str, list[str]], method: str | None = None):
+    """Writes `<stem>.rdx/.rdb` holding character vectors, as R's makeLazyLoadDB lays them out:
+    `compress = TRUE` (zlib, no method byte) by default, else `compress = 3` with records of
+    `method` ('Z' xz, '2' bzip2, '1' zlib, '0' stored)."""
     rdb, offsets = b"", {}
     for name, lines in values.items():
         data = RWriter.serialize(RWriter().character(lines))
-        record = struct.pack(">I", len(data)) + zlib.compress(data)
+        body = zlib.compress(data) if method is None else \
+            method.encode() + METHODS[method](data)
+        record = struct.pack(">I", len(data)) + body
         offsets[name] = (len(rdb), len(record))
         rdb += record
     w = RWriter()
     index = w.named_list({
         "variables": w.named_list({n: w.integer(o) for n, o in offsets.items()}),
         "references": w.named_list({}),
-        "compressed": w.integer([1], sexptype=10),
+        "compressed": w.integer([1], sexptype=10) if method is None else w.integer([3]),
     })
     stem = pathlib.Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,9 @@ and clear errors for what it does not read."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import pathlib
 import re
 import struct
@@ -62,6 +65,40 @@ def test_rdata_errors_are_clear(data, message):
     with pytest.raises(DataError, match=re.escape(message)) as err:
         rdata.unserialize(data, "some.rds")
     assert "some.rds" in str(err.value)
+
+
+@pytest.mark.parametrize("method", ["Z", "2", "1", "0"])
+def test_lazyload_db_records_of_every_compression_method(tmp_path, method):
+    """compress = 2/3 records carry a method byte: 'Z' is xz (a raw LZMA2 stream; it was read
+    as zlib), '2' bzip2, '1' zlib (it was refused), '0' stored."""
+    write_lazyload_db(tmp_path / "Rdata", {"one": ["a", "Ünïcode"]}, method=method)
+    assert rdata.LazyLoadDB(tmp_path / "Rdata")["one"].values == ["a", "Ünïcode"]
+
+
+def test_unflagged_strings_are_in_the_writers_native_encoding():
+    """A format-3 stream names the writer's encoding; a string without an encoding flag is in
+    it (a latin-1 session's 'café' was decoded as UTF-8 and crashed)."""
+    def stream(encoding: bytes, raw: bytes) -> bytes:
+        head = b"X\n" + struct.pack(">iii", 3, 0x40300, 0x30500)
+        return (head + struct.pack(">i", len(encoding)) + encoding + flags(16) +
+                struct.pack(">i", 1) + flags(9) + struct.pack(">i", len(raw)) + raw)
+
+    assert rdata.unserialize(stream(b"ISO-8859-1", b"caf\xe9")).values == ["café"]
+    assert rdata.unserialize(stream(b"UTF-8", "café".encode())).values == ["café"]
+    with pytest.raises(DataError, match="not valid utf-8"):
+        rdata.unserialize(stream(b"UTF-8", b"caf\xe9"), "x.rds")
+    with pytest.raises(DataError, match="unknown native encoding 'KLINGON'"):
+        rdata.unserialize(stream(b"KLINGON", b"a"), "x.rds")
+
+
+def test_a_truncated_rds_is_a_data_error_whatever_its_compression(tmp_path):
+    data = RWriter.serialize(RWriter().character(["a"] * 200))
+    for name, compress in (("gz", gzip.compress), ("bz2", bz2.compress), ("xz", lzma.compress)):
+        path = tmp_path / f"x.{name}.rds"
+        path.write_bytes(compress(data)[:-8])
+        with pytest.raises(DataError, match="corrupt compressed R data") as err:
+            rdata.read_rds(path)
+        assert str(path) in str(err.value)
 
 
 def test_lazyload_db_round_trip_and_errors(tmp_path):

@@ -6,11 +6,13 @@ R packages keep their data sets in a lazy-load database, two files beside each o
              `variables` (name -> integer vector (offset, length) into the .rdb), `references`
              (environments; none in plain data) and `compressed` (how each record is compressed)
   Rdata.rdb  the records, one per variable: a 4-byte big-endian *uncompressed* length, then
-             (compressed = TRUE) a zlib stream, or (compressed = 2 or 3) a one-byte method
-             ('Z' zlib, '2' bzip2, '0' stored) and the data. Each record is one serialized value.
+             (compressed = TRUE) a zlib stream, or (compressed = 2 or 3) a one-byte method and
+             the data: 'Z' a raw LZMA2 stream (xz's preset 6, no container), '2' bzip2, '1'
+             zlib, '0' stored (R's R_decompress2/3). Each record is one serialized value.
 
 A serialized value is "X\\n" (XDR: big-endian), the format version (2 or 3), the writer's and the
-oldest reader's R version, for version 3 the native encoding, then the object tree. Each item
+oldest reader's R version, for version 3 the writer's native encoding (the encoding of strings
+not flagged UTF-8, latin-1 or ASCII), then the object tree. Each item
 starts with a 32-bit flags word: bits 0-7 the type (SEXPTYPE), bit 8 "is an object", bit 9 "has
 attributes", bit 10 "has a tag", bits 12-27 the "levels" (for strings: their encoding). See R's
 `src/main/serialize.c` and the "R Internals" manual, section 1.8 "Serialization Formats".
@@ -18,12 +20,13 @@ attributes", bit 10 "has a tag", bits 12-27 the "levels" (for strings: their enc
 Only what plain data uses is read: character, logical, integer and double vectors, lists,
 pairlists (attributes), symbols, the reference table and NULL. Anything else (functions,
 environments, ALTREP compact sequences, complex or raw vectors, the ASCII and native-binary
-formats, xz-compressed records) raises DataError naming the type and the file.
+formats) raises DataError naming the type and the file.
 """
 
 from __future__ import annotations
 
 import bz2
+import codecs
 import dataclasses
 import gzip
 import lzma
@@ -58,7 +61,8 @@ _KINDS = {LGLSXP: "logical", INTSXP: "integer", REALSXP: "double", STRSXP: "char
           VECSXP: "list", EXPRSXP: "expression", LISTSXP: "pairlist"}
 
 NA_INTEGER = -(2 ** 31)  # R's NA for integers and logicals; read as None
-_LATIN1_LEVEL, _BYTES_LEVEL = 1 << 2, 1 << 1  # encoding bits of a CHARSXP's levels
+# Encoding bits of a CHARSXP's levels (R's BYTES_MASK, LATIN1_MASK, UTF8_MASK, ASCII_MASK)
+_BYTES_LEVEL, _LATIN1_LEVEL, _UTF8_LEVEL, _ASCII_LEVEL = 1 << 1, 1 << 2, 1 << 3, 1 << 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +109,7 @@ class _Reader:
     def __init__(self, data: bytes, where: str):
         self.data, self.where, self.pos = data, where, 0
         self.refs: list[Any] = []  # R's reference table: symbols (and environments) in order
+        self.native = "utf-8"  # the writer's encoding of unflagged strings (format 3 header)
 
     def fail(self, message: str) -> DataError:
         return DataError(f"{self.where}: {message} (at byte {self.pos})")
@@ -138,8 +143,12 @@ class _Reader:
         if version not in (2, 3):
             raise self.fail(f"R serialization format version {version}; supported: 2, 3")
         self.take(8)  # R version of the writer, oldest R version that can read it
-        if version == 3:
-            self.take(self.length())  # native encoding of the writer, e.g. b'UTF-8'
+        if version == 3:  # the writer's native encoding, e.g. b'UTF-8', b'ISO-8859-1'
+            name = self.take(self.length()).decode("ascii", "replace")
+            try:
+                self.native = codecs.lookup(name).name
+            except LookupError as e:
+                raise self.fail(f"unknown native encoding {name!r} of the writer") from e
 
     def value(self) -> Any:
         self.header()
@@ -188,7 +197,16 @@ class _Reader:
         raw = self.take(n)
         if levels & _BYTES_LEVEL:
             raise self.fail("a string marked as raw bytes (not text) is not supported")
-        return raw.decode("latin-1" if levels & _LATIN1_LEVEL else "utf-8")
+        if levels & _LATIN1_LEVEL:
+            encoding = "latin-1"
+        elif levels & (_UTF8_LEVEL | _ASCII_LEVEL):
+            encoding = "utf-8"
+        else:  # unflagged: the writer's native encoding (format 2 does not say: UTF-8 assumed)
+            encoding = self.native
+        try:
+            return raw.decode(encoding)
+        except UnicodeDecodeError as e:
+            raise self.fail(f"a string is not valid {encoding} ({e})") from e
 
     def vector(self, sexptype: int) -> list:
         n = self.length()
@@ -261,9 +279,15 @@ def read_rds(path: str | pathlib.Path) -> Any:
         data = _decompress_file(raw)
     except FileNotFoundError as e:
         raise DataError(f"R data file {path} not found") from e
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as e:
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
         raise DataError(f"{path}: corrupt compressed R data ({e})") from e
     return unserialize(data, str(path))
+
+
+def _raw_lzma2(body: bytes) -> bytes:
+    """A record R compressed with xz: a raw LZMA2 stream of preset 6, no .xz container."""
+    return lzma.decompress(body, format=lzma.FORMAT_RAW,
+                           filters=[{"id": lzma.FILTER_LZMA2, "preset": 6}])
 
 
 def _decompress_record(record: bytes, compressed: Any, where: str) -> bytes:
@@ -271,18 +295,19 @@ def _decompress_record(record: bytes, compressed: Any, where: str) -> bytes:
     if len(record) < 4:
         raise DataError(f"{where}: a record of {len(record)} bytes is too short")
     expected = struct.unpack(">I", record[:4])[0]
-    body, method = record[4:], "Z"
+    body, method = record[4:], "1"  # compressed = TRUE: zlib, no method byte
     if compressed in (2, 3):  # R_compress2/3: a method byte follows the length
         method, body = chr(record[4]), record[5:]
     elif compressed not in (True, 1):
         raise DataError(f"{where}: unknown record compression {compressed!r} in the index")
-    decompress = {"Z": zlib.decompress, "2": bz2.decompress, "0": bytes}.get(method)
+    decompress = {"Z": _raw_lzma2, "2": bz2.decompress, "1": zlib.decompress,
+                  "0": bytes}.get(method)
     if decompress is None:
         raise DataError(f"{where}: record compression method {method!r} is not supported "
-                        "(supported: zlib 'Z', bzip2 '2', stored '0')")
+                        "(supported: xz 'Z', bzip2 '2', zlib '1', stored '0')")
     try:
         data = decompress(body)
-    except (zlib.error, OSError, ValueError) as e:
+    except (zlib.error, lzma.LZMAError, OSError, ValueError, EOFError) as e:
         raise DataError(f"{where}: corrupt compressed record ({e})") from e
     if len(data) != expected:
         raise DataError(f"{where}: record decompressed to {len(data)} bytes, its header says "
