@@ -249,6 +249,10 @@ def verify(source: Source, folder: pathlib.Path | None = None) -> str | None:
         marker = json.loads(marker_path.read_text())
         files = marker["files"]
         recorded = marker["source"]
+        if not (isinstance(files, dict) and all(
+                isinstance(meta, dict) and isinstance(meta.get("size"), int)
+                and isinstance(meta.get("sha256"), str) for meta in files.values())):
+            raise TypeError("'files' must map each file to its size and sha256")
     except (ValueError, KeyError, TypeError) as e:
         return f"unreadable completion marker {marker_path} ({e})"
     if recorded != source.identity():

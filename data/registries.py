@@ -46,6 +46,10 @@ def _only_file(folder: pathlib.Path, pattern: str, what: str) -> pathlib.Path:
     return found[0]
 
 
+# What `apt-get download` says when the package lists are missing or out of date.
+_STALE_LISTS = ("Unable to locate package", "Failed to fetch", "404  Not Found", "404 Not Found")
+
+
 def fetch_apt(source: Source, workdir: pathlib.Path) -> pathlib.Path:
     """`apt-get download` the .deb (no dependencies, no root needed) and `dpkg -x` it."""
     apt = _require_tool("apt-get", "Debian's apt",
@@ -53,13 +57,14 @@ def fetch_apt(source: Source, workdir: pathlib.Path) -> pathlib.Path:
     dpkg = _require_tool("dpkg", "Debian's apt", "install dpkg (apt-get install dpkg)")
     cmd = [apt, "download", source.spec()]
     proc = _run(cmd, workdir)
-    if proc.returncode != 0 and "Unable to locate package" in proc.stderr:
-        # A fresh machine has no package lists yet.
+    if proc.returncode != 0 and any(sign in proc.stderr for sign in _STALE_LISTS):
+        # A fresh machine has no package lists yet; stale ones name a .deb the mirror dropped.
         if os.geteuid() != 0:
             raise DataError(f"apt does not know the package {source.package!r} yet: its package "
                             "lists are missing or stale. Run `sudo apt-get update` once, then "
                             f"`python -m data.fetch {source.name}` again.")
-        print("apt does not know the package yet; running `apt-get update` once", flush=True)
+        print("apt's package lists are missing or stale; running `apt-get update` once",
+              flush=True)
         update = _run([apt, "update"], workdir)
         if update.returncode != 0:
             raise _failed([apt, "update"], update)

