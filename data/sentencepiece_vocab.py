@@ -17,10 +17,9 @@ The cache. A model is a file under `cache_dir` (default `data.paths.data_root()/
 encodes everything that changes it: the text name (dataset, split, keys: see `cache_name`), the
 model type, vocabulary size, character coverage, sentence cap and `FORMAT` (bumped when the
 training options below change), e.g.
-    bible_en_es-1.1.0.train.en+es.unigram.v32000.cov1.max1000000.spm1.model
-so a different setting never reuses a stale file (`load_or_train_for_dataset` puts a local
-builder's version in the name). What the name cannot see is a change of the texts themselves
-under the same dataset name and version: delete the file then. A new model is trained into a
+    bible_en_es.train.en+es.unigram.v32000.cov1.max1000000.spm1.model
+so a different setting never reuses a stale file. What the name cannot see is a change of the
+texts themselves under the same dataset name: delete the file then. A new model is trained into a
 temporary file in the same folder and renamed into place (atomic) while holding a lock file
 (`.<name>.lock`), so two processes never train the same model twice or see half a file; a file
 is never rewritten once in place. A file that does not load, or whose special ids or size differ
@@ -259,11 +258,10 @@ def vocab_for_source(source, keys: Sequence[str], *, dataset: str | None = None,
     """The shared vocabulary of the `keys` texts of a training `source` (trained once, cached).
 
     `dataset` and `split` name the cache file; by default they come from a TFDS data source
-    (`source.dataset_info.name` and `.version`, `source.split`). Pass them for any other source.
+    (`source.dataset_info.name`, `source.split`). Pass them for any other source.
     """
     info = getattr(source, "dataset_info", None)
-    if not dataset and getattr(info, "name", None):  # with its version, as for a local dataset
-        dataset = f"{info.name}-{info.version}" if getattr(info, "version", None) else info.name
+    dataset = dataset or getattr(info, "name", None)
     split = split or getattr(source, "split", None)
     if not dataset or not split:
         raise DataError("the vocabulary cache needs the dataset name and split: pass dataset= "
@@ -282,11 +280,7 @@ def load_or_train_for_dataset(name: str, *, split: str, keys: Sequence[str],
                               cache_dir: str | os.PathLike | None = None,
                               verbose: bool = True) -> Tokenizer:
     """The shared vocabulary of dataset `name` (`data.sources.get_data_source(name, split,
-    source=source)`), whose data source is opened only when the model must be trained.
-
-    A local dataset's cache name carries its builder's version ('bible_en_es-1.1.0.train.en+es'),
-    so data changed by a new version never reuse a model trained on the old texts; a catalog
-    dataset's version is fixed by the pinned tensorflow-datasets."""
+    source=source)`), whose data source is opened only when the model must be trained."""
 
     def texts() -> Iterator[str]:
         from data.sources import get_data_source  # data.sources imports the image pipeline
@@ -294,11 +288,6 @@ def load_or_train_for_dataset(name: str, *, split: str, keys: Sequence[str],
         yield from source_texts(get_data_source(name, split, source=source), keys,
                                 max_sentences=max_sentences)()
 
-    texts_name = name
-    if source == "local":  # a new version of our builder's data gets its own model
-        from data import builders
-
-        texts_name = f"{name}-{builders.builder_class(name).VERSION}"
-    return load_or_train(cache_name(texts_name, split, keys), texts, vocab_size=vocab_size,
+    return load_or_train(cache_name(name, split, keys), texts, vocab_size=vocab_size,
                          model_type=model_type, character_coverage=character_coverage,
                          max_sentences=max_sentences, cache_dir=cache_dir, verbose=verbose)
