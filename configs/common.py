@@ -10,6 +10,10 @@ from __future__ import annotations
 import ml_collections
 
 
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True,
+          "0": False, "false": False, "no": False, "off": False}
+
+
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     """Parses a config's `:arg` string, e.g. 'posemb=none,smoke', against declared defaults.
 
@@ -24,11 +28,18 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
                              f"{sorted(defaults)}")
         kind = type(defaults[name])
         if kind is bool:
-            value = (raw.lower() in ("1", "true", "yes", "on")) if has_value else True
+            value = _BOOLS.get(raw.lower()) if has_value else True
+            if value is None:  # a misspelt 'ture' must not quietly mean False
+                raise ValueError(f"config argument {item!r}: expected {name}, {name}=true or "
+                                 f"{name}=false")
         elif not has_value:
             raise ValueError(f"config argument {name!r} needs a value: {name}=...")
         else:
-            value = kind(raw)
+            try:
+                value = kind(raw)
+            except ValueError as error:
+                raise ValueError(f"config argument {item!r}: expected a {kind.__name__} like "
+                                 f"{defaults[name]!r}") from error
         result[name] = value
     return result
 

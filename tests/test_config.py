@@ -34,6 +34,13 @@ def test_variants_select_table_8_rows_and_sizes():
         load_config_file(f"{CONFIG}:posmeb=none")
     with pytest.raises(ValueError, match="needs a value"):
         parse_arg("posemb", posemb="x")
+    # A misspelt bool is refused (it meant False: 'smoke=ture' ran the full sweep).
+    assert parse_arg("smoke=off,epochs=3", smoke=True, epochs=1).to_dict() == \
+        {"smoke": False, "epochs": 3}
+    with pytest.raises(ValueError, match=r"'smoke=ture': expected smoke, smoke=true or"):
+        parse_arg("smoke=ture", smoke=False)
+    with pytest.raises(ValueError, match=r"'epochs=two': expected a int like 1"):
+        parse_arg("size=B,epochs=two", size="Ti", epochs=1)
 
 
 def test_config_and_sweep_files_fail_with_the_file_and_the_fix(tmp_path):
@@ -68,6 +75,8 @@ def test_overrides_are_typed():
     assert config.data.augment == "crop_flip" and config.train.progress_bar is False
     with pytest.raises(ConfigError, match="expected a int"):
         apply_override(config, "model.num_layers", "four")
+    with pytest.raises(ConfigError, match="expected a int like .*, got a bool"):
+        apply_override(config, "train.num_steps", "True")  # bool is an int to isinstance
     with pytest.raises(ConfigError, match="is a section"):
         apply_override(config, "model", "1")
 
@@ -106,6 +115,9 @@ def test_missing_dataset_names_the_fetch_command(tmp_path, capsys, monkeypatch):
     code = main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "w")])
     assert code == 2
     assert "python -m data.fetch fashion_mnist" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("x")  # a workdir that is a file: exit 2, not a traceback
+    assert main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "a_file")]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
 
 
 def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_path):

@@ -93,6 +93,8 @@ def main(argv=None) -> int:
             print(config_json)
             return 0
         workdir = Path(args.workdir)
+        if workdir.exists() and not workdir.is_dir():
+            raise ConfigError(f"--workdir {workdir} is a file, not a directory")
         moved = check_workdir(workdir, config_json, args.allow_config_change)
 
         import jax

@@ -71,6 +71,9 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
         value = float(value)
     if isinstance(current, tuple) and isinstance(value, list):
         value = tuple(value)
+    if isinstance(value, bool) and not isinstance(current, bool) and current is not None:
+        raise ConfigError(f"config.{key}={raw!r}: expected a {type(current).__name__} like "
+                          f"{current!r}, got a bool")  # bool is an int to isinstance
     if current is not None and not isinstance(value, type(current)):
         raise ConfigError(f"config.{key}={raw!r}: expected a {type(current).__name__} like "
                           f"{current!r}, got {type(value).__name__}")
