@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -75,6 +76,7 @@ def test_plan_builds_one_command_per_row_seed_stage(tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(stages=()), "at least one stage"),
     (dict(rows={"a/b": {}}), "cannot name a directory"),
+    (dict(rows={"a": ["posemb=none"]}), "neither a config `:arg` string nor"),
     (dict(paper={"c": {"accuracy": 1.0}}), "not a row"),
     (dict(paper={"a": {"acc": 1.0}}), "unknown metrics"),
     (dict(metrics=(sweep_spec.Metric("accuracy", stage="x"),)), "stage 'x'"),
@@ -248,6 +250,20 @@ def test_dry_run_and_report_only_run_nothing(smoke_sweep, fixture_data_root):
         assert len(list(csv.DictReader(file))) == 4
     assert files_state(workdir) == before and (workdir / "sweep.json").read_text() == spec
     assert not (workdir / "sincos_2d").exists()
+    # A row named twice would run its finished runs again: refused, the sweep is wrong (exit 2).
+    twice = run_sweep(workdir, fixture_data_root, "--rows", "none,none", "--dry_run", check=False)
+    assert twice.returncode == 2 and "names a row twice" in twice.stderr
+
+
+def test_a_metric_the_runs_do_not_report_is_an_error(smoke_sweep):
+    """A misspelt Metric gave a column of NaN and exit 0; the report names what the runs have."""
+    from train import sweep_report
+
+    workdir, _, _ = smoke_sweep
+    sweep = dataclasses.replace(sweep_lib.load_sweep_file(SMOKE),
+                                metrics=(sweep_spec.Metric("acuracy"),), paper={})
+    with pytest.raises(sweep_lib.SweepError, match=r"no metric 'acuracy'; it has \[.*'accuracy'"):
+        sweep_report.collect(sweep, workdir)
 
 
 def test_sigterm_stops_the_sweep_after_the_trainer_checkpoints(fixture_data_root, tmp_path):

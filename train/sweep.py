@@ -369,6 +369,8 @@ def main(argv=None) -> int:
     try:
         sweep = load_sweep_file(args.config)
         rows = list(sweep.rows) if not args.rows else [r.strip() for r in args.rows.split(",")]
+        if len(set(rows)) != len(rows):  # a repeat would run a finished run a second time
+            raise SweepError(f"--rows {args.rows!r} names a row twice")
         unknown = [r for r in rows if r not in sweep.rows]
         if unknown:
             raise SweepError(f"unknown rows {unknown}; the rows of {args.config}: "
@@ -393,7 +395,11 @@ def main(argv=None) -> int:
     if args.allow_config_change:
         runs = [dataclasses.replace(r, argv=(*r.argv, "--allow_config_change")) for r in runs]
     failures, received = execute(sweep, runs)
-    _report(sweep, sweep_dir, args.config)
+    try:
+        _report(sweep, sweep_dir, args.config)
+    except SweepError as error:  # e.g. a metric the runs do not report
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if received:
         print(f"[sweep] interrupted by {received.name}; run the same command to resume")
         return 128 + received.value

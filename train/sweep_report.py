@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from train.sweep import Sweep, final_eval
+from train.sweep_spec import SweepError
 
 
 def collect(sweep: Sweep, sweep_dir: Path) -> list[dict]:
@@ -34,7 +35,11 @@ def collect(sweep: Sweep, sweep_dir: Path) -> list[dict]:
             values = {}
             for metric in sweep.metrics:
                 stage = metric.stage or sweep.stages[-1].name
-                values[sweep.label(metric)] = stages[stage]["metrics"].get(metric.name, math.nan)
+                found = stages[stage]["metrics"]
+                if metric.name not in found:  # a misspelt Metric gave an empty column
+                    raise SweepError(f"{seed_dir / stage}: its final eval has no metric "
+                                     f"{metric.name!r}; it has {sorted(found)}")
+                values[sweep.label(metric)] = found[metric.name]
             records.append({"row": row, "seed": int(seed_dir.name[5:]), "metrics": values,
                             "wall_s": sum(s["wall_s"] for s in stages.values())})
     return records

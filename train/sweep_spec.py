@@ -72,6 +72,10 @@ class Sweep:
                                  "(the config key that receives the workdir)")
         if not self.rows:
             raise SweepError("a sweep needs at least one row")
+        for row, change in self.rows.items():
+            if not isinstance(change, (str, Mapping)):
+                raise SweepError(f"row {row!r}: {change!r} is neither a config `:arg` string nor "
+                                 "a {key: value} mapping")
         for name in [*names, *self.rows]:
             if not _NAME.match(name):
                 raise SweepError(f"{name!r} cannot name a directory: use letters, digits, _.+=-")
