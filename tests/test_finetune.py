@@ -438,3 +438,6 @@ def test_baselines_on_tiny_data():
         [{"words": ["the", "run", "new"], "tags": [0, 1, 2]}])
     assert tagged["token_accuracy"] == pytest.approx(2 / 3)  # new -> most frequent tag 2
     assert tagged["unseen_fraction"] == pytest.approx(1 / 3)
+    with pytest.raises(SystemExit) as exit_info:  # argparse: usage and exit 2
+        baselines.main(["--task", "nosuch"])
+    assert exit_info.value.code == 2

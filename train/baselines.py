@@ -35,6 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from data.errors import DataError
+
 WORD = re.compile(r"[^\W_]+")
 L2_GRID = (1e-6, 1e-5, 1e-4, 1e-3)
 CLASSIFY_TASKS = ("spam", "tweets", "brown_genre")
@@ -217,8 +219,8 @@ def run_task(task: str, *, test_split: str = "test") -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.baselines",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--task", default="all",
-                        help=f"one of {list(CLASSIFY_TASKS + TAG_TASKS)} or 'all'")
+    parser.add_argument("--task", default="all", choices=[*CLASSIFY_TASKS, *TAG_TASKS, "all"],
+                        help="the task, or 'all'")
     parser.add_argument("--split", default="test", help="the split the accuracy is reported on")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -226,7 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for task in tasks:
         start = time.perf_counter()
-        results[task] = run_task(task, test_split=args.split)
+        try:
+            results[task] = run_task(task, test_split=args.split)
+        except DataError as error:  # missing data, an unknown split: the message names the fix
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         for name, values in results[task].items():
             shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                               for k, v in values.items())
