@@ -22,6 +22,12 @@ def test_row_a_on_base_is_the_papers(row, heads, d_k, d_v):
         heads, d_k, d_v, 512)
 
 
+def test_row_a_on_the_smoke_model_gives_four_head_counts():
+    """The smoke sweep's A rows differ (with 2 base heads, A1 and A2 both had 1)."""
+    heads = [model_of(f"smoke,row={row}").num_heads for row in ("A1", "A2", "base", "A3", "A4")]
+    assert heads == [1, 2, 4, 8, 16]
+
+
 def test_rows_b_c_d_e_on_base_are_the_papers():
     assert (model_of("size=base,row=B1").head_dim, model_of("size=base,row=B1").value_head_dim) == (16, 64)
     assert model_of("size=base,row=B2").head_dim == 32

@@ -112,7 +112,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.update(num_steps=100_000 if args.size == "base" else 300_000,
                             eval_every=5000, checkpoint_every=5000, log_every=100)
     if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
-        config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=2, max_length=128)
+        config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=4, max_length=128)
     table3.apply_row(config, args.row)  # after the size, relative to it
     if args.posemb:
         config.model.posemb = args.posemb
