@@ -2,16 +2,15 @@
 
 Each section declares every key the trainer reads, with a one-line comment. Config files build on
 these and override values; they never add keys the trainer does not know (the loader rejects them).
-This module imports only ml_collections, so loading a config stays cheap.
+This module imports only ml_collections and train.config (neither imports jax), so loading a
+config stays cheap.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
-
-_BOOLS = {"1": True, "true": True, "yes": True, "on": True,
-          "0": False, "false": False, "no": False, "off": False}
+from train.config import BOOL_WORDS
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -28,7 +27,7 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
                              f"{sorted(defaults)}")
         kind = type(defaults[name])
         if kind is bool:
-            value = _BOOLS.get(raw.lower()) if has_value else True
+            value = BOOL_WORDS.get(raw.lower()) if has_value else True
             if value is None:  # a misspelt 'ture' must not quietly mean False
                 raise ValueError(f"config argument {item!r}: expected {name}, {name}=true or "
                                  f"{name}=false")

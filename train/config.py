@@ -17,6 +17,11 @@ from typing import Any
 import ml_collections
 
 
+# How a bool may be written on the command line (overrides and config `:arg`s alike).
+BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True,
+              "0": False, "false": False, "no": False, "off": False}
+
+
 class ConfigError(ValueError):
     """A config key is unknown, or its value is impossible."""
 
@@ -54,12 +59,9 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
 def _parse_value(key: str, raw: str, current: Any) -> Any:
     """Reads `raw` as the type of the value it replaces."""
     if isinstance(current, bool):
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise ConfigError(f"config.{key}={raw!r}: expected a bool (true/false)")
+        if raw.lower() not in BOOL_WORDS:
+            raise ConfigError(f"config.{key}={raw!r}: expected a bool (true/false)")
+        return BOOL_WORDS[raw.lower()]
     if isinstance(current, str):
         return raw
     try:
