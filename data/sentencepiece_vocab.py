@@ -19,11 +19,13 @@ model type, vocabulary size, character coverage, sentence cap and `FORMAT` (bump
 training options below change), e.g.
     bible_en_es.train.en+es.unigram.v32000.cov1.max1000000.spm1.model
 so a different setting never reuses a stale file. What the name cannot see is a change of the
-texts themselves under the same dataset name: delete the file then. A new model is trained into a
-temporary file in the same folder and renamed into place (atomic) while holding a lock file
-(`.<name>.lock`), so two processes never train the same model twice or see half a file; a file
-is never rewritten once in place. A file that does not load, or whose special ids or size differ
-from what its name says, raises DataError naming it (delete it to train again).
+texts themselves under the same dataset name: delete the file then (a training run keeps its own
+copy in its workdir, so this never changes a run already started: train/vocabulary.py). A new
+model is trained into a temporary file in the same folder and renamed into place (atomic) while
+holding a lock file (`.<name>.lock`), so two processes never train the same model twice or see
+half a file; a file is never rewritten once in place. A file that does not load, or whose special
+ids or size differ from what its name says, raises DataError naming it (delete it to train
+again).
 
 Determinism. Training reads the texts in the order `texts_fn` yields them (capped at
 `max_sentences`), with SentencePiece's own sentence sampling and shuffling switched off
@@ -150,20 +152,26 @@ def _lock(path: pathlib.Path):
     return paths.file_lock(path.parent / f".{path.name}.lock")
 
 
-def _load(path: pathlib.Path, vocab_size: int) -> Tokenizer:
-    """The cached model at `path`, checked; DataError naming the file when it is unusable."""
-    fix = f"delete {path} and run again to train a new one"
+def load_model_file(path: str | os.PathLike, *, vocab_size: int | None = None,
+                    fix: str | None = None) -> Tokenizer:
+    """The SentencePiece model file at `path`, checked (our special ids; `vocab_size` pieces,
+    if given). DataError naming the file, and `fix` (what to do), when it is unusable."""
+    path = pathlib.Path(path)
+    fix = fix or f"delete {path} and run again to train a new one"
     try:
         tokenizer = Tokenizer(path.read_bytes(), path)
     except (RuntimeError, OSError) as e:
-        raise DataError(f"the SentencePiece cache file {path} is corrupt or unreadable "
+        raise DataError(f"the SentencePiece model file {path} is corrupt or unreadable "
                         f"({type(e).__name__}: {str(e).strip()[:200]}); {fix}") from e
     sp = tokenizer._sp
-    found = (sp.pad_id(), sp.eos_id(), sp.unk_id(), sp.bos_id(), sp.get_piece_size())
-    wanted = (PAD_ID, EOS_ID, UNK_ID, BOS_ID, vocab_size)
+    found = (sp.pad_id(), sp.eos_id(), sp.unk_id(), sp.bos_id())
+    wanted = (PAD_ID, EOS_ID, UNK_ID, BOS_ID)
+    if vocab_size is not None:
+        found, wanted = found + (sp.get_piece_size(),), wanted + (vocab_size,)
     if found != wanted:
-        raise DataError(f"the SentencePiece cache file {path} has (pad, eos, unk, bos, size) = "
-                        f"{found}, expected {wanted}; it is corrupt or not ours: {fix}")
+        names = "(pad, eos, unk, bos" + (", size)" if vocab_size is not None else ")")
+        raise DataError(f"the SentencePiece model file {path} has {names} = {found}, expected "
+                        f"{wanted}; it is corrupt or not ours: {fix}")
     return tokenizer
 
 
@@ -208,10 +216,10 @@ def load_or_train(name: str, texts_fn: Callable[[], Iterable[str | bytes]], *,
                       character_coverage=character_coverage, max_sentences=max_sentences,
                       cache_dir=cache_dir)
     if path.exists():  # files appear only by an atomic rename: no lock needed to read
-        return _load(path, vocab_size)
+        return load_model_file(path, vocab_size=vocab_size)
     with _lock(path):
         if path.exists():  # another process trained it while we waited
-            return _load(path, vocab_size)
+            return load_model_file(path, vocab_size=vocab_size)
         texts = (t for t in map(as_text, texts_fn()) if t)
         texts = itertools.islice(texts, max_sentences)
         if verbose:
@@ -220,7 +228,7 @@ def load_or_train(name: str, texts_fn: Callable[[], Iterable[str | bytes]], *,
         proto = _train_model(texts, vocab_size=vocab_size, model_type=model_type,
                              character_coverage=character_coverage)
         paths.write_atomically(path, proto)
-    return _load(path, vocab_size)
+    return load_model_file(path, vocab_size=vocab_size)
 
 
 # ------------------------------------------------------------------------- from a data source

@@ -38,7 +38,8 @@ The cache. A trained vocabulary is a `tokenizer.json` (loadable by any HF `token
 vocabulary size, casing and `FORMAT` (bumped when the training procedure changes), e.g.
     brown+austen+sotu.train.wordpiece.v8000.uncased.wp1.json
 A different setting never reuses a stale file; a change of the texts under the same names is not
-seen: delete the file then. A new file is written to a temporary file in the same folder and
+seen: delete the file then (a training run keeps its own copy in its workdir, so deleting or
+retraining the cache never changes a run already started: train/vocabulary.py). A new file is written to a temporary file in the same folder and
 renamed into place while holding a lock file (`.<name>.lock`), so two processes never train it
 twice or read half a file. A file that does not load, or does not match its name, raises
 DataError naming it.
@@ -150,6 +151,11 @@ class WordPieceTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """Every token, in id order."""
+        return tuple(self._tokens)
 
     # ----------------------------------------------------------------------------- files
 

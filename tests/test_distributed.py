@@ -72,12 +72,13 @@ def test_single_process_and_argument_errors(clean_env):
 def test_sum_over_one_process_is_the_counts():
     assert jax.process_count() == 1
     assert distributed.sum_over_processes({"examples": 5.0}) == {"examples": 5.0}
+    assert distributed.differing_processes("ab" * 32) == []
 
 
 def test_two_processes_join_from_environment_variables_and_sum_counts():
     """Two local processes of two CPU devices each, launched with only JAX_COORDINATOR_ADDRESS,
     JAX_NUM_PROCESSES and JAX_PROCESS_ID set, form one 4-device run, and both get the totals of
-    counters beyond int32's range."""
+    counters beyond int32's range and the list of processes whose digest differs."""
     port = portpicker.pick_unused_port()
     base = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
     base.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
@@ -94,3 +95,5 @@ def test_two_processes_join_from_environment_variables_and_sum_counts():
         assert report["devices"] == 4
         assert "from the environment" in report["joined"]
         assert report["totals"] == {"dropped": 1.0, "examples": 6e9 + 1}
+        # How the trainer checks that every process built the same vocabulary.
+        assert report["differ_shared"] == [] and report["differ_own"] == [1]

@@ -119,3 +119,16 @@ def sum_over_processes(counts: dict[str, float]) -> dict[str, float]:
     gathered = np.asarray(multihost_utils.process_allgather(halves)).astype(np.int64)
     totals = ((gathered[:, 0] << 31) + gathered[:, 1]).sum(axis=0)
     return {name: float(total) for name, total in zip(names, totals)}
+
+
+def differing_processes(digest: str) -> list[int]:
+    """The processes whose `digest` (hex, at least 32 digits: a sha256) differs from process 0's;
+    [] with one process. A collective, like `sum_over_processes`: every process gets the same
+    list."""
+    if jax.process_count() == 1:
+        return []
+    from jax.experimental import multihost_utils
+
+    words = np.frombuffer(bytes.fromhex(digest[:32]), np.int32)  # 128 bits as 4 int32
+    gathered = np.asarray(multihost_utils.process_allgather(words))
+    return [p for p in range(len(gathered)) if not np.array_equal(gathered[p], gathered[0])]

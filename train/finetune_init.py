@@ -9,11 +9,12 @@
               config.json gives the model dimensions (overriding config.model's), its
               tokenizer.json the vocabulary, its weights the encoder (models/hf_bert.py);
   <path>      the workdir of a pretraining run (`python -m train --config configs/bert/
-              pretrain.py ...`): its config.json gives the model dimensions and names the
-              vocabulary (its data.vocab_file, or the cached WordPiece vocabulary of its
-              data.names / train_split / vocab_size / lowercase, which data/wordpiece.py
-              retrains identically if the cache was deleted), the latest checkpoint the encoder
-              (train.checkpointing.load_params(path)['bert']).
+              pretrain.py ...`): its config.json gives the model dimensions, its vocabulary/
+              the vocabulary the run trained with (train/vocabulary.py), the latest checkpoint
+              the encoder (train.checkpointing.load_params(path)['bert']). A workdir written
+              before runs kept their vocabulary has none: then its config names it (its
+              data.vocab_file, or the cached WordPiece vocabulary of its data.names /
+              train_split / vocab_size / lowercase), as the run's own resume did.
 Settings that are not dimensions (dropout rates, dtype, attention implementation, remat,
 scan_layers) always come from config.model, so fine-tuning chooses them; the encoder's parameters
 are converted to the model's layer layout (models.bert.with_layer_layout). `replace_encoder`
@@ -104,6 +105,7 @@ def _minilm(config) -> Pretrained:
 def _workdir(config, workdir: pathlib.Path) -> Pretrained:
     from data import wordpiece
     from data.corpora.documents import read_documents
+    from train import vocabulary
     from train.checkpointing import load_params
 
     saved_path = workdir / "config.json"
@@ -117,7 +119,12 @@ def _workdir(config, workdir: pathlib.Path) -> Pretrained:
         raise ConfigError(f"config.init={str(workdir)!r}: that run's task is {task!r}, not "
                           "'bert_pretrain'")
     data = saved["data"]
-    if data.get("vocab_file"):
+    tok = vocabulary.load(workdir)  # kept there since the run began (train/vocabulary.py)
+    if tok is not None:
+        if vocabulary.kind_of(tok) != "wordpiece":
+            raise ConfigError(f"config.init={str(workdir)!r}: its vocabulary {tok.path} is not "
+                              "WordPiece")
+    elif data.get("vocab_file"):  # a workdir from before runs kept their vocabulary
         tok = wordpiece.load_tokenizer(data["vocab_file"], lowercase=data["lowercase"])
     else:  # the cached vocabulary the run trained (retrained identically when missing)
         names = tuple(data["names"])

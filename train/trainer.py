@@ -28,10 +28,11 @@ import ml_collections
 import numpy as np
 import optax
 
-from train import partitioning
+from data.errors import DataError
+from train import partitioning, vocabulary
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice, to_json
-from train.distributed import sum_over_processes
+from train.distributed import differing_processes, sum_over_processes
 from train.flops import measure_matmul_peak
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
@@ -181,7 +182,17 @@ class Trainer:
         self.mesh = partitioning.make_mesh(config.mesh)
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
-        self.task = get_task(config)
+        self.process_index, self.process_count = jax.process_index(), jax.process_count()
+        # A resumed run uses the vocabulary it started with, whatever the cache holds now.
+        self.saved_vocabulary = vocabulary.load(self.workdir, config)
+        self.task = get_task(config, self.saved_vocabulary)
+        if self.task.tokenizer is not None:
+            differ = differing_processes(vocabulary.fingerprint(self.task.tokenizer))
+            if differ:
+                raise DataError(
+                    f"processes {differ} built another vocabulary than process 0 (the vocabulary "
+                    "cache differs between hosts): point every host's data root "
+                    "(PAPERS_JAX_DATA) and --workdir at the same shared folder")
         optimizer_cfg = config.optimizer.copy_and_resolve_references()
         if optimizer_cfg.total_steps == -1:  # the decay ends with the run
             optimizer_cfg.total_steps = config.train.num_steps
@@ -190,7 +201,6 @@ class Trainer:
         except ValueError as error:
             message = str(error)
             raise ConfigError(message if message.startswith("config.") else f"config.{message}") from error
-        self.process_index, self.process_count = jax.process_index(), jax.process_count()
 
         def init_state(rng):
             params_rng, dropout_rng = jax.random.split(rng)
@@ -315,6 +325,10 @@ class Trainer:
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
             (self.workdir / "config.json").write_text(to_json(self.config))
+            if self.task.tokenizer is not None and self.saved_vocabulary is None:
+                path = vocabulary.save(self.workdir, self.task.tokenizer, self.config)
+                notes.append(f"the run's vocabulary ({self.task.tokenizer.vocab_size} tokens) "
+                             f"is kept in {path}")
         start = int(jax.device_get(state.step))
         writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
                                progress_bar=cfg.progress_bar)

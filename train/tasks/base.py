@@ -1,6 +1,10 @@
 """What the trainer is generic over: a task builds its model and data from the config and gives
 the pure functions the trainer jits.
 
+Constructed as `Task(config, saved_vocabulary)`: the second is the vocabulary kept in the run's
+workdir (train/vocabulary.py) or None; a task with a vocabulary uses it at a resumed run's start
+(`vocabulary.choose`), one without refuses it.
+
 Required (see train/tasks/classify.py for a complete example):
   dummy_inputs(batch_size) -> dict            inputs for shape-only initialisation
   init_variables(rng, inputs) -> variables     the model's `init`
@@ -21,6 +25,8 @@ Optional, with the defaults below:
                                                pipeline (examples, dropped, truncated); the
                                                trainer sums them over the processes and logs them
   derived_data_metrics(totals) -> metrics      values computed from those sums (epochs)
+  tokenizer                a text task's vocabulary (data/wordpiece.py, data/sentencepiece_vocab.py),
+                           which the trainer keeps in the workdir; None for image tasks
 Eval batches may carry non-numeric entries (reference strings); the trainer sends only numeric
 arrays to the devices.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 class Task:
     decode_every: int | None = None
+    tokenizer = None
 
     def derived_metrics(self, values: dict[str, float]) -> dict[str, float]:
         return values

@@ -26,7 +26,7 @@ from data.pretraining_instances import INPUT_FORMATS
 from data.phases import PhasedIterator
 from models.bert import BertConfig
 from models.bert_pretraining import BertForPreTraining
-from train import flops
+from train import flops, vocabulary
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
 from train.tasks.base import Task
@@ -35,7 +35,7 @@ from train.tasks.base import Task
 class BertPretrainingTask(Task):
     """`BertForPreTraining` on documents from one or more corpora."""
 
-    def __init__(self, config: ml_collections.ConfigDict):
+    def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("bert",))
         check_choice(config, "data.source", ("local",))
         check_choice(config, "data.input_format", INPUT_FORMATS)
@@ -51,7 +51,7 @@ class BertPretrainingTask(Task):
         if not 0.0 <= data.phase2_fraction < 1.0:
             raise ConfigError(f"config.data.phase2_fraction={data.phase2_fraction} must be in "
                               "[0, 1)")
-        self.tokenizer = self._vocabulary()
+        self.tokenizer = self._vocabulary(saved_vocabulary)
         model_section = config.model.copy_and_resolve_references()
         with model_section.unlocked():
             del model_section["name"]
@@ -71,13 +71,20 @@ class BertPretrainingTask(Task):
     def phase2_steps(self) -> int:
         return int(round(self.config.train.num_steps * self.config.data.phase2_fraction))
 
-    def _vocabulary(self):
+    def _vocabulary(self, saved):
+        """config.data.vocab_file, or one trained on the corpora (cached); at a resumed run's
+        start the one saved in its workdir (train/vocabulary.py)."""
         data = self.config.data
         if data.vocab_file:
-            return wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
-        return wordpiece.vocab_for_documents(
-            lambda: self._documents(data.train_split), datasets=tuple(data.names),
-            split=data.train_split, vocab_size=data.vocab_size, lowercase=data.lowercase)
+            requested = wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
+            return vocabulary.choose(saved, lambda: requested, kind="wordpiece",
+                                     requested=requested,
+                                     where=f"config.data.vocab_file={data.vocab_file!r}")
+        return vocabulary.choose(
+            saved, lambda: wordpiece.vocab_for_documents(
+                lambda: self._documents(data.train_split), datasets=tuple(data.names),
+                split=data.train_split, vocab_size=data.vocab_size, lowercase=data.lowercase),
+            kind="wordpiece")
 
     def _masking(self, max_predictions: int) -> MaskingConfig:
         data = self.config.data

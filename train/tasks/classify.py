@@ -26,7 +26,10 @@ MODELS = {"vit": (ViT, ViTConfig)}
 class ClassificationTask(Task):
     """ViT (or any `images -> logits` model) on a labelled image dataset."""
 
-    def __init__(self, config: ml_collections.ConfigDict):
+    def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
+        if saved_vocabulary is not None:
+            raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
+                              "used by a text task, not image classification; use a new --workdir")
         check_choice(config, "model.name", MODELS)
         check_choice(config, "data.source", ("local", "tfds"))
         check_choice(config, "data.augment", image_data.AUGMENTATIONS)

@@ -39,7 +39,7 @@ from data.errors import DataError
 from data.finetune_datasets import get_dataset
 from models import bert_heads
 from models.spans import best_span
-from train import flops
+from train import flops, vocabulary
 from train.config import ConfigError, check_choice
 from train.finetune_init import replace_encoder, resolve_init
 from train.losses import cross_entropy
@@ -51,7 +51,7 @@ FEATURE_KINDS = ("classify", "pair_classify", "tag")
 class FinetuneTask(Task):
     """A BERT head on a labelled dataset, from a pretrained (or random) encoder."""
 
-    def __init__(self, config: ml_collections.ConfigDict):
+    def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("bert",))
         check_choice(config, "data.source", ("local", "tfds"))
         check_choice(config, "task.features", bert_heads.FEATURE_MODES)
@@ -75,9 +75,16 @@ class FinetuneTask(Task):
         if task.max_answer_length < 1:
             raise ConfigError(f"config.task.max_answer_length={task.max_answer_length} must "
                               "be >= 1")
-        self.init = resolve_init(config, scratch_vocab=self._scratch_vocab)
+        data = config.data
+        self.init = resolve_init(config, scratch_vocab=lambda: vocabulary.choose(
+            saved_vocabulary, self._scratch_vocab, kind="wordpiece"))
         self.model_config = self.init.model_config
-        self.tokenizer = self.init.tokenizer
+        # A resumed run: config.init's vocabulary must still be the one the run started with.
+        source = (f"config.data.vocab_file={data.vocab_file!r}"
+                  if config.init == "scratch" else f"the vocabulary of config.init={config.init!r}")
+        self.tokenizer = vocabulary.choose(saved_vocabulary, lambda: self.init.tokenizer,
+                                           kind="wordpiece", requested=self.init.tokenizer,
+                                           where=source)
         try:
             self.model_config.check_length(config.data.max_seq_length)
         except ValueError as error:

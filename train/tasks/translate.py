@@ -19,7 +19,7 @@ from data import sentencepiece_vocab, sources
 from data import text as text_data
 from models import decode as decoding
 from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_right
-from train import flops
+from train import flops, vocabulary
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
 from train.tasks.base import Task
@@ -38,7 +38,7 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
 class TranslationTask(Task):
     """An encoder-decoder Transformer on a parallel corpus (source_key -> target_key)."""
 
-    def __init__(self, config: ml_collections.ConfigDict):
+    def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("transformer",))
         check_choice(config, "data.source", sources.SOURCE_KINDS)
         check_choice(config, "data.long_examples", text_data.LONG_EXAMPLE_POLICIES)
@@ -60,10 +60,12 @@ class TranslationTask(Task):
                               "and EOS)")
         self.max_decode_length = int(task.max_decode_length) or self.max_length + 50
 
-        self.tokenizer = sentencepiece_vocab.load_or_train_for_dataset(
-            config.data.name, split=config.data.train_split, source=config.data.source,
-            keys=(config.data.source_key, config.data.target_key),
-            vocab_size=config.data.vocab_size, model_type=config.data.vocab_model_type)
+        self.tokenizer = vocabulary.choose(
+            saved_vocabulary, lambda: sentencepiece_vocab.load_or_train_for_dataset(
+                config.data.name, split=config.data.train_split, source=config.data.source,
+                keys=(config.data.source_key, config.data.target_key),
+                vocab_size=config.data.vocab_size, model_type=config.data.vocab_model_type),
+            kind="sentencepiece")
         model_section = config.model.copy_and_resolve_references()
         with model_section.unlocked():
             del model_section["name"]

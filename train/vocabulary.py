@@ -1,0 +1,171 @@
+"""A run's vocabulary, kept in its workdir from the first start on.
+
+    DIR/vocabulary/tokenizer.json        a WordPiece vocabulary (BERT pretraining, fine-tuning)
+    DIR/vocabulary/sentencepiece.model   a SentencePiece model (translation)
+    DIR/vocabulary/settings.json         the config's SETTINGS it was built with
+
+The vocabulary a task builds at a run's first start comes from the config: a file it names
+(config.data.vocab_file), a pretrained model's, or one trained on the training texts and cached
+under the data root by dataset name and settings (data/wordpiece.py, data/sentencepiece_vocab.py).
+The cache can change under a run: deleted and retrained, retrained on another version of the
+texts, or read from another data root. A vocabulary of the same size but other tokens fits the
+checkpoint's embedding table and would be accepted without a word, every id now meaning another
+piece. So the trainer writes the vocabulary here when the run starts (process 0) and gives it to
+the task at every later start of the same workdir (`load` -> `get_task(config, saved_vocabulary)`,
+`choose` in the task), and fine-tuning from a pretraining workdir reads it here too
+(train/finetune_init.py). The workdir must be one folder seen by every process, as the
+checkpoints already require; the trainer checks that all processes hold the same vocabulary.
+
+The config may not ask for another vocabulary than the saved one (even with
+--allow_config_change): other SETTINGS than those recorded, a vocab_file or pretrained model with
+other tokens, or the other kind of vocabulary is a ConfigError that names both (a new vocabulary
+needs a new --workdir). Other data keys may change: a run that goes on with other texts keeps
+its vocabulary, as its embeddings need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+from typing import Any, Callable
+
+from train.config import ConfigError
+
+FOLDER = "vocabulary"
+FILES = {"wordpiece": "tokenizer.json", "sentencepiece": "sentencepiece.model"}
+SETTINGS_FILE = "settings.json"
+# The config keys that decide a vocabulary built from the training texts, where a config has them.
+SETTINGS = ("data.vocab_size", "data.lowercase", "data.vocab_model_type")
+
+
+def settings_of(config) -> dict[str, Any]:
+    """{key: value} of the SETTINGS that `config` has."""
+    found = {}
+    for key in SETTINGS:
+        section, name = key.split(".")
+        if section in config and name in config[section]:
+            found[key] = config[section][name]
+    return found
+
+
+def kind_of(tokenizer: Any) -> str:
+    """'wordpiece' or 'sentencepiece' for the tokenizers of data/wordpiece.py and
+    data/sentencepiece_vocab.py."""
+    from data import sentencepiece_vocab, wordpiece
+
+    if isinstance(tokenizer, wordpiece.WordPieceTokenizer):
+        return "wordpiece"
+    if isinstance(tokenizer, sentencepiece_vocab.Tokenizer):
+        return "sentencepiece"
+    raise TypeError(f"{type(tokenizer).__name__} is not a vocabulary this project saves")
+
+
+def _contents(tokenizer: Any) -> bytes:
+    """The bytes of the saved file (and what two vocabularies are compared by, see `same`)."""
+    if kind_of(tokenizer) == "wordpiece":
+        return tokenizer.tokenizer_json.encode("utf-8")
+    return tokenizer.model_proto
+
+
+def fingerprint(tokenizer: Any) -> str:
+    """sha256 of what `save` writes."""
+    return hashlib.sha256(_contents(tokenizer)).hexdigest()
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two vocabularies turn every text into the same ids. WordPiece ones are compared by
+    their tokens and casing, so a vocab.txt and the tokenizer.json made from it are the same."""
+    if kind_of(a) != kind_of(b):
+        return False
+    if kind_of(a) == "wordpiece":
+        return a.tokens == b.tokens and a.lowercase == b.lowercase and a.prefix == b.prefix
+    return a.model_proto == b.model_proto
+
+
+def save(workdir: str | os.PathLike, tokenizer: Any, config) -> pathlib.Path:
+    """Writes `tokenizer` and `config`'s SETTINGS to `workdir`/vocabulary/ (each file atomically,
+    the settings first); returns the vocabulary file's path."""
+    from data.paths import write_atomically
+
+    folder = pathlib.Path(workdir) / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = json.dumps(settings_of(config), indent=2, sort_keys=True) + "\n"
+    write_atomically(folder / SETTINGS_FILE, settings.encode())
+    path = folder / FILES[kind_of(tokenizer)]
+    write_atomically(path, _contents(tokenizer))
+    return path
+
+
+def load(workdir: str | os.PathLike, config=None) -> Any | None:
+    """The vocabulary saved in `workdir`, or None when there is none (a new workdir, or one
+    written before runs kept their vocabulary). With `config`, its SETTINGS must be the recorded
+    ones (ConfigError naming each difference). DataError naming a corrupt or missing file."""
+    from data import sentencepiece_vocab, wordpiece
+    from data.errors import DataError
+
+    folder = pathlib.Path(workdir) / FOLDER
+    present = [kind for kind, name in FILES.items() if (folder / name).is_file()]
+    if not present:
+        return None
+    if len(present) > 1:
+        raise DataError(f"{folder} holds both {' and '.join(FILES.values())}; a run has one "
+                        "vocabulary: this workdir was reused for runs of different tasks (use "
+                        "one workdir per run)")
+    path = folder / FILES[present[0]]
+    fix = ("it is the vocabulary this run's checkpoints were trained with: restore it from a "
+           "copy, or start a new --workdir")
+    if present[0] == "sentencepiece":
+        tokenizer = sentencepiece_vocab.load_model_file(path, fix=fix)
+    else:
+        try:
+            tokenizer = wordpiece.load_tokenizer_json(path)
+        except DataError as error:
+            raise DataError(f"{error}; {fix}") from error
+    if config is not None:
+        _check_settings(folder / SETTINGS_FILE, settings_of(config), fix)
+    return tokenizer
+
+
+def _check_settings(path: pathlib.Path, current: dict[str, Any], fix: str) -> None:
+    from data.errors import DataError
+
+    try:
+        recorded = json.loads(path.read_text())
+        if not isinstance(recorded, dict):
+            raise ValueError(f"a {type(recorded).__name__}, not an object")
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path} is missing or corrupt ({type(error).__name__}: {error}); it "
+                        f"records the settings of the vocabulary beside it; {fix}") from error
+    changed = [f"config.{key}={current.get(key, '<absent>')!r}, the vocabulary's "
+               f"{recorded.get(key, '<absent>')!r}" for key in sorted(set(recorded) | set(current))
+               if recorded.get(key) != current.get(key)]
+    if changed:
+        raise ConfigError(f"this run's vocabulary ({path.parent}) was built with other settings: "
+                          + "; ".join(changed) + ". A run keeps the vocabulary it started with "
+                          "(its checkpoints' embeddings are of it): use a new --workdir for "
+                          "another one")
+
+
+def choose(saved: Any | None, build: Callable[[], Any], *, kind: str,
+           requested: Any | None = None, where: str = "") -> Any:
+    """The vocabulary a task uses: `build()` (from the config) at a run's first start, `saved`
+    (from `load`, its settings checked there) at every later one.
+
+    `requested`: a vocabulary the config names explicitly (a vocab_file, a pretrained model's),
+    already loaded, and `where` that source as the config says it; with a saved vocabulary it
+    must be the same (`same`). ConfigError otherwise, and for a saved one of the other `kind`.
+    """
+    if saved is None:
+        return build()
+    saved_kind = kind_of(saved)
+    if saved_kind != kind:
+        raise ConfigError(f"this workdir's vocabulary ({saved.path}) is {saved_kind}, but this "
+                          f"task uses {kind}; use a new --workdir")
+    if requested is not None and not same(requested, saved):
+        raise ConfigError(f"{where} is not the vocabulary this run started with ({saved.path}, "
+                          f"{saved.vocab_size} tokens; {where}: {requested.vocab_size} tokens, "
+                          "other tokens or casing); a run keeps its vocabulary: use a new "
+                          "--workdir for another one")
+    return saved
