@@ -38,6 +38,10 @@ from r_xdr_writer import write_lazyload_db
     ('"Oh! my dear," said she. "Is it true?"', ['"Oh! my dear," said she.', '"Is it true?"']),
     ("Harry S. Truman spoke. The U.S. Army came. It cost $3.5 billion. No. 5 won.",
      ["Harry S. Truman spoke.", "The U.S. Army came.", "It cost $3.5 billion.", "No. 5 won."]),
+    # 'No.', 'Vol.' abbreviate only before a number (digits, a Roman numeral before punctuation).
+    ('"No. Only to Honiton." No. I hope not. See No. 97, Vol. II, Rambler. Art. IV. Sec. 8 ends.',
+     ['"No.', 'Only to Honiton."', "No.", "I hope not.", "See No. 97, Vol. II, Rambler.",
+      "Art. IV.", "Sec. 8 ends."]),
     ("Thank you. (Applause.) Thank you!  What?! Wait... 1790 was a year.",
      ["Thank you.", "(Applause.)", "Thank you!", "What?!", "Wait...", "1790 was a year."]),
     ('"I understand you.--You do not."--Well.',
@@ -77,6 +81,8 @@ def test_brown_genres():
     ("You mean this '' ? ?", 'You mean this"?'),
     ("little appetite ; ;", "little appetite;"),
     ("won by Ivan Allen Jr. .", "won by Ivan Allen Jr."),
+    ("or 40 lbs. '' .", 'or 40 lbs."'),  # not 'lbs.."'
+    ("the end . '' .", 'the end."'),
     ("( A ) the effective use : of resources !", "(A) the effective use: of resources!"),
     ("Teachers -- men -- came .", "Teachers -- men -- came."),
     ("the boys ' .", "the boys'."),

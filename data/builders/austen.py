@@ -33,8 +33,11 @@ def raw_folder() -> pathlib.Path:
 class AustenLocal(DocumentCorpusBuilder):
     """Jane Austen's novels, one document per chapter, from a locally fetched R package."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First version: the lazy-load database of r-cran-janeaustenr."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "First version: the lazy-load database of r-cran-janeaustenr.",
+                     "1.1.0": "'No.', 'Vol.', 'Art.', 'Sec.' end a sentence unless a number "
+                              "follows (the answer '\"No. Only to Honiton.\"' was one "
+                              "sentence with the next)."}
     NAME = NAME
     DESCRIPTION = ("Jane Austen's six completed novels (Project Gutenberg texts via the R "
                    "package janeaustenr): 269 chapters. Each example is one chapter: paragraphs "

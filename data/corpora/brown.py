@@ -12,7 +12,8 @@ X (a..r) is its genre. Inside a file (latin-1; in fact plain ASCII):
   1. a ';', '?' or '!' token that repeats the token before it is dropped (the doubling above),
      and so is a '.' right after a word that ends in '.' ('Jr. .' -> 'Jr.');
   2. a '.' or ',' right after '' moves inside the quotes, as American print has it
-     ('received '' ,' -> 'received,"'); '?' and '!' stay where they are;
+     ('received '' ,' -> 'received,"'), except a '.' after a word that ends in '.', which is
+     dropped as in rule 1 ('40 lbs. '' .' -> '40 lbs."'); '?' and '!' stay where they are;
   3. `` becomes an opening " (no space after it), '' a closing " (no space before it);
   4. no space before , . ; : ? ! ) ] and a lone ' (a closing single quote);
   5. no space after ( and [;
@@ -84,7 +85,8 @@ def _clean_tokens(words: list[str]) -> list[str]:
                      or (word == "." and kept[-1] != "." and kept[-1].endswith("."))):
             continue
         if word in (".", ",") and kept and kept[-1] == "''":
-            kept.insert(len(kept) - 1, word)
+            if not (word == "." and len(kept) > 1 and kept[-2].endswith(".")):
+                kept.insert(len(kept) - 1, word)
             continue
         kept.append(word)
     return kept

@@ -11,7 +11,10 @@ when all of these hold:
   2. the next sentence starts with an uppercase letter or a digit, possibly after opening quotes
      or brackets ('"Very!" she cried' and 'Oh! my dear' stay one sentence);
   3. when the run is a single '.', the word before it is not
-     - an abbreviation of ABBREVIATIONS ('Mr. Darcy', 'St. James', 'Gen. Grant', 'No. 5'),
+     - an abbreviation of ABBREVIATIONS ('Mr. Darcy', 'St. James', 'Gen. Grant'),
+     - one of NUMBER_ABBREVIATIONS followed by a number: digits or a Roman numeral before
+       punctuation ('No. 97, Vol. II, Rambler'); otherwise it is a word ('"No. Only to
+       Honiton."' is two sentences),
      - a single capital letter, i.e. an initial ('Harry S. Truman', 'J. Q. Adams'),
      - a dotted abbreviation such as 'U.S' or 'p.m'.
 Straight quotes are both opening and closing; the rule needs no pairing because it looks only at
@@ -19,7 +22,9 @@ the characters around the boundary.
 
 Known limits, accepted for pretraining text: a sentence that really ends with an abbreviation or
 an initial ('... in the U.S. The next ...') is not split there; a sentence starting with a
-lowercase word after '?' or '!' is joined to the one before.
+lowercase word after '?' or '!' is joined to the one before; a Roman numeral one letter long
+must be followed by punctuation ('Vol. I, p. 3', not 'Vol. I of'), so that the answer 'No. I
+hope ...' splits.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ import re
 ABBREVIATIONS = frozenset({
     "Mr", "Mrs", "Ms", "Messrs", "Mme", "Mlle", "Dr", "St", "Jr", "Sr", "Esq", "Rev", "Hon",
     "Prof", "Gen", "Col", "Capt", "Cpt", "Lt", "Sgt", "Maj", "Adm", "Cmdr", "Gov", "Sen", "Rep",
-    "Pres", "Supt", "Mt", "Ft", "No", "Nos", "Vol", "Vols", "Art", "Sec", "vs", "viz", "cf",
+    "Pres", "Supt", "Mt", "Ft", "vs", "viz", "cf",
     "Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep", "Sept", "Oct", "Nov", "Dec",
     "Co", "Bros",
 })
+# Abbreviations only before a number ('No. 5'); elsewhere ordinary words ('No. Only to Honiton.').
+NUMBER_ABBREVIATIONS = frozenset({"No", "Nos", "Vol", "Vols", "Art", "Sec"})
 
 _OPENERS = "\"'([\u2018\u201c"  # characters that may precede the first letter of a sentence
 _CLOSERS = "\"')]\u2019\u201d"  # characters that may follow the final punctuation
@@ -45,14 +52,19 @@ _CANDIDATE = re.compile(
     rf"([.!?]+)[{re.escape(_CLOSERS)}]*(--)?(\s*)(?=[{re.escape(_OPENERS)}]*[A-Z0-9])")
 _WORD_BEFORE = re.compile(r"(\S+)$")
 _DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")  # 'U.S', 'p.m', 'e.g' (before the last '.')
+# A number: digits, or a Roman numeral ending at punctuation or the end ('II,', 'IV.').
+_NUMBER = re.compile(r"\d|[IVXLC]+(?:[,.;:)]|$)")
 
 
-def _is_abbreviation(text_before: str) -> bool:
-    """Whether the word right before a single '.' is an abbreviation or an initial."""
+def _is_abbreviation(text_before: str, text_after: str) -> bool:
+    """Whether the word right before a single '.' is an abbreviation or an initial, given the
+    text after the '.' (and the space)."""
     match = _WORD_BEFORE.search(text_before)
     if match is None:
         return False
     word = match.group(1).lstrip(_OPENERS)
+    if word in NUMBER_ABBREVIATIONS:
+        return _NUMBER.match(text_after) is not None
     return (word in ABBREVIATIONS or (len(word) == 1 and word.isupper())
             or _DOTTED.match(word) is not None)
 
@@ -65,7 +77,8 @@ def split_sentences(text: str) -> list[str]:
         punctuation, dash, space = match.groups()
         if not (dash or space):
             continue  # 'U.S.A', '3.5': no boundary without a space or a dash
-        if punctuation == "." and _is_abbreviation(text[start:match.start(1)]):
+        if punctuation == "." and _is_abbreviation(text[start:match.start(1)],
+                                                   text[match.end(3):]):
             continue
         sentences.append(text[start:match.start(3)])
         start = match.end(3)
