@@ -42,6 +42,15 @@ from r_xdr_writer import write_lazyload_db
     ('"No. Only to Honiton." No. I hope not. See No. 97, Vol. II, Rambler. Art. IV. Sec. 8 ends.',
      ['"No.', 'Only to Honiton."', "No.", "I hope not.", "See No. 97, Vol. II, Rambler.",
       "Art. IV.", "Sec. 8 ends."]),
+    # After a dash, the word is what follows it; 'I' ends a sentence unless a name's initial.
+    ("He is come--Mr. Bingley is come. Oct.-Dec. 1945 was cold.",
+     ["He is come--Mr. Bingley is come.", "Oct.-Dec. 1945 was cold."]),
+    ("So do I. No comparison with World War I. Then Luke I. Wright came. I. The economy.",
+     ["So do I.", "No comparison with World War I.", "Then Luke I. Wright came.", "I.",
+      "The economy."]),
+    ("Record (vol. 100, p. 62). Lieut. Col. Gorgas came.. It was protected by peace.We won.",
+     ["Record (vol. 100, p. 62).", "Lieut. Col. Gorgas came.", "It was protected by peace.",
+      "We won."]),
     ("Thank you. (Applause.) Thank you!  What?! Wait... 1790 was a year.",
      ["Thank you.", "(Applause.)", "Thank you!", "What?!", "Wait...", "1790 was a year."]),
     ('"I understand you.--You do not."--Well.',
@@ -83,6 +92,8 @@ def test_brown_genres():
     ("won by Ivan Allen Jr. .", "won by Ivan Allen Jr."),
     ("or 40 lbs. '' .", 'or 40 lbs."'),  # not 'lbs.."'
     ("the end . '' .", 'the end."'),
+    ("World War 2 , , doctors : : see", "World War 2, doctors: see"),  # doubled , and :
+    ("getting more ' pro ' letters than ' con ' .", "getting more 'pro' letters than 'con'."),
     ("( A ) the effective use : of resources !", "(A) the effective use: of resources!"),
     ("Teachers -- men -- came .", "Teachers -- men -- came."),
     ("the boys ' .", "the boys'."),

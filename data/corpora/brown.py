@@ -5,18 +5,21 @@ X (a..r) is its genre. Inside a file (latin-1; in fact plain ASCII):
   - one sentence per line, tokens separated by spaces, each token `word/tag`; the word may itself
     contain '/' ('1/2/cd', 'and/or/cc'), so it is split on the LAST '/';
   - blank lines between paragraphs; a paragraph's first line usually starts with a tab;
-  - the text is tokenized: `` and '' for double quotes, a space before punctuation, and ';', '?'
-    and '!' doubled at the end of a sentence ('appetite ;/. ;/.'), an artifact of the corpus.
+  - the text is tokenized: `` and '' for double quotes, a lone ' for both single quotes, a space
+    before punctuation, and ';', '?', '!', ',' and ':' sometimes doubled ('appetite ;/. ;/.',
+    'World War 2 ,/, ,/,'), an artifact of the corpus.
 
 `detokenize` makes plain sentence text for pretraining by these rules, in order:
-  1. a ';', '?' or '!' token that repeats the token before it is dropped (the doubling above),
-     and so is a '.' right after a word that ends in '.' ('Jr. .' -> 'Jr.');
+  1. a ';', '?', '!', ',' or ':' token that repeats the token before it is dropped (the doubling
+     above), and so is a '.' right after a word that ends in '.' ('Jr. .' -> 'Jr.');
   2. a '.' or ',' right after '' moves inside the quotes, as American print has it
      ('received '' ,' -> 'received,"'), except a '.' after a word that ends in '.', which is
      dropped as in rule 1 ('40 lbs. '' .' -> '40 lbs."'); '?' and '!' stay where they are;
   3. `` becomes an opening " (no space after it), '' a closing " (no space before it);
   4. no space before , . ; : ? ! ) ] and a lone ' (a closing single quote);
-  5. no space after ( and [;
+  5. no space after ( and [; in a sentence with an even number (2 or more) of lone ', they
+     alternate opening and closing ('more ' pro ' letters' -> "more 'pro' letters"): an opening
+     one takes the space before it and none after;
   6. all other tokens are joined by one space ('--' keeps its spaces).
 The words and tags themselves are kept untouched, one list per sentence, for POS tagging.
 """
@@ -54,7 +57,7 @@ GENRE_SIZES = {"a": 44, "b": 27, "c": 17, "d": 17, "e": 36, "f": 48, "g": 75, "h
 FILE_NAME = re.compile(r"^c([a-r])\d\d$")  # 'ca01' .. 'cr09'
 ENCODING = "latin-1"
 
-_DOUBLED = frozenset({";", "?", "!"})
+_DOUBLED = frozenset({";", "?", "!", ",", ":"})
 _NO_SPACE_BEFORE = frozenset({",", ".", ";", ":", "?", "!", ")", "]", "'", "''"})
 _NO_SPACE_AFTER = frozenset({"(", "[", "``"})
 _QUOTES = {"``": '"', "''": '"'}
@@ -94,13 +97,16 @@ def _clean_tokens(words: list[str]) -> list[str]:
 
 def detokenize(words: list[str]) -> str:
     """Plain text of a tokenized Brown sentence, by the rules in the module docstring."""
+    words = _clean_tokens(words)
+    singles = [i for i, word in enumerate(words) if word == "'"]
+    opening = set(singles[::2]) if len(singles) >= 2 and len(singles) % 2 == 0 else set()
     out: list[str] = []
     space = False  # whether a space goes before the next token
-    for word in _clean_tokens(words):
-        if out and space and word not in _NO_SPACE_BEFORE:
+    for i, word in enumerate(words):
+        if out and space and (word not in _NO_SPACE_BEFORE or i in opening):
             out.append(" ")
         out.append(_QUOTES.get(word, word))
-        space = word not in _NO_SPACE_AFTER
+        space = word not in _NO_SPACE_AFTER and i not in opening
     return "".join(out)
 
 

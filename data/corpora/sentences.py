@@ -3,19 +3,24 @@
     split_sentences('Mr. Darcy came. "Is he rich?" she asked. "Very!" Then he left.')
     -> ['Mr. Darcy came.', '"Is he rich?" she asked.', '"Very!"', 'Then he left.']
 
-Runs of whitespace are first collapsed to one space. A sentence then ends after a run of '.', '!'
-or '?' (so '...' and '?!' too), together with any closing quotes and brackets right after it,
-when all of these hold:
+Runs of whitespace are first collapsed to one space, a lone '..' becomes '.' (a typo of the
+source: '...' stays), and a space is put back where the source lost it after a sentence ('by
+peace.We will': two lowercase letters, the mark, then a capitalised word). A sentence then
+ends after a run of '.', '!' or '?' (so '...' and '?!' too), together with any closing quotes
+and brackets right after it, when all of these hold:
   1. whitespace follows, or '--' (Austen's "I understand you.--You do not ..."; the dash stays
      with the sentence before);
   2. the next sentence starts with an uppercase letter or a digit, possibly after opening quotes
      or brackets ('"Very!" she cried' and 'Oh! my dear' stay one sentence);
-  3. when the run is a single '.', the word before it is not
+  3. when the run is a single '.', the word before it (its part after a dash: 'five
+     altogether--Mr. Bingley', 'Oct.-Dec. 1945') is not
      - an abbreviation of ABBREVIATIONS ('Mr. Darcy', 'St. James', 'Gen. Grant'),
      - one of NUMBER_ABBREVIATIONS followed by a number: digits or a Roman numeral before
-       punctuation ('No. 97, Vol. II, Rambler'); otherwise it is a word ('"No. Only to
-       Honiton."' is two sentences),
-     - a single capital letter, i.e. an initial ('Harry S. Truman', 'J. Q. Adams'),
+       punctuation ('No. 97, Vol. II, Rambler', 'vol. 100, p. 62'); otherwise it is a word
+       ('"No. Only to Honiton."' is two sentences),
+     - a single capital letter, i.e. an initial ('Harry S. Truman', 'J. Q. Adams', 'Luke I.
+       Wright'), except 'I' after a lowercase word, after 'War' or first in the paragraph: the
+       pronoun or a numeral ('as well as I. What', 'World War I. Then', 'I. The economy'),
      - a dotted abbreviation such as 'U.S' or 'p.m'.
 Straight quotes are both opening and closing; the rule needs no pairing because it looks only at
 the characters around the boundary.
@@ -35,13 +40,17 @@ import re
 # texts: titles before a name, and words before a number or a name. Matched case-sensitively.
 ABBREVIATIONS = frozenset({
     "Mr", "Mrs", "Ms", "Messrs", "Mme", "Mlle", "Dr", "St", "Jr", "Sr", "Esq", "Rev", "Hon",
-    "Prof", "Gen", "Col", "Capt", "Cpt", "Lt", "Sgt", "Maj", "Adm", "Cmdr", "Gov", "Sen", "Rep",
+    "Prof", "Gen", "Brig", "Col", "Capt", "Cpt", "Lt", "Lieut", "Sgt", "Maj", "Adm", "Cmdr", "Gov",
+    "Sen", "Rep",
     "Pres", "Supt", "Mt", "Ft", "vs", "viz", "cf",
     "Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep", "Sept", "Oct", "Nov", "Dec",
     "Co", "Bros",
 })
-# Abbreviations only before a number ('No. 5'); elsewhere ordinary words ('No. Only to Honiton.').
-NUMBER_ABBREVIATIONS = frozenset({"No", "Nos", "Vol", "Vols", "Art", "Sec"})
+# Abbreviations only before a number ('No. 5', 'ART. II', 'p. 62'); elsewhere ordinary words
+# ('No. Only to Honiton.'). 'p', 'pp', 'lbs' lowercase only: 'P.' is an initial.
+NUMBER_ABBREVIATIONS = frozenset(
+    {form for word in ("no", "nos", "vol", "vols", "art", "sec")
+     for form in (word, word.capitalize(), word.upper())} | {"p", "pp", "lbs"})
 
 _OPENERS = "\"'([\u2018\u201c"  # characters that may precede the first letter of a sentence
 _CLOSERS = "\"')]\u2019\u201d"  # characters that may follow the final punctuation
@@ -51,6 +60,9 @@ _CLOSERS = "\"')]\u2019\u201d"  # characters that may follow the final punctuati
 _CANDIDATE = re.compile(
     rf"([.!?]+)[{re.escape(_CLOSERS)}]*(--)?(\s*)(?=[{re.escape(_OPENERS)}]*[A-Z0-9])")
 _WORD_BEFORE = re.compile(r"(\S+)$")
+_DASH = re.compile("--|-|\u2014")
+_DOUBLE_PERIOD = re.compile(r"(?<!\.)\.\.(?!\.)")
+_LOST_SPACE = re.compile(r"(?<=[a-z]{2}[.?!])(?=[A-Z][a-z])")
 _DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")  # 'U.S', 'p.m', 'e.g' (before the last '.')
 # A number: digits, or a Roman numeral ending at punctuation or the end ('II,', 'IV.').
 _NUMBER = re.compile(r"\d|[IVXLC]+(?:[,.;:)]|$)")
@@ -62,9 +74,12 @@ def _is_abbreviation(text_before: str, text_after: str) -> bool:
     match = _WORD_BEFORE.search(text_before)
     if match is None:
         return False
-    word = match.group(1).lstrip(_OPENERS)
+    word = _DASH.split(match.group(1))[-1].lstrip(_OPENERS)
     if word in NUMBER_ABBREVIATIONS:
         return _NUMBER.match(text_after) is not None
+    if word == "I":  # an initial only after a capitalised word other than 'War'
+        before = text_before[:match.start(1)].split()
+        return bool(before) and before[-1][:1].isupper() and before[-1] != "War"
     return (word in ABBREVIATIONS or (len(word) == 1 and word.isupper())
             or _DOTTED.match(word) is not None)
 
@@ -72,6 +87,7 @@ def _is_abbreviation(text_before: str, text_after: str) -> bool:
 def split_sentences(text: str) -> list[str]:
     """The sentences of `text` (a paragraph), by the rules in the module docstring."""
     text = " ".join(text.split())
+    text = _LOST_SPACE.sub(" ", _DOUBLE_PERIOD.sub(".", text))
     sentences, start = [], 0
     for match in _CANDIDATE.finditer(text):
         punctuation, dash, space = match.groups()
