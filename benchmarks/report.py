@@ -68,7 +68,7 @@ def markdown(report: dict) -> str:
     for r in report["rows"]:
         lines.append(f"| {r['label']} | {r['params']:,} | {r['compile_s']:.1f} | "
                      f"{r['step_s'] * 1e3:.1f} | {r['examples_per_s']:.2f} | "
-                     f"{r['tokens_per_s']:.0f} | {r['tflops_per_step']:.3f} | "
+                     f"{r['tokens_per_s']:.0f} | {r['tflops_per_step']:.4g} | "
                      f"{r['mfu']:.1%} | {r['first_loss']:.3f} |")
     if report["ratios"]:
         lines.append("")

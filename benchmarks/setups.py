@@ -17,6 +17,7 @@ from models.attention import cudnn_attention_blocker
 from models.bert_pretraining import gather_positions
 from models.sizes import BERT_SIZES, VIT_SIZES
 from train import flops
+from train.config import ConfigError
 from train.optimizers import make_optimizer
 
 # BERT's max_predictions_per_seq for its two pretraining lengths (Devlin et al. 2019, App. A.2
@@ -180,7 +181,10 @@ def vit_setup(args, workdir: str) -> Setup:
                         activation="gelu", dtype=args.dtype, remat=args.remat,
                         dropout_rate=dropout, **_attention(args, dropout))
     config.data.update(image_shape=(*image_size, CHANNELS), batch_size=args.batch)
-    task = ClassificationTask(config)  # checks that the patch size divides the image
+    try:
+        task = ClassificationTask(config)  # checks that the patch size divides the image
+    except ConfigError as error:
+        raise SystemExit(f"--size {args.size} --image_size {args.image_size}: {error}") from error
     _check_attention(args, task.model_config)
     optimizer, schedule = _optimizer(config, task.d_model)
     batch = vit_batch(np.random.default_rng(args.seed), args.batch, image_size)

@@ -19,7 +19,11 @@ loss and optimizer with its model swapped in, on the same batch, dtype and dropo
 model differs. ``--attention`` picks our attention kernel (``models/attention.py``: 'xla'
 einsums, 'cudnn' fused flash attention, 'auto' cuDNN where it can run); cuDNN's kernel has no
 attention-probability dropout, so GPU runs with it set ``--attention_dropout 0`` (both
-libraries; the peer always runs its own XLA attention). Rows:
+libraries; the peer always runs its own XLA attention). Where dropout is on, the two do not
+draw the same random bits: the peer's attention dropout is one [1, 1, l, l] mask shared by the
+batch and the heads (``broadcast_dropout=True``), ours a mask per example and head, as in the
+papers; our ViT MLP also drops its hidden units (ViT's MlpBlock), the peer's does not (ViT
+runs default to dropout 0). ``--dropout 0 --attention_dropout 0`` makes the work identical. Rows:
 
   BERT  ours          MLM head at ``--num_predictions`` gathered positions (BERT's 20 at 128,
                       80 at 512), what ``configs/bert/pretrain.py`` trains
@@ -258,9 +262,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "this directory and print where the time goes by op kind "
                              "(benchmarks/profile.py)")
     args = parser.parse_args(argv)
-    for name in ("batch", "steps", "repeats"):
+    for name in ("batch", "steps", "repeats", "image_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
+    if args.peak_tflops < 0:
+        parser.error("--peak_tflops must be >= 0 (0: data sheet on GPU bf16, else measured)")
     for name in ("dropout", "attention_dropout"):
         value = getattr(args, name)
         if value is not None and not 0.0 <= value < 1.0:

@@ -96,6 +96,7 @@ def test_spec_peaks_by_device_kind():
     assert flops.spec_peak_flops("NVIDIA H100 PCIe") == 756e12
     assert flops.spec_peak_flops("NVIDIA H100 NVL") == 835e12
     assert flops.spec_peak_flops("NVIDIA H200") == 989e12
+    assert flops.spec_peak_flops("NVIDIA H200 NVL") == 835e12
     assert flops.spec_peak_flops("NVIDIA GH200 480GB") == 989e12
     assert flops.spec_peak_flops("cpu") is None
 
@@ -107,6 +108,12 @@ def test_bad_arguments_name_the_fix():
         bench.run(_args("--model", "bert", "--size", "tiny", "--seq", "4096", "--peer", "none"))
     with pytest.raises(SystemExit, match="written like B/16"):
         bench.run(_args("--model", "vit", "--size", "tiny", "--peer", "none"))
+    with pytest.raises(SystemExit, match=r"--size Ti/15 --image_size 32: .*patch"):
+        bench.run(_args("--model", "vit", "--size", "Ti/15", "--image_size", "32",
+                        "--peer", "none"))
+    for flag, value in (("--image_size", "0"), ("--peak_tflops", "-1")):
+        with pytest.raises(SystemExit):  # argparse: usage and the message on stderr
+            _args("--model", "vit", "--size", "Ti/16", flag, value)
 
 
 def test_attention_kernel_and_its_dropout_reach_the_model_and_the_report(tmp_path):

@@ -102,6 +102,14 @@ def test_phase2_switches_to_longer_sequences(brown_env):
     assert lengths == [32] * 8 + [64] * 2
     predictions = next(iterator)["masked_positions"].shape[1]
     assert predictions == config.data.phase2_max_predictions
+    # MFU counts each step at its phase's cost: the longer rows of phase 2 cost more.
+    from train import flops
+
+    per_step = [task.flops_per_example_at(step) for step in range(10)]
+    phase2 = flops.bert_train_flops_per_example(task.model_config, 64,
+                                                config.data.phase2_max_predictions)
+    assert per_step == [task.flops_per_example()] * 8 + [phase2] * 2
+    assert phase2 > task.flops_per_example()
 
 
 def test_length_and_format_checks(brown_env):

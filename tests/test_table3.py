@@ -59,6 +59,10 @@ def test_unknown_row_names_the_allowed_ones():
 
     with pytest.raises(ConfigError, match="unknown Table 3 row 'F'"):
         load_config_file(f"{CONFIG}:row=F")
+    # A row that sets the position encoding and posemb= conflict; with other rows posemb= applies.
+    with pytest.raises(ConfigError, match="posemb=sinusoidal and row=E both choose"):
+        load_config_file(f"{CONFIG}:row=E,posemb=sinusoidal")
+    assert load_config_file(f"{CONFIG}:row=A1,posemb=rope").model.posemb == "rope"
 
 
 def test_the_table3_sweep_declares_loadable_rows_and_the_papers_numbers():

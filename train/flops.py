@@ -70,12 +70,13 @@ def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32) -
 
 # Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, matched in order against
 # a device's `device_kind` (e.g. 'NVIDIA H100 80GB HBM3'): H100 SXM 989.4 TFLOP/s, H100 PCIe 756,
-# H100 NVL 835, H200 and GH200 (the H100's compute) 989.4, A100 (SXM and PCIe) 312. The variants
-# come before the plain 'H100' they contain.
+# H100 NVL 835, H200 and GH200 (the H100's compute) 989.4, H200 NVL 835, A100 (SXM and PCIe) 312.
+# The variants come before the plain 'H100' / 'H200' they contain.
 GPU_BF16_PEAK_FLOPS: tuple[tuple[str, float], ...] = (
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
     ("H100", 989e12),
+    ("H200 NVL", 835e12),
     ("H200", 989e12),
     ("A100", 312e12),
 )

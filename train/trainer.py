@@ -334,7 +334,7 @@ class Trainer:
                                progress_bar=cfg.progress_bar)
         for note in notes:
             writer.message(note)
-        flops_per_step = self.task.flops_per_example() * global_batch
+        flops_per_step = self.task.flops_per_example_at(start) * global_batch
         peak = self._peak_flops() * jax.device_count()
         writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
                        f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s")
@@ -345,6 +345,7 @@ class Trainer:
         self.interrupted = None
         final_eval: dict[str, float] = {}
         pending, flags, timer_start, timer_steps = None, [], time.perf_counter(), 0
+        timer_flops = 0.0  # model FLOPs of the steps since the last log (for MFU)
         skipped_total = 0.0
         try:
             for step in range(start, stop):
@@ -352,6 +353,7 @@ class Trainer:
                 flags.append((step, (metrics["finite_loss"], metrics["finite_grads"])))
                 pending = metrics if pending is None else _sum_metrics(pending, metrics)
                 timer_steps += 1
+                timer_flops += self.task.flops_per_example_at(step) * global_batch
                 done = step + 1
                 last = done == cfg.num_steps
                 if done % cfg.log_every == 0 or done == stop or received:
@@ -370,10 +372,11 @@ class Trainer:
                     steps_per_s = timer_steps / elapsed
                     values.update(steps_per_second=steps_per_s,
                                   examples_per_second=steps_per_s * global_batch,
-                                  mfu=flops_per_step * steps_per_s / peak)
+                                  mfu=timer_flops / elapsed / peak)
                     writer.write(done, "train", values)
                     writer.advance(timer_steps, loss=values["loss"], steps_s=steps_per_s)
                     pending, timer_start, timer_steps = None, time.perf_counter(), 0
+                    timer_flops = 0.0
                 decode = self.task.decode_every is not None and (
                     last or (self.task.decode_every > 0 and done % self.task.decode_every == 0))
                 if (cfg.eval_every and done % cfg.eval_every == 0) or last or decode:

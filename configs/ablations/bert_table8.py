@@ -36,6 +36,7 @@ e.g. `--config configs/ablations/bert_table8.py:steps=2000 --rows 80-10-10,100-0
 from __future__ import annotations
 
 from configs import common
+from configs.bert import pretrain as pretrain_config
 from configs.bert.pretrain import TABLE8_MASKS
 from train.sweep_spec import Metric, Stage, Sweep
 
@@ -61,8 +62,10 @@ PAPER_TABLE8 = {
 
 def get_sweep(arg: str | None = None) -> Sweep:
     args = common.parse_arg(arg, steps=1000, smoke=False)
-    if args.steps < 1:
-        raise ValueError(f"steps={args.steps} must be >= 1")
+    warmup = pretrain_config.get_config().optimizer.warmup_steps
+    if args.steps <= warmup:
+        raise ValueError(f"steps={args.steps} must be more than the pretraining config's "
+                         f"{warmup} warmup steps (its linear decay ends at steps)")
     quiet = {"train.progress_bar": False, "train.eval_every": 0}
     if args.smoke:
         pretrain = Stage("pretrain", f"{PRETRAIN}:smoke",  # 4 layers: the last four are features

@@ -21,8 +21,9 @@ Variants (`:arg`, comma-separated):
   features=none|last|second_to_last|sum_last_four|concat_last_four
         none (default) fine-tunes everything; the others freeze the encoder and train a small
         classifier on those hidden states (tag: a 2-layer BiLSTM as in the paper); weight decay
-        off (it would shrink the frozen encoder), lr 1e-3
-  lr=5e-5        peak learning rate (the paper picks from 5e-5, 3e-5, 2e-5 on the dev set)
+        off (it would shrink the frozen encoder), lr 1e-3 unless lr= is given
+  lr=0           peak learning rate; 0: the recipe's, 5e-5 (the paper picks from 5e-5, 3e-5,
+                 2e-5 on the dev set), or 1e-3 with features=... or smoke
   epochs=0       0: the CPU budget of steps below (about 10 minutes on 2 cores); N > 0: N
                  epochs of the training split, num_steps = ceil(N * examples / batch_size)
   smoke          a seconds-long run for tests: 32 tokens, 12 steps, and with init=scratch a
@@ -62,7 +63,7 @@ SETTINGS = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    args = common.parse_arg(arg, task="spam", init="minilm", features="none", lr=5e-5,
+    args = common.parse_arg(arg, task="spam", init="minilm", features="none", lr=0.0,
                             epochs=0.0, smoke=False)
     if args.task not in TASKS:
         raise ValueError(f"task={args.task!r} is not one of {list(TASKS)}")
@@ -121,10 +122,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size = TRAIN_EXAMPLES[args.task]
     num_steps = (math.ceil(args.epochs * size / settings["batch_size"]) if args.epochs
                  else settings["cpu_steps"])
-    lr = 1e-3 if feature_based and args.lr == 5e-5 else args.lr
+    if args.lr < 0:
+        raise ValueError(f"lr={args.lr} must be > 0 (or 0: the recipe's)")
+    lr = args.lr or (1e-3 if feature_based or args.smoke else 5e-5)
     config.optimizer = common.optimizer_config(  # BERT App. A.3
-        name="adamw", schedule="linear", learning_rate=lr,
-        warmup_steps=max(1, round(0.1 * num_steps)), b1=0.9, b2=0.999, eps=1e-6,
+        name="adamw", schedule="linear", learning_rate=lr,  # warmup: 10%, shorter than the run
+        warmup_steps=min(max(1, round(0.1 * num_steps)), num_steps - 1), b1=0.9, b2=0.999, eps=1e-6,
         weight_decay=0.0 if feature_based else 0.01, clip_norm=1.0)
     config.train = common.train_config(
         num_steps=num_steps, log_every=max(1, min(50, num_steps // 10)),
@@ -137,8 +140,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.task.head_hidden = 16
         config.data.update(vocab_size=400, max_seq_length=32, max_query_length=8,
                            batch_size=8, eval_batch_size=16)
-        config.optimizer.update(learning_rate=1e-3 if args.lr == 5e-5 else args.lr,
-                                warmup_steps=2)
+        config.optimizer.update(warmup_steps=2)
         config.train.update(num_steps=12, log_every=4, eval_every=0, checkpoint_every=12,
                             progress_bar=False, peak_flops=1e11)
     return config

@@ -113,8 +113,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                             eval_every=5000, checkpoint_every=5000, log_every=100)
     if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
         config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=4, max_length=128)
+    posemb_before = config.model.posemb
     table3.apply_row(config, args.row)  # after the size, relative to it
     if args.posemb:
+        if config.model.posemb != posemb_before:
+            raise ValueError(f"posemb={args.posemb} and row={args.row} both choose the position "
+                             f"encoding (the row: {config.model.posemb}); give one of them")
         config.model.posemb = args.posemb
 
     if args.smoke:

@@ -25,6 +25,9 @@ Optional, with the defaults below:
                                                pipeline (examples, dropped, truncated); the
                                                trainer sums them over the processes and logs them
   derived_data_metrics(totals) -> metrics      values computed from those sums (epochs)
+  flops_per_example_at(step) -> float          FLOPs of one example at train step `step`, for
+                                               tasks whose cost changes during a run (BERT's
+                                               longer phase 2); flops_per_example() otherwise
   tokenizer                a text task's vocabulary (data/wordpiece.py, data/sentencepiece_vocab.py),
                            which the trainer keeps in the workdir; None for image tasks
 Eval batches may carry non-numeric entries (reference strings); the trainer sends only numeric
@@ -46,6 +49,9 @@ class Task:
 
     def score_predictions(self, outputs: list[dict], log) -> dict[str, float]:
         raise NotImplementedError(f"{type(self).__name__} does not generate")
+
+    def flops_per_example_at(self, step: int) -> float:
+        return self.flops_per_example()
 
     def data_metrics(self, train_iterator) -> dict[str, float]:
         return {}

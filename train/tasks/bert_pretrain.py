@@ -108,9 +108,17 @@ class BertPretrainingTask(Task):
                                masked_positions=inputs["masked_positions"], train=False)
 
     def flops_per_example(self) -> float:
-        """Phase-1 FLOPs (the longer phase 2, when configured, costs more per example)."""
+        """Phase-1 FLOPs (the longer phase 2, when configured, costs more: flops_per_example_at)."""
         return flops.bert_train_flops_per_example(
             self.model_config, self.config.data.max_seq_length, self.config.data.max_predictions)
+
+    def flops_per_example_at(self, step: int) -> float:
+        """FLOPs of an example of the phase that train step `step` (0-based) belongs to."""
+        data = self.config.data
+        if not self.phase2_steps or step < self.config.train.num_steps - self.phase2_steps:
+            return self.flops_per_example()
+        return flops.bert_train_flops_per_example(
+            self.model_config, data.phase2_max_seq_length, data.phase2_max_predictions)
 
     def _metric_sums(self, params, batch, *, train: bool, rng=None, row_weights=None):
         outputs = self.model.apply(
