@@ -26,9 +26,13 @@ def _wordpiece(words=WORDS, *, lowercase=True):
     return wordpiece.from_vocab(vocab, lowercase=lowercase)
 
 
+KEYS = ("data.vocab_size", "data.lowercase")
+
+
 def _config(vocab_size=400, lowercase=True):
-    return ml_collections.ConfigDict({"data": {"vocab_size": vocab_size, "lowercase": lowercase,
-                                               "name": "x"}})
+    config = ml_collections.ConfigDict({"data": {"vocab_size": vocab_size, "lowercase": lowercase,
+                                                 "name": "x"}})
+    return vocabulary.settings_of(config, KEYS)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +46,7 @@ def test_saved_vocabularies_read_back_the_same(tmp_path, spm_tokenizer):
     tok = _wordpiece()
     path = vocabulary.save(tmp_path / "wp", tok, _config())
     assert path == tmp_path / "wp" / "vocabulary" / "tokenizer.json"
-    loaded = vocabulary.load(tmp_path / "wp", _config())
+    loaded = vocabulary.load(tmp_path / "wp")
     assert loaded.tokens == tok.tokens and vocabulary.same(loaded, tok)
     assert vocabulary.fingerprint(loaded) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert json.loads((path.parent / "settings.json").read_text()) == {
@@ -50,7 +54,7 @@ def test_saved_vocabularies_read_back_the_same(tmp_path, spm_tokenizer):
 
     path = vocabulary.save(tmp_path / "sp", spm_tokenizer, _config(VOCAB))
     assert path.name == "sentencepiece.model"
-    loaded = vocabulary.load(tmp_path / "sp", _config(VOCAB))
+    loaded = vocabulary.load(tmp_path / "sp")
     assert loaded.model_proto == spm_tokenizer.model_proto
     assert loaded.encode("Where is the train station?") == spm_tokenizer.encode(
         "Where is the train station?")
@@ -87,15 +91,15 @@ def test_other_settings_and_damaged_files_are_refused(tmp_path, spm_tokenizer):
     vocabulary.save(tmp_path, _wordpiece(), _config())
     with pytest.raises(ConfigError, match=r"config.data.vocab_size=500, the vocabulary's 400.*"
                                           r"new --workdir"):
-        vocabulary.load(tmp_path, _config(vocab_size=500))
+        vocabulary.check_settings(tmp_path, _config(vocab_size=500))
     with pytest.raises(ConfigError, match="config.data.lowercase=False"):
-        vocabulary.load(tmp_path, _config(lowercase=False))
-    vocabulary.load(tmp_path)  # without a config (fine-tuning from it), settings are not read
+        vocabulary.check_settings(tmp_path, _config(lowercase=False))
+    vocabulary.check_settings(tmp_path, _config())
 
     folder = tmp_path / "vocabulary"
     (folder / "settings.json").write_text("[1")
     with pytest.raises(DataError, match=r"settings.json is missing or corrupt.*restore it"):
-        vocabulary.load(tmp_path, _config())
+        vocabulary.check_settings(tmp_path, _config())
     (folder / "tokenizer.json").write_text('{"model": ')
     with pytest.raises(DataError, match=r"tokenizer.json is corrupt.*restore it from a copy"):
         vocabulary.load(tmp_path)
@@ -170,3 +174,16 @@ def test_a_resumed_run_and_fine_tuning_keep_the_run_s_vocabulary(brown_data_root
     apply_override(config, "data.vocab_size", str(config.data.vocab_size + 100))
     with pytest.raises(ConfigError, match=r"config.data.vocab_size=\d+, the vocabulary's"):
         Trainer(config, workdir)
+    # A workdir of another task: the task's own message, not a list of absent settings.
+    with pytest.raises(ConfigError, match="used by a text task, not image classification"):
+        Trainer(load_config_file("configs/vit/fashion_mnist.py:smoke"), workdir)
+    # Only what decided the vocabulary is recorded: fine-tuning from the workdir has none.
+    from train.tasks.finetune import FinetuneTask
+
+    assert FinetuneTask(finetune).vocabulary_settings == ()
+    assert vocabulary.load(workdir).tokens == original.tokens
+
+    # Before the first checkpoint nothing is bound to the vocabulary: it is built again.
+    fresh = tmp_path / "fresh"
+    shutil.copytree(workdir / "vocabulary", fresh / "vocabulary")
+    assert Trainer(config, fresh).saved_vocabulary is None

@@ -119,7 +119,8 @@ def _workdir(config, workdir: pathlib.Path) -> Pretrained:
         raise ConfigError(f"config.init={str(workdir)!r}: that run's task is {task!r}, not "
                           "'bert_pretrain'")
     data = saved["data"]
-    tok = vocabulary.load(workdir)  # kept there since the run began (train/vocabulary.py)
+    tok = vocabulary.load(  # kept there since the run began (train/vocabulary.py)
+        workdir, fix=f"it is the vocabulary of config.init={str(workdir)!r}: restore it from a copy")
     if tok is not None:
         if vocabulary.kind_of(tok) != "wordpiece":
             raise ConfigError(f"config.init={str(workdir)!r}: its vocabulary {tok.path} is not "

@@ -78,6 +78,11 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
                           "(0: measure a matmul here)")
 
 
+def _has_checkpoint(directory: Path) -> bool:
+    """Whether `directory` holds an orbax step folder (named by its step number)."""
+    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+
+
 def _numeric(batch: dict) -> dict:
     """The arrays of a host batch that go to the devices; strings (references) stay here."""
     return {k: v for k, v in batch.items() if np.asarray(v).dtype.kind in "biuf"}
@@ -183,9 +188,14 @@ class Trainer:
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
-        # A resumed run uses the vocabulary it started with, whatever the cache holds now.
-        self.saved_vocabulary = vocabulary.load(self.workdir, config)
+        # A resumed run uses the vocabulary its checkpoints were trained with, whatever the
+        # cache holds now (before the first checkpoint it is built again from the config).
+        self.saved_vocabulary = (vocabulary.load(self.workdir)
+                                 if _has_checkpoint(self.workdir / "checkpoints") else None)
         self.task = get_task(config, self.saved_vocabulary)
+        if self.saved_vocabulary is not None:
+            vocabulary.check_settings(self.workdir, vocabulary.settings_of(
+                config, self.task.vocabulary_settings))
         if self.task.tokenizer is not None:
             differ = differing_processes(vocabulary.fingerprint(self.task.tokenizer))
             if differ:
@@ -326,7 +336,8 @@ class Trainer:
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
             (self.workdir / "config.json").write_text(to_json(self.config))
             if self.task.tokenizer is not None and self.saved_vocabulary is None:
-                path = vocabulary.save(self.workdir, self.task.tokenizer, self.config)
+                path = vocabulary.save(self.workdir, self.task.tokenizer, vocabulary.settings_of(
+                    self.config, self.task.vocabulary_settings))
                 notes.append(f"the run's vocabulary ({self.task.tokenizer.vocab_size} tokens) "
                              f"is kept in {path}")
         start = int(jax.device_get(state.step))

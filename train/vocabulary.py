@@ -2,7 +2,8 @@
 
     DIR/vocabulary/tokenizer.json        a WordPiece vocabulary (BERT pretraining, fine-tuning)
     DIR/vocabulary/sentencepiece.model   a SentencePiece model (translation)
-    DIR/vocabulary/settings.json         the config's SETTINGS it was built with
+    DIR/vocabulary/settings.json         the config settings it was built from (none for a
+                                         vocab_file's or a pretrained model's)
 
 The vocabulary a task builds at a run's first start comes from the config: a file it names
 (config.data.vocab_file), a pretrained model's, or one trained on the training texts and cached
@@ -16,10 +17,11 @@ the task at every later start of the same workdir (`load` -> `get_task(config, s
 (train/finetune_init.py). The workdir must be one folder seen by every process, as the
 checkpoints already require; the trainer checks that all processes hold the same vocabulary.
 
-The config may not ask for another vocabulary than the saved one (even with
---allow_config_change): other SETTINGS than those recorded, a vocab_file or pretrained model with
-other tokens, or the other kind of vocabulary is a ConfigError that names both (a new vocabulary
-needs a new --workdir). Other data keys may change: a run that goes on with other texts keeps
+Once the workdir holds a checkpoint (before it nothing is bound to the vocabulary, which is built
+again), the config may not ask for another one (even with --allow_config_change): other
+settings than those recorded (the task's `vocabulary_settings`: only the keys that decided it),
+a vocab_file or pretrained model with other tokens, or the other kind of vocabulary is a
+ConfigError that names both (a new vocabulary needs a new --workdir). Other data keys may change: a run that goes on with other texts keeps
 its vocabulary, as its embeddings need.
 """
 
@@ -36,18 +38,13 @@ from train.config import ConfigError
 FOLDER = "vocabulary"
 FILES = {"wordpiece": "tokenizer.json", "sentencepiece": "sentencepiece.model"}
 SETTINGS_FILE = "settings.json"
-# The config keys that decide a vocabulary built from the training texts, where a config has them.
-SETTINGS = ("data.vocab_size", "data.lowercase", "data.vocab_model_type")
 
 
-def settings_of(config) -> dict[str, Any]:
-    """{key: value} of the SETTINGS that `config` has."""
-    found = {}
-    for key in SETTINGS:
-        section, name = key.split(".")
-        if section in config and name in config[section]:
-            found[key] = config[section][name]
-    return found
+def settings_of(config, keys) -> dict[str, Any]:
+    """{'data.vocab_size': ..., ...}: the values in `config` of `keys` ('section.name'), the
+    settings that decided a vocabulary built from the training texts (a task's
+    `vocabulary_settings`)."""
+    return {key: config[key.split(".")[0]][key.split(".")[1]] for key in keys}
 
 
 def kind_of(tokenizer: Any) -> str:
@@ -84,24 +81,24 @@ def same(a: Any, b: Any) -> bool:
     return a.model_proto == b.model_proto
 
 
-def save(workdir: str | os.PathLike, tokenizer: Any, config) -> pathlib.Path:
-    """Writes `tokenizer` and `config`'s SETTINGS to `workdir`/vocabulary/ (each file atomically,
-    the settings first); returns the vocabulary file's path."""
+def save(workdir: str | os.PathLike, tokenizer: Any, settings: dict[str, Any]) -> pathlib.Path:
+    """Writes `tokenizer` and the `settings` it was built from to `workdir`/vocabulary/ (each
+    file atomically, the settings first); returns the vocabulary file's path."""
     from data.paths import write_atomically
 
     folder = pathlib.Path(workdir) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    settings = json.dumps(settings_of(config), indent=2, sort_keys=True) + "\n"
-    write_atomically(folder / SETTINGS_FILE, settings.encode())
+    text = json.dumps(settings, indent=2, sort_keys=True) + "\n"
+    write_atomically(folder / SETTINGS_FILE, text.encode())
     path = folder / FILES[kind_of(tokenizer)]
     write_atomically(path, _contents(tokenizer))
     return path
 
 
-def load(workdir: str | os.PathLike, config=None) -> Any | None:
+def load(workdir: str | os.PathLike, *, fix: str | None = None) -> Any | None:
     """The vocabulary saved in `workdir`, or None when there is none (a new workdir, or one
-    written before runs kept their vocabulary). With `config`, its SETTINGS must be the recorded
-    ones (ConfigError naming each difference). DataError naming a corrupt or missing file."""
+    written before runs kept their vocabulary). DataError naming a corrupt file, with `fix`
+    (what to do) or the advice for a run's own workdir."""
     from data import sentencepiece_vocab, wordpiece
     from data.errors import DataError
 
@@ -114,8 +111,8 @@ def load(workdir: str | os.PathLike, config=None) -> Any | None:
                         "vocabulary: this workdir was reused for runs of different tasks (use "
                         "one workdir per run)")
     path = folder / FILES[present[0]]
-    fix = ("it is the vocabulary this run's checkpoints were trained with: restore it from a "
-           "copy, or start a new --workdir")
+    fix = fix or ("it is the vocabulary this run's checkpoints were trained with: restore it "
+                  "from a copy, or start a new --workdir")
     if present[0] == "sentencepiece":
         tokenizer = sentencepiece_vocab.load_model_file(path, fix=fix)
     else:
@@ -123,14 +120,17 @@ def load(workdir: str | os.PathLike, config=None) -> Any | None:
             tokenizer = wordpiece.load_tokenizer_json(path)
         except DataError as error:
             raise DataError(f"{error}; {fix}") from error
-    if config is not None:
-        _check_settings(folder / SETTINGS_FILE, settings_of(config), fix)
     return tokenizer
 
 
-def _check_settings(path: pathlib.Path, current: dict[str, Any], fix: str) -> None:
+def check_settings(workdir: str | os.PathLike, current: dict[str, Any]) -> None:
+    """The `current` settings of a task's vocabulary (`settings_of(config, task.
+    vocabulary_settings)`) must be those recorded beside the saved vocabulary: ConfigError
+    naming each difference; DataError when the record is missing or corrupt."""
     from data.errors import DataError
 
+    path = pathlib.Path(workdir) / FOLDER / SETTINGS_FILE
+    fix = "restore it from a copy, or start a new --workdir"
     try:
         recorded = json.loads(path.read_text())
         if not isinstance(recorded, dict):

@@ -30,6 +30,8 @@ Optional, with the defaults below:
                                                longer phase 2); flops_per_example() otherwise
   tokenizer                a text task's vocabulary (data/wordpiece.py, data/sentencepiece_vocab.py),
                            which the trainer keeps in the workdir; None for image tasks
+  vocabulary_settings      the config keys that decided it ('data.vocab_size', ...); () when it
+                           came from a file or a pretrained model
 Eval batches may carry non-numeric entries (reference strings); the trainer sends only numeric
 arrays to the devices.
 """
@@ -40,6 +42,7 @@ from __future__ import annotations
 class Task:
     decode_every: int | None = None
     tokenizer = None
+    vocabulary_settings: tuple[str, ...] = ()
 
     def derived_metrics(self, values: dict[str, float]) -> dict[str, float]:
         return values

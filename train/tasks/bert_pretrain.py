@@ -75,6 +75,8 @@ class BertPretrainingTask(Task):
         """config.data.vocab_file, or one trained on the corpora (cached); at a resumed run's
         start the one saved in its workdir (train/vocabulary.py)."""
         data = self.config.data
+        if not data.vocab_file:
+            self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
         if data.vocab_file:
             requested = wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
             return vocabulary.choose(saved, lambda: requested, kind="wordpiece",

@@ -85,6 +85,8 @@ class FinetuneTask(Task):
         self.tokenizer = vocabulary.choose(saved_vocabulary, lambda: self.init.tokenizer,
                                            kind="wordpiece", requested=self.init.tokenizer,
                                            where=source)
+        if config.init == "scratch" and not data.vocab_file:  # trained on the task's texts
+            self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
         try:
             self.model_config.check_length(config.data.max_seq_length)
         except ValueError as error:

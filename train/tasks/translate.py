@@ -66,6 +66,7 @@ class TranslationTask(Task):
                 keys=(config.data.source_key, config.data.target_key),
                 vocab_size=config.data.vocab_size, model_type=config.data.vocab_model_type),
             kind="sentencepiece")
+        self.vocabulary_settings = ("data.vocab_size", "data.vocab_model_type")
         model_section = config.model.copy_and_resolve_references()
         with model_section.unlocked():
             del model_section["name"]
