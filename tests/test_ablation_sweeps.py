@@ -40,6 +40,9 @@ def test_the_bert_table8_sweep_evaluates_each_rows_pretraining_three_ways():
     (workdir_from) and depends on it, not on the others; every command's config loads."""
     with pytest.raises(sweep_lib.SweepError, match="more than the pretraining config's 300"):
         sweep_lib.load_sweep_file("configs/ablations/bert_table8.py:steps=300")
+    for arg, steps in (("smoke", 12), ("smoke,steps=20", 20), ("steps=400", 400)):
+        stage = sweep_lib.load_sweep_file(f"configs/ablations/bert_table8.py:{arg}").stages[0]
+        assert stage.overrides["train.num_steps"] == steps, arg
     for arg in ("", "smoke"):
         sweep = sweep_lib.load_sweep_file(f"configs/ablations/bert_table8.py:{arg}")
         assert list(sweep.rows) == ["80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80",

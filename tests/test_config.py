@@ -65,6 +65,17 @@ def test_config_and_sweep_files_fail_with_the_file_and_the_fix(tmp_path):
         load_config_file(f"{CONFIG}:sise=B")
 
 
+def test_finetune_learning_rate_and_warmup_follow_the_recipe_unless_given():
+    # lr=0 is the recipe's (5e-5; 1e-3 feature-based), and an explicit 5e-5 is kept as given.
+    assert load_config_file("configs/bert/finetune.py:task=spam").optimizer.learning_rate == 5e-5
+    for arg, lr in (("features=last", 1e-3), ("features=last,lr=5e-5", 5e-5),
+                    ("smoke,lr=5e-5", 5e-5)):
+        config = load_config_file(f"configs/bert/finetune.py:task=brown_pos,{arg}")
+        assert config.optimizer.learning_rate == lr, arg
+    tiny = load_config_file("configs/bert/finetune.py:task=spam,epochs=0.005")  # one step
+    assert (tiny.train.num_steps, tiny.optimizer.warmup_steps) == (1, 0)
+
+
 def test_overrides_are_typed():
     config = load_config_file(CONFIG)
     apply_override(config, "model.image_size", "(28, 28)")

@@ -188,21 +188,7 @@ class Trainer:
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
-        # A resumed run uses the vocabulary its checkpoints were trained with, whatever the
-        # cache holds now (before the first checkpoint it is built again from the config).
-        self.saved_vocabulary = (vocabulary.load(self.workdir)
-                                 if _has_checkpoint(self.workdir / "checkpoints") else None)
-        self.task = get_task(config, self.saved_vocabulary)
-        if self.saved_vocabulary is not None:
-            vocabulary.check_settings(self.workdir, vocabulary.settings_of(
-                config, self.task.vocabulary_settings))
-        if self.task.tokenizer is not None:
-            differ = differing_processes(vocabulary.fingerprint(self.task.tokenizer))
-            if differ:
-                raise DataError(
-                    f"processes {differ} built another vocabulary than process 0 (the vocabulary "
-                    "cache differs between hosts): point every host's data root "
-                    "(PAPERS_JAX_DATA) and --workdir at the same shared folder")
+        self.task = self._make_task()
         optimizer_cfg = config.optimizer.copy_and_resolve_references()
         if optimizer_cfg.total_steps == -1:  # the decay ends with the run
             optimizer_cfg.total_steps = config.train.num_steps
@@ -243,6 +229,25 @@ class Trainer:
         self._predict_step = (None if self.task.decode_every is None else jax.jit(
             self.task.predict_fn, in_shardings=(self.state_shardings.params, batch_sharding),
             out_shardings=replicated))
+
+    def _make_task(self):
+        """The config's task, given the vocabulary its checkpoints were trained with when the
+        workdir has one (train/vocabulary.py): a resumed run never depends on the cache; before
+        the first checkpoint the vocabulary is built again from the config."""
+        has_checkpoint = _has_checkpoint(self.workdir / "checkpoints")
+        self.saved_vocabulary = vocabulary.load(self.workdir) if has_checkpoint else None
+        task = get_task(self.config, self.saved_vocabulary)
+        if self.saved_vocabulary is not None:
+            vocabulary.check_settings(self.workdir, vocabulary.settings_of(
+                self.config, task.vocabulary_settings))
+        if task.tokenizer is not None:
+            differ = differing_processes(vocabulary.fingerprint(task.tokenizer))
+            if differ:
+                raise DataError(
+                    f"processes {differ} built another vocabulary than process 0 (the vocabulary "
+                    "cache differs between hosts): point every host's data root "
+                    "(PAPERS_JAX_DATA) and --workdir at the same shared folder")
+        return task
 
     def _context(self):
         """Mesh and logical rules in scope while tracing, so activation constraints resolve."""

@@ -26,8 +26,8 @@ scratch on the frozen features: 92.2% on the same model). The scores are those o
 validation splits, as the paper's Table 8 reports dev-set numbers.
 
 Variants (`:arg`, comma-separated):
-  steps=N      pretraining steps per run (default 1000; the config's 300 warmup steps, then
-               linear decay to 0 at N)
+  steps=N      pretraining steps per run (0, the default: 1000, or the smoke config's 12;
+               the config's warmup steps, 300 (smoke 5), then linear decay to 0 at N)
   smoke        seconds-long runs of every stage on the Brown fixture (its genres stand in for
                the tweets, which have none), 2 seeds, for tests
 e.g. `--config configs/ablations/bert_table8.py:steps=2000 --rows 80-10-10,100-0-0`.
@@ -61,22 +61,25 @@ PAPER_TABLE8 = {
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-    args = common.parse_arg(arg, steps=1000, smoke=False)
-    warmup = pretrain_config.get_config().optimizer.warmup_steps
-    if args.steps <= warmup:
-        raise ValueError(f"steps={args.steps} must be more than the pretraining config's "
+    args = common.parse_arg(arg, steps=0, smoke=False)
+    base = pretrain_config.get_config("smoke" if args.smoke else "")
+    steps = args.steps or (base.train.num_steps if args.smoke else 1000)
+    warmup = base.optimizer.warmup_steps
+    if steps <= warmup:
+        raise ValueError(f"steps={steps} must be more than the pretraining config's "
                          f"{warmup} warmup steps (its linear decay ends at steps)")
     quiet = {"train.progress_bar": False, "train.eval_every": 0}
     if args.smoke:
         pretrain = Stage("pretrain", f"{PRETRAIN}:smoke",  # 4 layers: the last four are features
-                         {**quiet, "data.names": ("brown",), "model.num_layers": 4})
+                         {**quiet, "data.names": ("brown",), "model.num_layers": 4,
+                          "train.num_steps": steps})
         tag, classify = f"{FINETUNE}:task=brown_pos,smoke", f"{FINETUNE}:task=brown_genre,smoke"
         features_overrides = {**quiet, "data.eval_split": "test"}  # the fixture's held-out split
         tag_overrides = classify_overrides = features_overrides
     else:
         pretrain = Stage("pretrain", PRETRAIN, {
-            **quiet, "train.num_steps": args.steps,
-            "train.checkpoint_every": max(100, args.steps // 4)})
+            **quiet, "train.num_steps": steps,
+            "train.checkpoint_every": max(100, steps // 4)})
         tag, classify = f"{FINETUNE}:task=brown_pos", f"{FINETUNE}:task=tweets"
         features_overrides = dict(quiet)
         tag_overrides = {**quiet, "optimizer.learning_rate": FINETUNE_LR["brown_pos"]}
