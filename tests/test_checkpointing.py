@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from train import optimizers
 from train.checkpointing import Checkpointer, CheckpointMismatchError
 
-from conftest import json_report, run_python, run_two_processes
+from conftest import json_report, run_python, run_two_processes, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -244,7 +244,7 @@ _RESHARD_SCRIPT = textwrap.dedent("""
 
 
 def test_restore_onto_a_different_mesh(tmp_path):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, XLA_FLAGS=xla_flags(8),
                JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     result = subprocess.run([sys.executable, "-c", _RESHARD_SCRIPT, str(tmp_path / "ckpt")],

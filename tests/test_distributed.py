@@ -10,7 +10,7 @@ import sys
 import jax
 import portpicker
 import pytest
-from conftest import REPO, json_report
+from conftest import REPO, json_report, xla_flags
 
 from train import distributed
 
@@ -81,7 +81,7 @@ def test_two_processes_join_from_environment_variables_and_sum_counts():
     counters beyond int32's range and the list of processes whose digest differs."""
     port = portpicker.pick_unused_port()
     base = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
-    base.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    base.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(2),
                 JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
     processes = [subprocess.Popen([sys.executable, "tests/scripts/process_sums.py"], cwd=REPO,
                                   env=dict(base, JAX_PROCESS_ID=str(index)),
