@@ -12,6 +12,7 @@ import pytest
 
 from models.bert_pretraining import BertForPreTraining
 
+from random_params import perturbed
 from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
                           grad_has_remat, num_saved_residuals)
 from tiny_bert import POSITIONS, inputs as _inputs, tiny
@@ -42,20 +43,17 @@ def _pretraining_loss(cfg):
     return loss
 
 
-def _perturbed(params, scale=0.2, seed=0):
+def _perturbed(params):
     """BERT's initial parameters plus noise: outputs far from uniform, LayerNorm scales near 1."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [x + scale * jax.random.normal(k, x.shape, x.dtype)
-                                        for k, x in zip(keys, leaves)])
+    return perturbed(params, scale=0.2)
 
 
 def test_remat_keeps_parameters_loss_and_gradients():
     ids, types, mask = _inputs()
 
     def init(cfg):  # tiny(): dropout 0.1 on embeddings, attention probabilities, sublayers
-        return BertForPreTraining(cfg).init(jax.random.PRNGKey(0), ids, types, mask,
-                                            masked_positions=POSITIONS)
+        return jax.jit(lambda: BertForPreTraining(cfg).init(
+            jax.random.PRNGKey(0), ids, types, mask, masked_positions=POSITIONS))()
 
     boxed = init(tiny())
     params = _perturbed(nn.meta.unbox(boxed)["params"])

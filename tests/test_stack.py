@@ -23,19 +23,16 @@ from models.vit import ViT, ViTConfig
 from train import partitioning
 from train.finetune_init import replace_encoder
 
+from random_params import perturbed
 from remat_checks import assert_same_loss_and_grads
 from tiny_transformer import BOS, EOS, tiny, words
 
 LAYERS = 2
 
 
-@jax.jit
-def _perturbed(params, seed=0, scale=0.1):
+def _perturbed(params):
     """Random offsets on every parameter (zero-initialised heads would hide the blocks)."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [x + scale * jax.random.normal(k, x.shape, x.dtype)
-                                        for k, x in zip(keys, leaves)])
+    return perturbed(params, scale=0.1)
 
 
 def _assert_same_tree_shapes(got, expected):

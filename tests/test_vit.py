@@ -14,6 +14,7 @@ from models import position
 from models.sizes import vit_size
 from models.vit import POSEMB_KINDS, ViT, ViTConfig
 
+from random_params import randomised
 from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
                           grad_has_remat, num_saved_residuals)
 
@@ -57,9 +58,7 @@ def test_patch_embedding_matches_numpy_patchify():
 
 def _randomised(variables, seed=0):
     """Non-zero parameters everywhere (the head starts at zero, which would hide everything)."""
-    leaves, treedef = jax.tree.flatten(variables)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) * 0.3 for k, x in zip(keys, leaves)])
+    return randomised(variables, scale=0.3, seed=seed)
 
 
 def _with_random_head(variables, seed=0):
@@ -252,7 +251,8 @@ def _remat_setup(remat):
 
 def test_remat_keeps_parameters_loss_and_gradients():
     cfg, images, loss = _remat_setup("none")
-    boxed = ViT(cfg).init(jax.random.PRNGKey(0), images)
+    init = lambda cfg: jax.jit(lambda: ViT(cfg).init(jax.random.PRNGKey(0), images))()  # noqa: E731
+    boxed = init(cfg)
     # The zero-initialised head would zero every other gradient: randomise all parameters.
     params = _randomised(nn.meta.unbox(boxed), seed=2)["params"]
 
@@ -263,7 +263,7 @@ def test_remat_keeps_parameters_loss_and_gradients():
     expected = losses_and_grads(loss)
     for remat in REMATS:
         remat_cfg, _, remat_loss = _remat_setup(remat)
-        assert_same_variables(ViT(remat_cfg).init(jax.random.PRNGKey(0), images), boxed)
+        assert_same_variables(init(remat_cfg), boxed)
         for got, want in zip(losses_and_grads(remat_loss), expected):
             assert_same_loss_and_grads(got, want)
     assert not np.allclose(expected[0][0], expected[1][0])  # dropout did act
