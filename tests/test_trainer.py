@@ -24,6 +24,18 @@ def _params(npz) -> dict[str, np.ndarray]:
     return {k: npz[k] for k in npz.files if k.startswith("param/")}
 
 
+def _assert_same_parameters(actual, expected) -> None:
+    """The parameters of two runs that differ only in the order of their sums.
+
+    A key bias is left out: softmax ignores what it adds (q . b_k is the same for every key of a
+    query), so its gradient is zero but for rounding noise, which Adam scales up to lr-sized
+    steps: ~1e-5 values that differ with the order of the sums."""
+    assert sorted(_params(actual)) == sorted(_params(expected))
+    for name, value in _params(expected).items():
+        if not name.endswith("attention/key/bias"):
+            np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
 def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
     """data=2, fsdp=2, tensor=2 on 8 forced CPU devices: same losses and parameters as 1 device."""
     env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
@@ -37,8 +49,7 @@ def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
     # The zero-initialised head starts at exactly ln(10) and the warmup's first lr is 0, so the
     # first steps can tie; by the last one the parameters have moved.
     assert single["losses"][-1] != single["losses"][0]
-    for name, value in _params(single).items():
-        np.testing.assert_allclose(sharded[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    _assert_same_parameters(sharded, single)
 
 
 def test_two_processes_match_one_process_with_the_same_devices(fixture_data_root, tmp_path):
@@ -53,8 +64,7 @@ def test_two_processes_match_one_process_with_the_same_devices(fixture_data_root
     single, multi = np.load(single), np.load(multi)
     assert int(multi["devices"]) == int(single["devices"]) == 4
     np.testing.assert_allclose(multi["losses"], single["losses"], rtol=1e-5)
-    for name, value in _params(single).items():
-        np.testing.assert_allclose(multi[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    _assert_same_parameters(multi, single)
 
 
 def test_two_processes_checkpoint_and_resume_as_one_uninterrupted_run(fixture_data_root,
@@ -77,22 +87,21 @@ def test_two_processes_checkpoint_and_resume_as_one_uninterrupted_run(fixture_da
                                         workdir], env=env)
     assert "at step 10" in stderr  # process 0 resumed (a fresh start would match too)
     straight, resumed = np.load(straight), np.load(resumed)
-    for name, value in _params(straight).items():
-        if name.endswith("attention/key/bias"):
-            # Softmax ignores what a key bias adds (q . b_k is the same for every key of a
-            # query), so its gradient is zero but for rounding noise, which Adam scales up to
-            # lr-sized steps: ~1e-5 values that differ with the order of the sums.
-            continue
-        np.testing.assert_allclose(resumed[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    _assert_same_parameters(resumed, straight)
 
 
 def test_resume_on_another_mesh_and_device_count(fixture_data_root, tmp_path):
     """Trained to step 10 on 8 devices (data=8), resumed to step 20 on 4 (fsdp=2, tensor=2: the
-    parameters and optimizer state sharded anew): the parameters of a 1-device run of 20 steps."""
+    parameters and optimizer state sharded anew): the parameters of an uninterrupted 20-step run
+    on the 8 devices. (Meshes against one device is the first test's. The reference is not one
+    device because over 20 steps at the smoke schedule's full lr, Adam turns the rounding noise of
+    another batch split into differences of up to ~2e-5 in a few elements; the resume itself
+    matches the 8-device run to ~1e-7.)"""
     env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
     script = "tests/scripts/train_steps.py"
     straight, moved = tmp_path / "straight.npz", tmp_path / "moved.npz"
-    run_python([script, str(straight), f"--workdir={tmp_path / 'straight'}"], env=env, devices=1)
+    run_python([script, str(straight), f"--workdir={tmp_path / 'straight'}",
+                "--config.mesh.data=8"], env=env, devices=8)
     workdir = f"--workdir={tmp_path / 'moved'}"
     run_python([script, str(moved), workdir, "--until=10", "--config.mesh.data=8"], env=env,
                devices=8)
@@ -100,10 +109,7 @@ def test_resume_on_another_mesh_and_device_count(fixture_data_root, tmp_path):
                           "--config.mesh.tensor=2"], env=env, devices=4)
     assert "at step 10" in resumed.stderr  # it resumed (a fresh start would match too)
     straight, moved = np.load(straight), np.load(moved)
-    for name, value in _params(straight).items():
-        if name.endswith("attention/key/bias"):
-            continue  # rounding noise only (see the test above)
-        np.testing.assert_allclose(moved[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    _assert_same_parameters(moved, straight)
 
 
 def test_state_is_sharded_by_the_logical_rules(fixture_data_root):
