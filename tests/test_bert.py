@@ -17,6 +17,7 @@ from models import bert as bert_module
 from models.bert import POSEMB_KINDS, BertConfig, BertModel
 from models.bert_pretraining import BertForPreTraining, masked_lm_logits
 
+from dropout_sites import dropout_sites
 from tiny_bert import POSITIONS, VOCAB, inputs as _inputs, tiny
 
 
@@ -211,6 +212,31 @@ def test_dropout_only_in_training(pre):
     eval_logits = out["gathered"]["mlm_logits"]
     train_a, train_b = out["train"]
     assert not np.allclose(train_a, eval_logits) and not np.allclose(train_a, train_b)
+
+
+def test_dropout_sites_and_rates():
+    """BERT (Devlin et al. 2019, following Vaswani et al. Sec. 5.4 and the released code): dropout
+    on the embeddings' output and on each sublayer's output at dropout_rate, on the attention
+    probabilities at attention_dropout_rate; none on the feed-forward's hidden activations or in
+    the pretraining heads, and none at all in evaluation."""
+    cfg = tiny(dropout_rate=0.1, attention_dropout_rate=0.2)
+    ids, types, mask = _inputs()
+    model = BertForPreTraining(cfg)
+    variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), ids, types, mask,
+                                                  masked_positions=POSITIONS))
+
+    def sites(train):
+        return dropout_sites(lambda: jax.eval_shape(
+            lambda v: model.apply(v, ids, types, mask, masked_positions=POSITIONS, train=train,
+                                  rngs={"dropout": jax.random.PRNGKey(1)}), variables))
+
+    expected = {("bert/embeddings/dropout", 0.1)}
+    for i in range(cfg.num_layers):  # Dropout_0 after the attention, Dropout_1 after the FFN
+        layer = f"bert/encoder/layer_{i}"
+        expected |= {(f"{layer}/attention:probabilities", 0.2), (f"{layer}/Dropout_0", 0.1),
+                     (f"{layer}/Dropout_1", 0.1)}
+    assert sites(train=True) == expected
+    assert sites(train=False) == set()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ that the traced program no longer grows with depth."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import flax.linen as nn
 import jax
@@ -23,6 +24,7 @@ from models.vit import ViT, ViTConfig
 from train import partitioning
 from train.finetune_init import replace_encoder
 
+from dropout_sites import dropout_sites
 from random_params import perturbed
 from remat_checks import assert_same_loss_and_grads
 from tiny_transformer import BOS, EOS, tiny, words
@@ -149,8 +151,22 @@ def test_scanned_parameters_carry_a_replicated_layers_axis(name):
 
 @pytest.mark.parametrize("name", ["bert", "transformer"])
 def test_dropout_acts_under_scan(name):
+    """The scanned layers drop at the same sites and rates as the loop's (each site once for
+    all layers), and the drops change the loss."""
     make, _ = MODELS[name]
+    _, init_loop, loss_loop = make(dropout_rate=0.3)
     _, init_scan, loss_scan = make(scan_layers=True, dropout_rate=0.3)
+
+    def sites(init, loss):
+        params = nn.meta.unbox(jax.eval_shape(init))["params"]
+        return dropout_sites(lambda: jax.eval_shape(lambda p: loss(p, train=True), params))
+
+    def as_scanned(path):  # layer_0 / block_1 -> the scanned module's name
+        return re.sub(r"\b(layer|block)_\d+\b", lambda m: m.group(1) + "s", path)
+
+    loop = sites(init_loop, loss_loop)
+    assert any(re.search(r"(layer|block)_1/", path) for path, _ in loop)
+    assert sites(init_scan, loss_scan) == {(as_scanned(path), rate) for path, rate in loop}
     params = _perturbed(nn.meta.unbox(init_scan())["params"])
     evaluated, trained = jax.jit(lambda p: (loss_scan(p), loss_scan(p, train=True)))(params)
     assert np.isfinite(trained) and float(trained) != pytest.approx(float(evaluated), abs=1e-6)

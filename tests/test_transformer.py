@@ -14,6 +14,7 @@ import pytest
 from models import decode as D
 from models.transformer import (POSEMB_KINDS, Transformer, TransformerConfig, shift_right)
 
+from dropout_sites import dropout_sites
 from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
                           grad_has_remat, num_saved_residuals)
 from tiny_transformer import BOS, VOCAB, tiny, words
@@ -248,6 +249,36 @@ def test_dropout_only_in_training():
                          rngs={"dropout": jax.random.key(s, impl="rbg")}) for s in (0, 0, 1)]
     np.testing.assert_array_equal(train[0], train[1])
     assert not np.allclose(train[0], train[2]) and not np.allclose(train[0], eval_logits)
+
+
+def test_dropout_sites_and_rates():
+    """Vaswani et al. 2017, Sec. 5.4: dropout on every sublayer's output and on the sums of the
+    embeddings and positional encodings in both stacks, at dropout_rate; as in their released
+    code also on the feed-forward's hidden activations (at dropout_rate) and on the attention
+    probabilities of all three attentions (at attention_dropout_rate); nothing in evaluation."""
+    rng = np.random.default_rng(7)
+    cfg = tiny(dropout_rate=0.1, attention_dropout_rate=0.2)
+    inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
+    model = Transformer(cfg)
+    variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), inputs, targets))
+
+    def sites(train):
+        return dropout_sites(lambda: jax.eval_shape(
+            lambda v: model.apply(v, inputs, targets, train=train,
+                                  rngs={"dropout": jax.random.PRNGKey(1)}), variables))
+
+    expected = {("encoder/Dropout_0", 0.1), ("decoder/Dropout_0", 0.1)}  # embeddings + positions
+    for i in range(cfg.num_layers):
+        block = f"encoder/block_{i}"  # Dropout_0 after the attention, Dropout_1 after the FFN
+        expected |= {(f"{block}/attention:probabilities", 0.2), (f"{block}/Dropout_0", 0.1),
+                     (f"{block}/mlp/Dropout_0", 0.1), (f"{block}/Dropout_1", 0.1)}
+        block = f"decoder/block_{i}"  # after self-attention, cross-attention, FFN
+        expected |= {(f"{block}/self_attention:probabilities", 0.2),
+                     (f"{block}/cross_attention:probabilities", 0.2),
+                     (f"{block}/Dropout_0", 0.1), (f"{block}/Dropout_1", 0.1),
+                     (f"{block}/mlp/Dropout_0", 0.1), (f"{block}/Dropout_2", 0.1)}
+    assert sites(train=True) == expected
+    assert sites(train=False) == set()
 
 
 def test_learned_positions_longer_than_max_length_fail():

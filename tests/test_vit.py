@@ -14,6 +14,7 @@ from models import position
 from models.sizes import vit_size
 from models.vit import POSEMB_KINDS, ViT, ViTConfig
 
+from dropout_sites import dropout_sites
 from random_params import randomised
 from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
                           grad_has_remat, num_saved_residuals)
@@ -285,3 +286,26 @@ def test_remat_appears_in_the_gradient_and_keeps_fewer_residuals():
 def test_unknown_remat_is_rejected():
     with pytest.raises(ValueError, match=r"remat='all' is not one of \['none', 'minimal', 'full'\]"):
         small(remat="all")
+
+
+def test_dropout_sites_and_rates():
+    """ViT (Dosovitskiy et al. 2021, Appendix B.1): dropout after every dense layer except the
+    qkv projections (the attention's output projection and both feed-forward layers) and right
+    after the position embeddings are added, at dropout_rate; the attention probabilities at
+    attention_dropout_rate; nothing in evaluation."""
+    cfg = small(dropout_rate=0.1, attention_dropout_rate=0.2)
+    images = jnp.zeros((2, 28, 28, 3))
+    variables = jax.eval_shape(lambda: ViT(cfg).init(jax.random.PRNGKey(0), images))
+
+    def sites(train):
+        return dropout_sites(lambda: jax.eval_shape(
+            lambda v: ViT(cfg).apply(v, images, train=train,
+                                     rngs={"dropout": jax.random.PRNGKey(1)}), variables))
+
+    expected = {("Dropout_0", 0.1)}  # after adding the position embeddings
+    for i in range(cfg.num_layers):  # Dropout_0 after the attention, Dropout_1 after the MLP
+        block = f"block_{i}"
+        expected |= {(f"{block}/attention:probabilities", 0.2), (f"{block}/Dropout_0", 0.1),
+                     (f"{block}/mlp/Dropout_0", 0.1), (f"{block}/Dropout_1", 0.1)}
+    assert sites(train=True) == expected
+    assert sites(train=False) == set()
