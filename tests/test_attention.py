@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from models import attention as A
+from models.dropout import dropout, quantized_rate
 
 RNG = np.random.default_rng(0)
 
@@ -194,22 +195,27 @@ def test_attention_dropout():
     q, k, v = _normal(1, 4, 2, 4), _normal(1, 6, 2, 4), _normal(1, 6, 2, 4)
     rng = jax.random.PRNGKey(3)
     base = A.dot_product_attention(q, k, v)
-    same = A.dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=rng, deterministic=True)
+    same = A.dot_product_attention(q, k, v, dropout_rate=0.2, dropout_rng=rng, deterministic=True)
     np.testing.assert_array_equal(base, same)
-    dropped = A.dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=rng,
+    dropped = A.dot_product_attention(q, k, v, dropout_rate=0.2, dropout_rng=rng,
                                       deterministic=False)
     assert not np.allclose(base, dropped)
-    # Expected value: inverted dropout scaling keeps the mean; with v = one-hot keys, each
-    # output entry is a kept probability times 2 or 0.
-    eye = np.broadcast_to(np.eye(6, dtype=np.float32)[None, :, None, :], (1, 6, 2, 6))
-    probs = np.asarray(A.attention_weights(q, k))                      # [1, 2, 4, 6]
-    out = np.asarray(A.dot_product_attention(q, k, eye, dropout_rate=0.5, dropout_rng=rng,
-                                             deterministic=False))      # [1, 4, 2, 6]
-    out = out.transpose(0, 2, 1, 3)
-    kept = out != 0
-    np.testing.assert_allclose(out[kept], 2 * probs[kept], rtol=1e-5)
     with pytest.raises(ValueError, match='dropout_rng'):
         A.dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=False)
+    # With one-hot values (v_j = e_j) the output is the dropped probability matrix itself:
+    # each probability is zeroed at the rate (0.2, not 0.5, where a rate taken for a keep
+    # probability would pass) and the survivors scaled by 1 / (1 - rate).
+    rate, length = 0.2, 64
+    q, k = _normal(1, length, 2, 4), _normal(1, length, 2, 4)
+    eye = np.broadcast_to(np.eye(length, dtype=np.float32)[None, :, None, :],
+                          (1, length, 2, length))
+    probs = np.asarray(A.attention_weights(q, k))                      # [1, 2, l, l]
+    out = np.asarray(A.dot_product_attention(q, k, eye, dropout_rate=rate, dropout_rng=rng,
+                                             deterministic=False))      # [1, l, 2, l]
+    out = out.transpose(0, 2, 1, 3)
+    kept = out != 0                                 # softmax probabilities are never 0 here
+    assert abs((~kept).mean() - rate) < 0.02        # 8,192 draws: 4.5 standard deviations
+    np.testing.assert_allclose(out[kept], probs[kept] / (1 - quantized_rate(rate)), rtol=1e-5)
 
 
 def test_implementation_errors():
@@ -292,7 +298,7 @@ def test_mha_rope():
         np_mha(params, x, x, rope=(base, positions, kv_pos)), atol=1e-5)
 
 
-def test_mha_dropout():
+def test_mha_dropout(monkeypatch):
     x = _normal(2, 5, 8)
     module = A.MultiHeadAttention(num_heads=2, head_dim=4, dropout_rate=0.3)
     variables = module.init(jax.random.PRNGKey(0), x)
@@ -303,6 +309,16 @@ def test_mha_dropout():
     b = module.apply(variables, x, deterministic=False, rngs=rngs)
     np.testing.assert_array_equal(a, b)                     # same rng, same mask
     assert not np.allclose(a, reference)
+    # The module hands its own rate to the dropout of the [b, h, q, k] probabilities.
+    calls = []
+
+    def recording_dropout(x, rate, rng):
+        calls.append((x.shape, rate))
+        return dropout(x, rate, rng)
+
+    monkeypatch.setattr(A, 'dropout', recording_dropout)
+    module.apply(variables, x, deterministic=False, rngs=rngs)
+    assert calls == [((2, 2, 5, 5), 0.3)]
     cudnn = A.MultiHeadAttention(num_heads=2, head_dim=4, dropout_rate=0.3,
                                  implementation='cudnn')
     with pytest.raises(ValueError, match='dropout'):
@@ -332,6 +348,23 @@ def test_mha_params_have_logical_names():
     assert nn.get_partition_spec(variables)['params'] == expected
     shapes = jax.tree_util.tree_map(np.shape, _params(variables))
     assert shapes['query']['kernel'] == (8, 4, 2) and shapes['out']['kernel'] == (4, 2, 8)
+
+
+@pytest.mark.parametrize('kv_heads', [4, 2])
+def test_attention_weights_are_float32_for_bfloat16_inputs(kv_heads):
+    """The logits accumulate in float32 and the softmax runs in float32 whatever the compute
+    dtype (in bfloat16 each probability would keep 8 significant bits), masked or not, multi-head
+    and grouped-query."""
+    q = jnp.asarray(_normal(1, 3, 4, 8), jnp.bfloat16)
+    k = jnp.asarray(_normal(1, 8, kv_heads, 8), jnp.bfloat16)
+    mask = np.tril(np.ones((3, 8), bool), k=4)[None, None]
+    one_hot = np.broadcast_to(np.eye(8)[None, :, None, :], (1, 8, kv_heads, 8))  # out = probs
+    for m in (None, mask):
+        weights = A.attention_weights(q, k, mask=m)
+        assert weights.dtype == jnp.float32
+        reference = np_attention(np.asarray(q, np.float32), np.asarray(k, np.float32), one_hot,
+                                 mask=m).transpose(0, 2, 1, 3)
+        np.testing.assert_allclose(weights, reference, atol=1e-2)  # q / sqrt(d) is rounded
 
 
 def test_mha_bfloat16_compute():
