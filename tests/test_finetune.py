@@ -119,6 +119,9 @@ def test_head_losses_match_numpy(kind, data_root):
     params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
     batch = next(task.train_iterator(batch_size=8, seed=0, process_index=0, process_count=1))
     batch["mask"][-1] = 0.0  # a padding row counts for nothing
+    if kind == "span":  # nor does an example whose answer the window cut off
+        assert np.all(batch["answer_weight"] == 1)
+        batch["answer_weight"][0] = 0.0
     loss, (weight, metrics) = task.loss_fn(params, batch, jax.random.PRNGKey(1))
     out = task._apply(params, batch, train=False)
     mask = batch["mask"]
@@ -132,6 +135,7 @@ def test_head_losses_match_numpy(kind, data_root):
         expected = (0.5 * (_nll(out[0], batch["start_positions"])
                            + _nll(out[1], batch["end_positions"])) * w).sum()
         count = w.sum()
+        assert count == 6
     else:
         expected = (_nll(out, batch["label"]) * mask).sum()
         count = mask.sum()
@@ -161,6 +165,37 @@ def test_hidden_states_and_the_feature_choices_of_table_7():
         got = combine_hidden_states(states, mode)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
         assert got.shape[-1] == feature_width(cfg, mode)
+
+
+def test_feature_based_sequence_head_averages_the_real_tokens():
+    """Feature-based classification: the frozen encoder's states averaged over the real tokens
+    only (padding excluded), -> GELU(dense) -> classifier, against NumPy from the parameters;
+    changing what stands at the padded positions changes nothing."""
+    from math import erf
+
+    from models.bert import BertConfig, BertModel
+    from models.bert_heads import BertForSequenceClassification
+
+    cfg = BertConfig(vocab_size=30, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16,
+                     max_position_embeddings=16)
+    head = BertForSequenceClassification(cfg, num_labels=3, features="last", head_hidden=5)
+    ids = np.arange(12, dtype=np.int32).reshape(2, 6) + 5
+    mask = np.array([[1] * 6, [1] * 4 + [0] * 2], np.int32)
+    params = nn.meta.unbox(head.init(jax.random.PRNGKey(0), ids, None, mask))["params"]
+    params = jax.tree.map(lambda p: p + 0.1 * np.random.default_rng(1).normal(size=p.shape),
+                          params)  # the zero-initialised biases would hide nothing
+    logits = np.asarray(head.apply({"params": params}, ids, None, mask), np.float64)
+    sequence, _ = BertModel(cfg).apply({"params": params["bert"]}, ids, None, mask)
+    h = np.asarray(sequence, np.float64)
+    pooled = np.stack([h[0].mean(0), h[1, :4].mean(0)])
+    hidden = pooled @ params["feature_hidden"]["kernel"] + params["feature_hidden"]["bias"]
+    hidden = hidden * 0.5 * (1 + np.vectorize(erf)(hidden / np.sqrt(2)))  # exact GELU
+    expected = hidden @ params["classifier"]["kernel"] + params["classifier"]["bias"]
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+    other = ids.copy()
+    other[1, 4:] = [7, 9]
+    np.testing.assert_allclose(head.apply({"params": params}, other, None, mask), logits,
+                               rtol=1e-5, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- best span

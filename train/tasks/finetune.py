@@ -13,9 +13,9 @@ models/bert_heads.py that BERT's Fig. 4 draws for it:
   multiple_choice  BertForMultipleChoice            CE over the choices, mean over examples
 
 Metrics: `loss` and `accuracy` (tag: `token_accuracy` over words, and `sentence_accuracy`, every
-word right; span: `exact_match` and `f1` of the best span (models/spans.py, at most
-task.max_answer_length pieces) against any reference, counted on word pieces rather than the
-official script's normalised words). Sums with counts, as every task here.
+word right; span: `exact_match` and `f1` (train/span_metrics.py) of the best span
+(models/spans.py, at most task.max_answer_length pieces) against any reference, counted on word
+pieces rather than the official script's normalised words). Sums with counts, as every task here.
 
 Initialisation (`config.init`, train/finetune_init.py): 'scratch', 'minilm' or the workdir of a
 pretraining run; the pretrained encoder replaces the random `params['bert']` in
@@ -43,6 +43,7 @@ from train import flops, vocabulary
 from train.config import ConfigError, check_choice
 from train.finetune_init import replace_encoder, resolve_init
 from train.losses import cross_entropy
+from train.span_metrics import exact_match_and_f1
 from train.tasks.base import Task
 
 FEATURE_KINDS = ("classify", "pair_classify", "tag")
@@ -195,18 +196,10 @@ class FinetuneTask(Task):
         """exact_match and f1 (over word pieces) of the best span, the best over references."""
         start, end, _ = best_span(start_logits, end_logits, self.config.task.max_answer_length,
                                   batch["context_mask"])
-        gold_start, gold_end = batch["answer_starts"], batch["answer_ends"]
-        valid = gold_start >= 0
-        start, end = start[:, None], end[:, None]
-        exact = ((start == gold_start) & (end == gold_end) & valid).any(-1)
-        overlap = jnp.maximum(0, jnp.minimum(end, gold_end) - jnp.maximum(start, gold_start) + 1)
-        precision = overlap / (end - start + 1)
-        recall = overlap / jnp.maximum(gold_end - gold_start + 1, 1)
-        f1 = jnp.where(valid & (overlap > 0),
-                       2 * precision * recall / jnp.maximum(precision + recall, 1e-9), 0.0)
+        exact, f1 = exact_match_and_f1(start, end, batch["answer_starts"], batch["answer_ends"])
         rows = batch["mask"]
         return {"exact_match": ((exact * rows).sum(), rows.sum()),
-                "f1": ((f1.max(-1) * rows).sum(), rows.sum())}
+                "f1": ((f1 * rows).sum(), rows.sum())}
 
     # ---- pure functions the trainer jits ---------------------------------------------------
     def loss_fn(self, params, batch, rng):
