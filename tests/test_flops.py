@@ -39,6 +39,19 @@ def test_vit_training_flops_by_hand():
         stem + patch_embedding + encoder + head)
 
 
+def test_vit_pre_logits_head_flops_by_hand():
+    """With a pre-logits layer (ViT Sec. 3.1: tanh(z W1 + b1) W2 + b2, head_hidden_size > 0) the
+    head is two matmuls, d -> hidden and hidden -> classes, not one d -> classes."""
+    cfg = ViTConfig(num_classes=10, image_size=(8, 8), patch_size=4, hidden_size=4, num_layers=1,
+                    num_heads=2, mlp_dim=8, pool="mean", head_hidden_size=6)
+    patches = tokens = 4                                      # 2 x 2 patches, no class token
+    patch_embedding = 2 * patches * (4 * 4 * 3) * 4
+    encoder = 2 * tokens * (4 * 4 * 4 + 2 * 4 * 8) + 4 * tokens * tokens * 4
+    head = 2 * 4 * 6 + 2 * 6 * 10                             # 4 -> 6 (tanh), 6 -> 10 classes
+    assert vit_train_flops_per_example(cfg, channels=3) == TRAIN_FLOPS_FACTOR * (
+        patch_embedding + encoder + head)
+
+
 @pytest.mark.parametrize("overrides", [
     dict(),                                          # d_k = d_v = d_model / h
     dict(head_dim=4, value_head_dim=16, num_kv_heads=1),  # Table 3 (B)-style and multi-query

@@ -141,6 +141,30 @@ def test_rope_2d_and_alibi_2d_act_inside_every_attention_layer(posemb):
                                    rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("pool, head_hidden_size", [("cls", 0), ("mean", 0), ("cls", 16),
+                                                      ("mean", 16)])
+def test_head_reads_the_pooled_final_norm_output(pool, head_hidden_size):
+    """Eq. 4: y = LN(z_L^0), the class token of the final norm's output (pool 'cls'), or the mean
+    of its tokens (pool 'mean'); then logits = y W + b, or with a pre-logits layer (Sec. 3.1,
+    head_hidden_size > 0) logits = tanh(y W1 + b1) W2 + b2. Computed in NumPy from the params."""
+    cfg = small(pool=pool, head_hidden_size=head_hidden_size)
+    images = np.random.default_rng(4).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    model = ViT(cfg)
+    variables = _randomised(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)), seed=5)
+    logits, state = model.apply(variables, images,
+                                capture_intermediates=lambda mdl, _: mdl.name == "final_norm")
+    normed = np.asarray(state["intermediates"]["final_norm"]["__call__"][0], np.float64)
+    assert normed.shape == (2, 16 + (pool == "cls"), cfg.hidden_size)
+    pooled = normed[:, 0] if pool == "cls" else normed.mean(axis=1)
+    params = jax.tree.map(lambda x: np.asarray(x, np.float64), variables["params"])
+    if head_hidden_size:
+        pre_logits = params["pre_logits"]
+        assert pre_logits["kernel"].shape == (cfg.hidden_size, head_hidden_size)
+        pooled = np.tanh(pooled @ pre_logits["kernel"] + pre_logits["bias"])
+    expected = pooled @ params["head"]["kernel"] + params["head"]["bias"]
+    np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-4, atol=1e-5)
+
+
 def test_every_parameter_has_logical_axis_names():
     for posemb in POSEMB_KINDS:
         variables = ViT(small(posemb=posemb, head_hidden_size=16)).init(
