@@ -161,6 +161,43 @@ def test_layernorm_derivatives_match_the_chain_rule():
     assert hvp.shape == x.shape and np.all(np.isfinite(hvp))
 
 
+def _traced_layernorm(x, scale, bias, epsilon):
+    """The textbook formula, left to autodiff: no custom rule, every derivative traced."""
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + epsilon) * scale + bias
+
+
+def test_layernorm_second_derivatives_match_the_traced_formula():
+    """The custom JVP rule must itself be differentiable, with y and rstd depending on x: the
+    Hessian-vector products (forward over reverse, and reverse over reverse) of LayerNorm and of
+    `standardize` equal those of the traced formula. A rule whose y or rstd were constants to
+    autodiff keeps first derivatives right and gets these wrong by their whole size."""
+    eps = 1e-5
+    x = jnp.asarray(_normal(3, 16) * 2.0 + 1.5)
+    v = jnp.asarray(_normal(3, 16))
+    norm = L.LayerNorm(epsilon=eps)
+    variables = _randomize(norm.init(jax.random.PRNGKey(0), x))
+    scale, bias = variables['params']['scale'], variables['params']['bias']
+    w = jnp.asarray(_normal(3, 16))
+
+    def loss(apply):  # a non-quadratic function of the output, so its Hessian is not trivial
+        return lambda x: jnp.sum(w * apply(x) + apply(x) ** 3 / 3.0)
+
+    cases = [
+        (lambda x: norm.apply(variables, x), lambda x: _traced_layernorm(x, scale, bias, eps)),
+        (lambda x: L.standardize(x, eps), lambda x: _traced_layernorm(x, 1.0, 0.0, eps)),
+    ]
+    for ours, reference in cases:
+        want = jax.jvp(jax.grad(loss(reference)), (x,), (v,))[1]
+        forward_over_reverse = jax.jvp(jax.grad(loss(ours)), (x,), (v,))[1]
+        reverse_over_reverse = jax.grad(lambda x: jnp.vdot(jax.grad(loss(ours))(x), v))(x)
+        scale_of_hvp = float(jnp.max(jnp.abs(want)))
+        assert scale_of_hvp > 1.0  # not vanishing: the comparison below has something to see
+        for got in (forward_over_reverse, reverse_over_reverse):
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale_of_hvp)
+
+
 def test_layernorm_is_exact_when_the_mean_dwarfs_the_spread():
     # Two-pass variance: a one-pass E[x^2] - E[x]^2 in float32 loses every digit here.
     x = (1e4 + _normal(2, 64)).astype(np.float32)

@@ -151,12 +151,15 @@ def _words(rng, rows, length=64):
 
 
 def test_whole_word_masking_takes_whole_words():
+    """Chosen words are whole; the count never exceeds the target, and (the documented rule:
+    words that would overshoot are skipped, the others still tried) falls short of it only when
+    no unchosen word would still fit; the [MASK]/keep draw is per piece."""
     rng = np.random.default_rng(4)
     tokens, starts = _words(rng, 300)
     cfg = config(whole_word=True, select_prob=0.15, mask_prob=0.5, random_prob=0.0,
                  keep_prob=0.5, max_predictions=12)
     out = mask_batch(tokens, np.random.default_rng(5), cfg, word_starts=starts)
-    mixed = 0
+    mixed = short_of_target = 0
     for r in range(len(tokens)):
         real = out["masked_weights"][r] > 0
         chosen = np.zeros(tokens.shape[1], bool)
@@ -164,6 +167,12 @@ def test_whole_word_masking_takes_whole_words():
         word_id = np.cumsum(starts[r])
         target = cfg.num_to_predict(int((~np.isin(tokens[r], SPECIAL)).sum()))
         assert real.sum() <= target
+        candidate = ~np.isin(tokens[r], SPECIAL)
+        unchosen_sizes = [int((word_id[candidate] == w).sum())
+                          for w in np.unique(word_id[candidate & ~chosen])]
+        room = target - int(real.sum())
+        assert all(size > room for size in unchosen_sizes), (r, room, unchosen_sizes)
+        short_of_target += room > 0
         for w in np.unique(word_id[chosen]):
             piece = (word_id == w) & ~np.isin(tokens[r], SPECIAL)
             assert chosen[piece].all()                 # every piece of a chosen word is chosen
@@ -172,6 +181,8 @@ def test_whole_word_masking_takes_whole_words():
         np.testing.assert_array_equal(out["masked_ids"][r][real], tokens[r][chosen])
     # The [MASK]/keep decision is per word piece, as in BERT's code: some words come out mixed.
     assert mixed > 0
+    # Some rows did end short (every word left was too long), so the bound above was exercised.
+    assert short_of_target > 0
 
     with pytest.raises(ValueError, match="word_starts"):
         mask_tokens(tokens[0], np.random.default_rng(0), cfg)

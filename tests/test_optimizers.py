@@ -82,6 +82,59 @@ def test_constant_with_warmup():
     assert float(optimizers.constant_with_warmup(peak, 0)(0)) == pytest.approx(peak)
 
 
+def _recipe_lr(name, peak, warmup, total, end, d_model, step):
+    """The learning rate each `optimizer.schedule` name stands for, from its recipe (plain
+    Python): Vaswani et al. eq. (3) with step_num = step + 1 and `peak` as its scale; otherwise
+    a linear warmup from 0 to `peak` over `warmup` steps, then BERT's linear decay to `end` at
+    `total`, half a cosine down to `end` at `total` (both constant `end` after), or constant
+    `peak`."""
+    if name == "inverse_sqrt":
+        n = step + 1
+        return peak * d_model ** -0.5 * min(n ** -0.5, n * warmup ** -1.5)
+    if step < warmup:
+        return peak * step / warmup
+    frac = min((step - warmup) / (total - warmup), 1.0)
+    if name == "linear":
+        return peak + (end - peak) * frac
+    if name == "cosine":
+        return end + (peak - end) * 0.5 * (1.0 + math.cos(math.pi * frac))
+    assert name == "constant"
+    return peak
+
+
+@pytest.mark.parametrize("name", optimizers.SCHEDULES)
+def test_config_schedule_name_selects_its_formula(name):
+    """`optimizer.schedule` = NAME makes `make_optimizer` return (and Adam follow) the schedule of
+    that name, with the config's learning_rate, warmup_steps, total_steps and end_learning_rate:
+    equal to the recipe's formula at steps in the warmup, the decay, its end and beyond. The
+    schedules are told apart at these steps (so a name mapped to another one's formula fails),
+    and every name in optimizers.SCHEDULES is covered here."""
+    assert set(optimizers.SCHEDULES) == {"inverse_sqrt", "linear", "cosine", "constant"}
+    peak, warmup, total, end, d_model = 2e-3, 4, 20, 1e-4, 16
+    tx, schedule = optimizers.make_optimizer(
+        _cfg(schedule=name, learning_rate=peak, warmup_steps=warmup, total_steps=total,
+             end_learning_rate=end), d_model=d_model)
+    steps = [0, 1, warmup - 1, warmup, warmup + 4, 12, total - 1, total, total + 5, 10 * total]
+    want = [_recipe_lr(name, peak, warmup, total, end, d_model, s) for s in steps]
+    np.testing.assert_allclose(_values(schedule, steps), want, rtol=1e-5, atol=1e-12)
+    others = [other for other in optimizers.SCHEDULES if other != name]
+    for other in others:  # the steps above separate every pair of schedules
+        theirs = [_recipe_lr(other, peak, warmup, total, end, d_model, s) for s in steps]
+        assert not np.allclose(want, theirs, rtol=1e-3), (name, other)
+    if name in ("linear", "cosine"):
+        assert float(schedule(total)) == pytest.approx(end, rel=1e-5)
+        assert float(schedule(10 * total)) == pytest.approx(end, rel=1e-5)
+    # The optimizer uses the same schedule: for a constant gradient Adam's direction is -1 (its
+    # bias-corrected m / sqrt(v) is 1), so each update is -lr(step).
+    p = jnp.zeros((2,))
+    state = tx.init(p)
+    for step in range(total + 2):
+        updates, state = tx.update(jnp.ones((2,)), state, p)
+        np.testing.assert_allclose(
+            updates, -_recipe_lr(name, peak, warmup, total, end, d_model, step),
+            rtol=1e-4, atol=1e-9, err_msg=f"step {step}")
+
+
 # ----- weight-decay mask --------------------------------------------------------------------
 
 class _Block(nn.Module):

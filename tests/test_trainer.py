@@ -6,7 +6,9 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 from conftest import run_python, run_two_processes
 
 from train.config import apply_override, load_config_file
@@ -126,19 +128,56 @@ def test_state_is_sharded_by_the_logical_rules(fixture_data_root):
     assert out[1] == "('fsdp', 'tensor')"  # the optimizer state is sharded like the parameters
 
 
+def _adam_first_moment(opt_state):
+    """The parameter-shaped `mu` of the (single) Adam state in an optax state tree."""
+    (adam,) = [node for node in jax.tree.leaves(
+        opt_state, is_leaf=lambda n: isinstance(n, optax.ScaleByAdamState))
+        if isinstance(node, optax.ScaleByAdamState)]
+    return adam.mu
+
+
 def test_gradient_accumulation_equals_one_big_batch(fashion_mnist_env):
+    """One step on a batch with some examples masked out (a different number in each of the 4
+    microbatches), with and without accumulation: the gradient the optimizer receives equals
+    d(mean cross-entropy over the real examples)/d(params), computed here by plain autodiff of
+    the model's logits over the whole batch at once. The gradient is read back exactly from
+    Adam's first moment after its first update (mu = (1 - b1) g; no clipping in between), and
+    `grad_norm` must be its norm. Comparing parameters alone would not do: the smoke warmup's
+    first lr is 0, and Adam ignores a global gradient scale (a wrong normalisation)."""
+    mask = np.ones(32, np.float32)
+    mask[[0, 1, 2, 9, 17]] = 0.0  # microbatch weights 5, 7, 7, 8: the total, 27, is not 32
     results = []
     for accum in (1, 4):
-        trainer = Trainer(smoke_config(**{"train.grad_accum_steps": accum, "data.augment": "none"}),
-                          "/unused")
+        trainer = Trainer(smoke_config(**{"train.grad_accum_steps": accum, "data.augment": "none",
+                                          "optimizer.clip_norm": 0.0}), "/unused")
         state = trainer.init_state()
         batch = next(trainer.task.train_iterator(batch_size=32, seed=0, process_index=0,
                                                  process_count=1))
+        batch = {**batch, "mask": mask}
+        init_params = jax.device_get(state.params)
         state, metrics = trainer.train_step(state, batch)
-        results.append((jax.device_get(state.params), jax.device_get(metrics)))
-    (params_1, metrics_1), (params_4, metrics_4) = results
+        grads = jax.tree.map(lambda m: np.asarray(m) / (1.0 - trainer.config.optimizer.b1),
+                             jax.device_get(_adam_first_moment(state.opt_state)))
+        results.append((jax.device_get(state.params), jax.device_get(metrics), grads))
+
+    def mean_loss(params):  # the reference: the whole batch, one weighted mean
+        logits = trainer.task.model.apply({"params": params}, batch["image"], train=True,
+                                          rngs={"dropout": jax.random.PRNGKey(0)})
+        nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch["label"][:, None], -1)[:, 0]
+        return jnp.sum(nll * mask) / mask.sum()
+
+    loss, want = jax.value_and_grad(mean_loss)(init_params)
+    want_norm = float(np.sqrt(sum(np.sum(np.square(g)) for g in jax.tree.leaves(want))))
+    biggest = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(want))
+    for params, metrics, grads in results:
+        assert metrics["loss"][1] == 27
+        np.testing.assert_allclose(metrics["loss"][0] / 27, loss, rtol=1e-5)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3,
+                                                             atol=1e-5 * biggest),
+                     grads, jax.device_get(want))
+        np.testing.assert_allclose(metrics["grad_norm"][0], want_norm, rtol=1e-4)
+    (params_1, metrics_1, _), (params_4, metrics_4, _) = results
     np.testing.assert_allclose(metrics_4["loss"][0], metrics_1["loss"][0], rtol=1e-5)
-    assert metrics_4["loss"][1] == metrics_1["loss"][1] == 32
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
                  params_4, params_1)
 

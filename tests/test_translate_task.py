@@ -4,6 +4,8 @@ checks, and the logged truncation count."""
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 
 import jax
 import numpy as np
@@ -82,7 +84,65 @@ def test_sequences_longer_than_the_position_table_fail_before_compiling(bible_en
     TranslationTask(smoke_config("posemb=rope", **{"data.max_length": 200}))
 
 
+def _np_corpus_bleu(hypotheses: list[str], references: list[str]) -> float:
+    """Papineni et al. 2002, eq. (1)-(2), written out for space-separated words without
+    punctuation (where sacrebleu's 13a tokenizer splits on spaces only): n-gram matches clipped by
+    the reference counts and summed over the corpus *before* dividing, for n = 1..4; geometric
+    mean of the 4 precisions; brevity penalty exp(1 - r / c) from the corpus lengths r and c.
+    Only for corpora where every n has a match (no smoothing)."""
+    matches, totals = [0] * 4, [0] * 4
+    hyp_len = ref_len = 0
+    for hyp, ref in zip(hypotheses, references):
+        h, r = hyp.split(), ref.split()
+        hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
+        for n in range(1, 5):
+            h_grams = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            r_grams = Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
+            matches[n - 1] += sum(min(c, r_grams[g]) for g, c in h_grams.items())
+            totals[n - 1] += max(len(h) - n + 1, 0)
+    assert all(matches), "the reference formula has no smoothing"
+    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / 4
+    brevity = min(0.0, 1.0 - ref_len / hyp_len)
+    return 100.0 * math.exp(brevity + log_precision)
+
+
+# Hypothesis/reference pairs of unequal lengths and partial overlap: one hypothesis shorter than
+# its reference, one longer, so the corpus brevity penalty, clipping, and the order of the
+# arguments all matter; a mean of sentence BLEUs differs from the corpus score.
+BLEU_HYPOTHESES = [
+    "y los hijos de Noé que salieron del arca fueron Sem",
+    "el padre de Canaán vio la desnudez de su padre",
+    "y dijo Dios sea la luz y fue la luz la luz",
+    "en el principio creó Dios",
+]
+BLEU_REFERENCES = [
+    "y los hijos de Noé que salieron del arca fueron Sem Cam y Jafet",
+    "y Cam padre de Canaán vio la desnudez de su padre",
+    "y dijo Dios sea la luz y fue la luz",
+    "en el principio creó Dios los cielos y la tierra",
+]
+
+
 def test_bleu_is_sacrebleus_corpus_bleu():
+    """`bleu` is the corpus BLEU (n-gram statistics pooled over all sentences, one brevity
+    penalty), with the hypotheses as hypotheses: it equals sacrebleu.corpus_bleu and the formula
+    written out above, and differs from the mean of sentence BLEUs and from swapped arguments
+    (checked here, so the equalities above are not vacuous)."""
+    import sacrebleu
+
     hyp = ["el padre de Canaán", "y los hijos de Noé"]
     assert bleu(hyp, hyp) == pytest.approx(100.0)
     assert bleu(["nada que ver"], ["y los hijos de Noé salieron"]) < 10.0
+
+    hyps, refs = BLEU_HYPOTHESES, BLEU_REFERENCES
+    corpus = sacrebleu.corpus_bleu(hyps, [refs]).score
+    assert bleu(hyps, refs) == pytest.approx(corpus, rel=1e-9)
+    assert bleu(hyps, refs) == pytest.approx(_np_corpus_bleu(hyps, refs), rel=1e-6)
+    for size in (1, 2, 3):  # sub-corpora, each with its own brevity penalty
+        assert bleu(hyps[:size], refs[:size]) == pytest.approx(
+            _np_corpus_bleu(hyps[:size], refs[:size]), rel=1e-6)
+        assert bleu(hyps[-size:], refs[-size:]) == pytest.approx(
+            sacrebleu.corpus_bleu(hyps[-size:], [refs[-size:]]).score, rel=1e-9)
+    sentence_mean = np.mean([sacrebleu.sentence_bleu(h, [r]).score for h, r in zip(hyps, refs)])
+    assert abs(bleu(hyps, refs) - sentence_mean) > 1.0
+    assert abs(bleu(hyps, refs) - _np_corpus_bleu(refs, hyps)) > 1.0
