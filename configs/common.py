@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from train.config import BOOL_WORDS
+from train.config import BOOL_WORDS, a_type
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -37,7 +37,7 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
             try:
                 value = kind(raw)
             except ValueError as error:
-                raise ValueError(f"config argument {item!r}: expected a {kind.__name__} like "
+                raise ValueError(f"config argument {item!r}: expected {a_type(kind)} like "
                                  f"{defaults[name]!r}") from error
         result[name] = value
     return result

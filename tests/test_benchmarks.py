@@ -66,6 +66,9 @@ def test_equal_work_model_has_the_same_loss(tmp_path):
 
 
 def test_report_numbers_follow_from_the_timings():
+    """Every row's numbers are its own: median time, throughput, TFLOPs = its FLOPs per example x
+    batch / 1e12, MFU = FLOPs per step / median step time / peak (each contender with its own
+    FLOPs), and both ratios (peer over ours; peer over ours with the head on every position)."""
     args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
     model_config = type("C", (), {"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
                                   "attention_implementation": "xla"})
@@ -74,21 +77,73 @@ def test_report_numbers_follow_from_the_timings():
                          tokens_per_example=197)
     ours = bench.Contender("ours", "ours", None, None, {}, flops_per_example=1e9,
                            num_params=10, compile_seconds=1.0, times=[0.5, 0.2, 0.3])
+    every = bench.Contender(bench.OURS_EVERY_POSITION, "ours", None, None, {},
+                            flops_per_example=1.5e9, num_params=10, compile_seconds=1.0,
+                            times=[0.4, 0.5, 0.45])
     peer = bench.Contender("transformers 4.57.6", "transformers", None, None, {},
-                           flops_per_example=1e9, num_params=10, compile_seconds=1.0,
+                           flops_per_example=2e9, num_params=10, compile_seconds=1.0,
                            times=[0.6, 0.9, 0.7])
-    report = bench.report_for(args, setup, [ours, peer], peak=1e11, peak_source="given")
+    report = bench.report_for(args, setup, [ours, every, peer], peak=1e11, peak_source="given")
     row = report["rows"][0]
     assert row["step_s"] == 0.3                                  # the median of the rounds
     assert row["examples_per_s"] == pytest.approx(4 / 0.3)
     assert row["tokens_per_s"] == pytest.approx(4 * 197 / 0.3)
     assert row["mfu"] == pytest.approx(4e9 / 0.3 / 1e11)
-    assert report["ratios"]["standard step (peer time / ours)"] == pytest.approx(0.7 / 0.3)
+    for row, flops_per_example, median in zip(report["rows"], (1e9, 1.5e9, 2e9),
+                                              (0.3, 0.45, 0.7)):
+        assert row["step_s"] == pytest.approx(median), row["label"]
+        assert row["tflops_per_step"] == pytest.approx(4 * flops_per_example / 1e12)
+        assert row["mfu"] == pytest.approx(4 * flops_per_example / median / 1e11), row["label"]
+    assert report["ratios"] == pytest.approx({
+        "standard step (peer time / ours)": 0.7 / 0.3,
+        "equal work (peer time / ours, head on every position)": 0.7 / 0.45})
     assert report["shape"] == "224x224, 197 tokens"
     table = bench.markdown(report)
     assert "| ours |" in table and "peak 100.0 GFLOP/s (given)" in table
+    # ours: 300.0 ms, 4e9 FLOPs = 0.004 TFLOPs per step, MFU 4e9 / 0.3 / 1e11 = 13.3%.
+    assert "| ours | 10 | 1.0 | 300.0 | 13.33 | 2627 | 0.004 | 13.3% |" in table
+    assert "- equal work (peer time / ours, head on every position): **1.56x**" in table
     report["peak_tflops"] = 989.0
     assert "peak 989.0 TFLOP/s" in bench.markdown(report)
+
+
+def test_contender_times_are_seconds_per_step(monkeypatch):
+    """Contender.run returns the round's wall time divided by its steps (on a fake clock that
+    each step advances by 0.25 s), threading the state through every step."""
+    clock = [100.0]
+
+    def step(state, batch):
+        clock[0] += 0.25
+        return state + 1, {"loss": (state, 1)}
+
+    monkeypatch.setattr(bench, "time", type("FakeTime", (), {
+        "perf_counter": staticmethod(lambda: clock[0])}))
+    contender = bench.Contender("ours", "ours", step, 0, {}, flops_per_example=1.0,
+                                num_params=1, compile_seconds=0.0)
+    assert contender.run(4) == pytest.approx(0.25)
+    assert contender.state == 4
+    assert contender.run(2) == pytest.approx(0.25) and contender.state == 6
+
+
+def test_time_rounds_alternate_the_order_and_probe_the_peak_around_each_round():
+    """Round i runs the contenders in order (even i) or reversed (odd i), each gets one time per
+    round, and the peak is probed before the first round and after every round."""
+    calls = []
+
+    def contender(label):
+        def step(state, batch):
+            calls.append(label)
+            return state, {}
+        return bench.Contender(label, "ours", step, 0, {}, flops_per_example=1.0,
+                               num_params=1, compile_seconds=0.0)
+
+    contenders = [contender("a"), contender("b")]
+    probes = iter(range(10))
+    peaks = bench.time_rounds(contenders, steps=2, repeats=3, peak_probe=lambda: next(probes))
+    assert calls == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]
+    assert peaks == [0, 1, 2, 3]
+    assert [len(c.times) for c in contenders] == [3, 3]
+    assert bench.time_rounds(contenders, steps=1, repeats=1, peak_probe=None) == []
 
 
 def test_spec_peaks_by_device_kind():

@@ -112,6 +112,30 @@ def test_phase2_switches_to_longer_sequences(brown_env):
     assert phase2 > task.flops_per_example()
 
 
+def test_phased_data_resumes_exactly_on_either_side_of_the_switch(brown_env):
+    """The iterator state of a run stopped in phase 1 or in phase 2 makes a fresh task's iterator
+    continue with the very batches the uninterrupted one gives next (position, phase and the
+    phase-2 pipeline's own position), switching to 64 tokens after the same 7 batches (phase 2
+    is the last 10 x 0.29 = 2.9 steps, rounded to 3)."""
+    config = smoke_config(**{"train.num_steps": 10, "data.phase2_fraction": 0.29})
+    kwargs = dict(batch_size=4, seed=0, process_index=0, process_count=1)
+    straight = BertPretrainingTask(config).train_iterator(**kwargs)
+    batches = [next(straight) for _ in range(10)]
+    assert [b["input_ids"].shape[1] for b in batches] == [32] * 7 + [64] * 3
+    task = BertPretrainingTask(config)
+    for stop in (5, 8):                  # stopped in phase 1, and one batch into phase 2
+        first = task.train_iterator(**kwargs)
+        for _ in range(stop):
+            next(first)
+        resumed = task.train_iterator(**kwargs)
+        resumed.set_state(first.get_state())
+        for expected in batches[stop:]:
+            got = next(resumed)
+            assert got.keys() == expected.keys()
+            for key in expected:
+                np.testing.assert_array_equal(got[key], expected[key], err_msg=f"{stop} {key}")
+
+
 def test_length_and_format_checks(brown_env):
     # A position table (learned, as BERT; the smoke config's ALiBi has no length limit) bounds
     # both phases' lengths by max_position_embeddings (64 in the smoke config).

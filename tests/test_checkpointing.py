@@ -130,6 +130,42 @@ def test_a_checkpoint_of_another_state_is_refused_and_left_alone(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_damaged_steps_are_set_aside_newest_first_until_one_reads(tmp_path):
+    """restore_latest_good: a truncated newest step is reported, renamed to <step>.corrupt-*
+    and the previous step comes back exactly (state, data state, step); when no step reads, a
+    CheckpointError names every damaged step and all of them are set aside."""
+    from train.checkpointing import CheckpointError
+
+    states = {step: {"w": jnp.full((64, 64), float(step))} for step in (1, 2, 3)}
+    abstract = {"w": jax.ShapeDtypeStruct((64, 64), jnp.float32, sharding=_replicated())}
+
+    def damage(step):
+        files = [p for p in (tmp_path / str(step) / "state").rglob("*") if p.is_file()]
+        victim = max(files, key=lambda p: p.stat().st_size)
+        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+
+    with Checkpointer(tmp_path, save_every=1, keep=3) as ckpt:
+        for step, state in states.items():
+            ckpt.save(step, state, {"at": step})
+        ckpt.wait()
+        damage(3)
+        warnings = []
+        restored, data, step = ckpt.restore_latest_good(abstract, warnings.append)
+        assert (step, data) == (2, {"at": 2})
+        np.testing.assert_array_equal(restored["w"], states[2]["w"])
+        assert len(warnings) == 1
+        assert warnings[0].startswith(f"checkpoint {tmp_path / '3'} cannot be restored")
+        assert ckpt.all_steps() == [1, 2] and len(list(tmp_path.glob("3.corrupt-*"))) == 1
+        damage(2)
+        damage(1)
+        with pytest.raises(CheckpointError, match="no readable checkpoint") as error:
+            ckpt.restore_latest_good(abstract, warnings.append)
+        assert f"{tmp_path / '2'}: " in str(error.value)
+        assert f"{tmp_path / '1'}: " in str(error.value)
+        assert ckpt.all_steps() == [] and len(warnings) == 3
+        assert sorted(p.name.split(".")[0] for p in tmp_path.glob("*.corrupt-*")) == ["1", "2", "3"]
+
+
 def test_async_save_copies_before_returning(tmp_path):
     """The caller may donate (delete) the state right after save() returns."""
     state = _make_state(1)

@@ -39,7 +39,7 @@ def test_variants_select_table_8_rows_and_sizes():
         {"smoke": False, "epochs": 3}
     with pytest.raises(ValueError, match=r"'smoke=ture': expected smoke, smoke=true or"):
         parse_arg("smoke=ture", smoke=False)
-    with pytest.raises(ValueError, match=r"'epochs=two': expected a int like 1"):
+    with pytest.raises(ValueError, match=r"'epochs=two': expected an int like 1"):
         parse_arg("size=B,epochs=two", size="Ti", epochs=1)
 
 
@@ -77,19 +77,37 @@ def test_finetune_learning_rate_and_warmup_follow_the_recipe_unless_given():
 
 
 def test_overrides_are_typed():
+    """A command-line string becomes the type of the value it replaces (an int for a float, a
+    list for a tuple); a value of another type, a key below a value and a section are refused
+    with the key named."""
     config = load_config_file(CONFIG)
-    apply_override(config, "model.image_size", "(28, 28)")
+    apply_override(config, "model.image_size", "(14, 14)")
+    assert config.model.image_size == (14, 14)
+    apply_override(config, "model.image_size", "[28, 28]")           # a list for a tuple
+    assert config.model.image_size == (28, 28) and isinstance(config.model.image_size, tuple)
     apply_override(config, "optimizer.learning_rate", "1")
     apply_override(config, "data.augment", "crop_flip")
     apply_override(config, "train.progress_bar", "false")
+    apply_override(config, "model.num_layers", "7")
     assert config.optimizer.learning_rate == 1.0 and isinstance(config.optimizer.learning_rate, float)
     assert config.data.augment == "crop_flip" and config.train.progress_bar is False
-    with pytest.raises(ConfigError, match="expected a int"):
+    assert config.model.num_layers == 7 and type(config.model.num_layers) is int
+    with pytest.raises(ConfigError, match="expected an int"):
         apply_override(config, "model.num_layers", "four")
-    with pytest.raises(ConfigError, match="expected a int like .*, got a bool"):
+    with pytest.raises(ConfigError, match=r"model.num_layers='2.5': expected an int like 7, "
+                                          r"got float"):
+        apply_override(config, "model.num_layers", "2.5")
+    with pytest.raises(ConfigError, match=r"expected a float like 1.0, got str"):
+        apply_override(config, "optimizer.learning_rate", "'1e-3'")
+    with pytest.raises(ConfigError, match=r"expected a tuple like \(28, 28\), got int"):
+        apply_override(config, "model.image_size", "28")
+    with pytest.raises(ConfigError, match="expected an int like .*, got a bool"):
         apply_override(config, "train.num_steps", "True")  # bool is an int to isinstance
     with pytest.raises(ConfigError, match="is a section"):
         apply_override(config, "model", "1")
+    with pytest.raises(ConfigError, match="config.model.num_layers is a value, not a section"):
+        apply_override(config, "model.num_layers.depth", "1")
+    assert config.model.num_layers == 7 and config.optimizer.learning_rate == 1.0
 
 
 @pytest.mark.parametrize("override, message", [

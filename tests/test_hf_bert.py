@@ -219,9 +219,13 @@ def test_prefixes_buffers_and_tied_decoder():
         "cls.predictions.decoder.weight": full["bert.embeddings.word_embeddings.weight"],
         "cls.predictions.decoder.bias": full["cls.predictions.bias"]})
     assert_trees_equal(params_from_hf(tied, cfg), params_from_hf(full, cfg))
-    tied["cls.predictions.decoder.weight"] = tied["cls.predictions.decoder.weight"] + 1
-    with pytest.raises(CheckpointError, match="untied MLM decoder"):
-        params_from_hf(tied, cfg)
+    # Either tied copy that differs (weight or bias alone) is an untied decoder: refused.
+    for name, source in (("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings"
+                          ".weight"), ("cls.predictions.decoder.bias", "cls.predictions.bias")):
+        untied = dict(tied, **{name: tied[name] + 1})
+        with pytest.raises(CheckpointError, match=f"{name} differs from {source}: an untied "
+                                                  "MLM decoder"):
+            params_from_hf(untied, cfg)
     with pytest.raises(ValueError, match="head='bart' is not one of"):
         params_from_hf(full, cfg, head="bart")
 

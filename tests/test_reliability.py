@@ -229,6 +229,90 @@ def test_a_skipped_step_keeps_adam_but_not_the_schedule_behind():
     np.testing.assert_allclose(w - float(state.params["w"]), 1.0, rtol=1e-5)
 
 
+@jax.custom_vjp
+def _grad_poison(w, poison):
+    """w itself; its gradient gets `poison` added (NaN: a non-finite gradient, finite loss)."""
+    return w
+
+
+_grad_poison.defvjp(lambda w, poison: (w, poison),
+                    lambda poison, g: (g + poison, jnp.zeros_like(poison)))
+
+
+class _PoisonedQuadratic(_Quadratic):
+    """_Quadratic whose batch may make only the loss (batch['loss_poison'], held out of the
+    gradient) or only the gradient (batch['grad_poison']) non-finite."""
+
+    def loss_fn(self, params, batch, rng):
+        w = _grad_poison(params["w"], batch["grad_poison"])
+        loss = jnp.sum((batch["x"] * w - batch["y"]) ** 2)
+        loss = loss + jax.lax.stop_gradient(batch["loss_poison"])
+        count = jnp.asarray(batch["x"].shape[0], jnp.float32)
+        return loss, (count, {"loss": (loss, count)})
+
+
+@pytest.mark.parametrize("poisoned", ["loss", "grad"])
+def test_a_non_finite_loss_alone_or_gradient_alone_is_skipped(poisoned):
+    """nonfinite='skip' drops the update when either the loss or the gradients are non-finite,
+    not only when both are (the test hook poisons both): the parameters and Adam's state stay,
+    the step counts as non-finite, and the flags say which of the two it was."""
+    tx, schedule = make_optimizer(optimizer_config(
+        name="adam", schedule="constant", learning_rate=0.1, warmup_steps=0, total_steps=10,
+        end_learning_rate=0.0, clip_norm=0.0))
+    step = jax.jit(make_train_step(_PoisonedQuadratic(), tx, schedule,
+                                   train_config(nonfinite="skip")))
+    params = {"w": jnp.ones(())}
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                       rng=jax.random.key(0))
+    clean = {"x": jnp.ones((4,)), "y": jnp.zeros((4,)), "loss_poison": jnp.zeros(()),
+             "grad_poison": jnp.zeros(())}
+    state, metrics = step(state, clean)
+    assert float(metrics["nonfinite_steps"][0]) == 0.0
+    before = state
+    bad = dict(clean, **{f"{poisoned}_poison": jnp.asarray(np.nan, jnp.float32)})
+    state, metrics = step(state, bad)
+    assert float(metrics["nonfinite_steps"][0]) == 1.0 and int(state.step) == 2
+    assert float(metrics["finite_loss"][0]) == float(poisoned != "loss")
+    assert float(metrics["finite_grads"][0]) == float(poisoned != "grad")
+    np.testing.assert_array_equal(state.params["w"], before.params["w"])
+    adam, lr_schedule = state.opt_state                # only the schedule counts on
+    for new, old in zip(jax.tree.leaves(adam), jax.tree.leaves(before.opt_state[0])):
+        np.testing.assert_array_equal(new, old)
+    assert int(lr_schedule.count) == 2
+    state, _ = step(state, clean)                      # and training goes on from there
+    assert float(state.params["w"]) < float(before.params["w"])
+
+
+@pytest.mark.parametrize("finite_loss, finite_grads, which", [
+    (0.0, 1.0, "loss"), (1.0, 0.0, "gradient norm"), (0.0, 0.0, "loss")])
+def test_stop_mode_names_the_first_non_finite_step_and_what_was_non_finite(finite_loss,
+                                                                           finite_grads, which):
+    """With nonfinite='stop' the host check raises for a step whose loss alone, or gradient norm
+    alone, was non-finite, naming that step (the first bad one) and the last checkpoint; a run
+    of finite steps passes. In 'skip' mode the flags are only cleared."""
+    import types
+
+    def flag(value):
+        return (np.float32(value), np.float32(1.0))
+
+    fine = [(step, (flag(1.0), flag(1.0))) for step in (4, 5)]
+    bad = [(6, (flag(finite_loss), flag(finite_grads))), (7, (flag(0.0), flag(1.0)))]
+    checkpointer = types.SimpleNamespace(latest_step=lambda: 5, directory="/run/checkpoints")
+    trainer = types.SimpleNamespace(config=smoke(**{"train.nonfinite": "stop"}))
+    pending = list(fine)
+    Trainer._check_finite(trainer, pending, checkpointer)
+    assert pending == []
+    with pytest.raises(NonFiniteError) as error:
+        Trainer._check_finite(trainer, fine + bad, checkpointer)
+    assert str(error.value).startswith(
+        f"non-finite {which} at step 6; stopping (the last good checkpoint, step 5, is kept in "
+        "/run/checkpoints)")
+    skipping = types.SimpleNamespace(config=smoke(**{"train.nonfinite": "skip"}))
+    pending = fine + bad
+    Trainer._check_finite(skipping, pending, checkpointer)
+    assert pending == []
+
+
 def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashion_mnist_env,
                                                                          tmp_path, capsys):
     """--allow_config_change with clipping turned off (one optimizer state fewer): the run stops

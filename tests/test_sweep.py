@@ -118,6 +118,47 @@ def test_a_sweep_may_gain_rows_and_later_stages_but_not_redefine_runs(tmp_path):
             sweep_lib.check_spec(tmp_path, new, allow_change=False)
     assert json.loads((tmp_path / "sweep.json").read_text()) == saved
     sweep_lib.check_spec(tmp_path, spec(pre), allow_change=True)  # the user asked for it
+
+
+def test_summary_and_table_are_mean_and_sample_std_over_seeds(tmp_path):
+    """Without training: a row's cell is the mean and the sample std (ddof=1) of its seeds'
+    values (the mean alone with one seed, '-' with none), the wall column is the mean wall time
+    per seed, and the best row follows the first metric's direction (here lower loss)."""
+    from train import sweep_report
+
+    sweep = sweep_spec.Sweep(title="t", stages=(sweep_spec.Stage("s", "f.py"),),
+                             rows={"a": {}, "b": {}, "c": {}, "d": {}},
+                             metrics=(sweep_spec.Metric("loss", "min"),
+                                      sweep_spec.Metric("accuracy")))
+    values = {"a": [(1.0, 0.9, 10.0), (1.3, 0.8, 20.0), (1.9, 0.95, 60.0)],
+              "b": [(0.8, 0.5, 4.0), (1.0, 0.6, 8.0)], "c": [(2.0, 0.1, 7.0)]}
+    records = [{"row": row, "seed": seed, "metrics": {"loss": loss, "accuracy": accuracy},
+                "wall_s": wall}
+               for row, seeds in values.items()
+               for seed, (loss, accuracy, wall) in enumerate(seeds)]
+    summary = sweep_report.summarize(sweep, records)
+    for row, seeds in values.items():
+        columns = np.array(seeds).T
+        assert summary[row]["n"] == len(seeds)
+        for key, column in zip(("loss", "accuracy", "wall_s"), columns):
+            mean, std = summary[row][key]
+            assert mean == pytest.approx(sum(column) / len(column), rel=1e-12)
+            if len(column) > 1:
+                spread = math.sqrt(sum((x - mean) ** 2 for x in column) / (len(column) - 1))
+                assert std == pytest.approx(spread, rel=1e-12)
+            else:
+                assert math.isnan(std)
+    assert summary["d"]["n"] == 0 and math.isnan(summary["d"]["loss"][0])
+    sweep_report.write_markdown(sweep, summary, "f.py", tmp_path / "results.md")
+    lines = [line for line in (tmp_path / "results.md").read_text().splitlines()
+             if line.startswith("| ")]
+    assert lines[1:] == [
+        "| a | 3 | 1.4000 ± 0.4583 | 0.8833 ± 0.0764 | 30 |",
+        "| **b** | 2 | 0.9000 ± 0.1414 | 0.5500 ± 0.0707 | 6 |",    # lowest mean loss
+        "| c | 1 | 2.0000 | 0.1000 | 7 |",
+        "| d | 0 | - | - | - |"]
+
+
 # ---- a real 2-row x 2-seed smoke sweep -------------------------------------------------------
 @pytest.fixture(scope="module")
 def smoke_sweep(fixture_data_root, tmp_path_factory):

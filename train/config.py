@@ -56,6 +56,12 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
     return call_file_function(spec, "get_config", ConfigError, "config")
 
 
+def a_type(kind: type) -> str:
+    """'an int', 'a float': a type's name with its article, for error messages."""
+    name = kind.__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def _parse_value(key: str, raw: str, current: Any) -> Any:
     """Reads `raw` as the type of the value it replaces."""
     if isinstance(current, bool):
@@ -67,17 +73,17 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError) as error:
-        raise ConfigError(f"config.{key}={raw!r}: expected a {type(current).__name__} like "
+        raise ConfigError(f"config.{key}={raw!r}: expected {a_type(type(current))} like "
                           f"{current!r}") from error
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if isinstance(current, tuple) and isinstance(value, list):
         value = tuple(value)
     if isinstance(value, bool) and not isinstance(current, bool) and current is not None:
-        raise ConfigError(f"config.{key}={raw!r}: expected a {type(current).__name__} like "
+        raise ConfigError(f"config.{key}={raw!r}: expected {a_type(type(current))} like "
                           f"{current!r}, got a bool")  # bool is an int to isinstance
     if current is not None and not isinstance(value, type(current)):
-        raise ConfigError(f"config.{key}={raw!r}: expected a {type(current).__name__} like "
+        raise ConfigError(f"config.{key}={raw!r}: expected {a_type(type(current))} like "
                           f"{current!r}, got {type(value).__name__}")
     return value
 
