@@ -286,6 +286,14 @@ def test_splits_are_deterministic_disjoint_and_stratified():
     by_group = collections.Counter(g for d, g in zip(ids, groups) if splits[d] == "validation")
     assert set(by_group) == set(groups)  # every group, even of 5, has a validation document
     assert num_validation(1) == 0 and num_validation(2) == 1 and num_validation(46) == 2
+    # round(0.05 n), not floor: 1.55 -> 2, 4.55 -> 5, 7.45 -> 7; at most n - 1.
+    assert [num_validation(n) for n in (29, 31, 91, 149)] == [1, 2, 5, 7]
+    assert num_validation(3, fraction=0.9) == 2
+    # Per group: exactly num_validation(n) documents, those with the smallest stable hashes.
+    for group in set(groups):
+        members = sorted((d for d, g in zip(ids, groups) if g == group), key=stable_hash)
+        k = num_validation(len(members))
+        assert [splits[d] for d in members] == ["validation"] * k + ["train"] * (len(members) - k)
     assert stable_hash("ca01") == stable_hash("ca01") != stable_hash("ca02")
     assert stable_hash("ca01") == 0xAD2106C73D2EE53F
     with pytest.raises(DataError, match="unique"):

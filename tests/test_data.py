@@ -293,15 +293,62 @@ def test_augmentation_crops_and_flips_reproducibly():
 
 
 def test_flip_augmentation_only_mirrors():
+    """'flip' mirrors each image or leaves it, independently per image: about half of the 64
+    are mirrored (4 SE = +-16), and some batch holds both kinds (a coin per batch would not)."""
     source = IdSource(64, shape=(28, 28, 1))
     plain = take(batches_of(source, batch_size=16, train=True), 4)
     flipped = take(batches_of(source, batch_size=16, train=True, augment="flip"), 4)
-    mirrored = 0
+    mirrored, mixed_batches = 0, 0
     for p, a in zip(plain, flipped):
+        in_batch = []
         for original, out in zip(p["image"], a["image"]):
             assert np.array_equal(out, original) or np.array_equal(out, original[:, ::-1])
-            mirrored += not np.array_equal(out, original)
+            in_batch.append(not np.array_equal(out, original))
+        mirrored += sum(in_batch)
+        mixed_batches += 0 < sum(in_batch) < len(in_batch)
     assert 16 < mirrored < 48  # about half of the 64
+    assert mixed_batches >= 3
+
+
+def test_crop_flip_draws_offsets_and_flips_per_image_uniformly():
+    """Recovers each image's crop offset (dy, dx in 0..4 for 28 px: 2 pixels of zero padding)
+    and flip from 256 augmented noise images (every offset gives a different image). dy and dx
+    each take all 5 values about equally often (4 SE on each count), independently of each
+    other (dy == dx about 1/5 of the time), and offsets and flips differ within a batch: the
+    draws are per image, not shared by a batch or by the two axes."""
+    source = IdSource(256, shape=(28, 28, 1))
+    plain = take(batches_of(source, batch_size=32, train=True), 8)
+    augmented = take(batches_of(source, batch_size=32, train=True, augment="crop_flip"), 8)
+    draws = []                                      # (batch, dy, dx, flip) per image
+    for k, (p, a) in enumerate(zip(plain, augmented)):
+        for original, out in zip(p["image"], a["image"]):
+            padded = np.pad(original, ((2, 2), (2, 2), (0, 0)))
+            found = [(dy, dx, flip) for dy in range(5) for dx in range(5) for flip in (0, 1)
+                     if np.array_equal(out, padded[dy:dy + 28, dx:dx + 28][:, ::-1 if flip else 1])]
+            assert len(found) == 1, found
+            draws.append((k, *found[0]))
+    batch, dy, dx, flip = np.array(draws).T
+    n = len(draws)
+    se_fifth = np.sqrt(n * 0.2 * 0.8)
+    for axis in (dy, dx):
+        counts = np.bincount(axis, minlength=5)
+        assert (np.abs(counts - n / 5) <= 4 * se_fifth).all(), counts
+    assert abs((dy == dx).sum() - n / 5) <= 4 * se_fifth
+    assert abs(flip.sum() - n / 2) <= 4 * np.sqrt(n / 4)
+    for k in range(8):
+        here = batch == k
+        assert len(set(zip(dy[here], dx[here]))) > 5 and 0 < flip[here].sum() < here.sum()
+
+
+def test_normalisation_is_per_channel():
+    """Each channel c is (x / 255 - mean[c]) / std[c] with its own constants, checked against
+    NumPy on a 3-channel source with different constants per channel."""
+    source = IdSource(12, shape=(4, 5, 3))
+    mean, std = (0.1, 0.5, 0.9), (0.2, 0.3, 0.4)
+    batches = list(batches_of(source, batch_size=4, train=False, mean=mean, std=std))
+    images = np.concatenate([b["image"] for b in batches])
+    want = (source.images / 255.0 - np.array(mean)) / np.array(std)
+    np.testing.assert_allclose(images, want, rtol=1e-5, atol=1e-5)
 
 
 def test_unknown_augmentation_is_rejected():

@@ -167,6 +167,28 @@ def test_classify_and_pair_rows(tok):
     assert ft.truncate_pair([1, 2, 3, 4], [5], 3) == ([1, 2], [5], True)
 
 
+def test_truncate_pair_takes_from_the_longer_side_b_on_a_tie():
+    """BERT's `_truncate_seq_pair` removes the last piece of the longer side, of b when both
+    are equally long. In closed form: the longer side alone loses min(excess, gap) pieces,
+    then the rest alternates starting with b, so b loses ceil(rest / 2) and a floor(rest / 2).
+    Ties are where 'b on a tie' and 'a on a tie' differ: (2, 2, 3) must keep a whole."""
+    assert ft.truncate_pair([1, 2], [3, 4], 3) == ([1, 2], [3], True)
+    assert ft.truncate_pair([1, 2, 3], [4, 5], 3) == ([1, 2], [4], True)
+    assert ft.truncate_pair([1], [2], 5) == ([1], [2], False)
+    for la in range(8):
+        for lb in range(8):
+            for budget in range(1, 12):
+                a, b = list(range(la)), list(range(100, 100 + lb))
+                excess = max(0, la + lb - budget)
+                gap = abs(la - lb)
+                first = min(excess, gap)
+                rest = excess - first
+                cut_a = (first if la > lb else 0) + rest // 2
+                cut_b = (first if lb > la else 0) + rest - rest // 2
+                assert ft.truncate_pair(a, b, budget) == (
+                    a[:la - cut_a], b[:lb - cut_b], excess > 0), (la, lb, budget)
+
+
 def test_tag_labels_sit_on_the_first_piece_of_each_word(tok):
     enc = ft.FeatureEncoder("tag", tok, 12, num_labels=6)
     words = ["The", "cats", "walked", "slowly", "."]
@@ -176,8 +198,46 @@ def test_tag_labels_sit_on_the_first_piece_of_each_word(tok):
     assert row["labels"][:9].tolist() == [-100, 1, 2, -100, 3, 4, -100, 5, -100]
     assert (row["labels"][9:] == -100).all() and not cut
     np.testing.assert_array_equal(row["label_weights"], row["labels"] >= 0)
-    row, cut, _ = ft.FeatureEncoder("tag", tok, 6, num_labels=6)({"words": words, "tags": [1, 2, 3, 4, 5]})
+    short = ft.FeatureEncoder("tag", tok, 6, num_labels=6)
+    row, cut, _ = short({"words": words, "tags": [1, 2, 3, 4, 5]})
     assert cut and row["labels"].tolist() == [-100, 1, 2, -100, 3, -100]
+
+
+def test_tag_word_erased_by_the_normalizer_keeps_its_place(tok):
+    """A word that tokenizes to nothing (a control or zero-width character) becomes one [UNK]
+    holding its tag, so the tags of the words after it stay on their own first pieces."""
+    enc = ft.FeatureEncoder("tag", tok, 12, num_labels=6)
+    words = ["the", "\u200b", "cats", "\x07", "sat"]
+    row, cut, _ = enc({"words": words, "tags": [1, 2, 3, 4, 5]})
+    pieces = [tok.id_to_token(i) for i in row["input_ids"][row["input_mask"] == 1]]
+    assert pieces == ["[CLS]", "the", "[UNK]", "cat", "##s", "[UNK]", "sat", "[SEP]"]
+    assert row["labels"][:8].tolist() == [-100, 1, 2, 3, -100, 4, 5, -100] and not cut
+    assert (row["labels"][8:] == -100).all()
+
+
+def test_span_answer_edges_inside_words_and_at_punctuation(tok):
+    """Character spans map to exactly the pieces that overlap them: an answer ending where a
+    '##' piece or a '.' starts (no space between) does not take that piece; one starting at a
+    '##' piece starts there. An answer that begins in the kept context but runs past its cut is
+    not found (weight 0, counted as dropped) rather than shortened to the kept pieces."""
+    enc = ft.FeatureEncoder("span", tok, 24, max_query_length=4)
+    context = "the red cats sat on the mat."
+    # pieces: the red cat ##s sat on the mat .   (context starts at position 1 + 1 + 1 = 3)
+    question = "where"
+    first = len(tok.encode(question)) + 2
+    cases = [((8, "cat"), (2, 2)), ((11, "s"), (3, 3)), ((8, "cats"), (2, 3)),
+             ((24, "mat"), (7, 7)), ((24, "mat."), (7, 8)), ((4, "red cats sat"), (1, 4))]
+    for (char_start, answer), (lo, hi) in cases:
+        assert context[char_start:char_start + len(answer)] == answer
+        row, _, weightless = enc({"question": question, "context": context,
+                                  "answers": [(char_start, answer)]})
+        assert (row["start_positions"], row["end_positions"]) == (first + lo, first + hi), answer
+        assert not weightless and row["answer_weight"] == 1
+    short = ft.FeatureEncoder("span", tok, first + 4 + 1, max_query_length=4)   # 4 pieces kept
+    row, cut, weightless = short({"question": question, "context": context,
+                                  "answers": [(4, "red cats sat")]})      # 'sat' is piece 5
+    assert row["context_mask"].sum() == 4 and cut
+    assert weightless and row["answer_weight"] == 0 and row["answer_starts"][0] == -1
 
 
 def test_span_positions_and_truncation(tok):
@@ -196,8 +256,9 @@ def test_span_positions_and_truncation(tok):
     assert row["segment_ids"][first] == 1 and row["segment_ids"][first - 1] == 0
     # Cut counts the question's truncation too; the context was whole, so both answers count.
     assert cut and not weightless and row["answer_weight"] == 1
-    _, cut, _ = enc({"question": "where is the zebra", "context": context, "answers": []})
-    assert not cut
+    row, cut, weightless = enc({"question": "where is the zebra", "context": context,
+                                "answers": []})
+    assert not cut and not weightless and row["answer_weight"] == 0   # no answer: not dropped
 
     short = ft.FeatureEncoder("span", tok, 11, max_query_length=4)  # context cut to 3 pieces
     row, cut, weightless = short({"question": "where is the zebra", "context": context,
@@ -234,6 +295,10 @@ def test_multiple_choice_rows(tok):
                        "label": 2})
     assert row["input_ids"].shape == (3, 9) and row["label"] == 2 and not cut
     assert row["segment_ids"][1].tolist() == [0] * 5 + [1] * 3 + [0]
+    # A cut in any one choice's pair counts the example as truncated (here only the first).
+    row, cut, _ = enc({"context": "the cat sat", "choices": ["on the red mat", "a", "red"],
+                       "label": 0})
+    assert cut and row["input_mask"][0].all() and row["input_mask"][1:, -1].sum() == 0
     with pytest.raises(DataError, match="2 choices"):
         enc({"context": "a", "choices": ["b", "c"], "label": 0})
 
@@ -312,3 +377,60 @@ def test_eval_batches_pad_with_mask_and_shard_over_processes(tok):
     assert len(seen) == 11
     want = [enc(e)[0]["input_ids"].tolist() for e in examples]
     assert sorted(seen) == sorted(want)
+
+
+def test_eval_padding_rows_carry_no_loss_for_tag_and_span(tok):
+    """The mask=0 rows that pad an eval pass to whole global batches are empty for every kind:
+    no input, tag labels all -100 with weight 0, span answer weight 0 and no answer. A padding
+    row with a loss weight would add a made-up example to the eval loss."""
+    kinds = {
+        "tag": (ft.FeatureEncoder("tag", tok, 8, num_labels=3),
+                {"words": ["the", "cat"], "tags": [1, 2]}),
+        "span": (ft.FeatureEncoder("span", tok, 12, max_query_length=3),
+                 {"question": "where", "context": "the cat", "answers": [(4, "cat")]}),
+        "multiple_choice": (ft.FeatureEncoder("multiple_choice", tok, 8, num_choices=2),
+                            {"context": "the", "choices": ["a", "cat"], "label": 1})}
+    for kind, (enc, example) in kinds.items():
+        batches = list(ft.finetune_batches([example] * 3, enc, batch_size=2, train=False,
+                                           process_index=1, process_count=2))
+        assert len(batches) == 1
+        b = batches[0]
+        assert b["mask"].tolist() == [1.0, 0.0], kind             # example 3 and one padding row
+        real, pad = {k: v[0] for k, v in b.items()}, {k: v[1] for k, v in b.items()}
+        assert real["input_mask"].any() and not pad["input_mask"].any(), kind
+        assert (pad["input_ids"] == tok.pad_id).all() and not pad["segment_ids"].any(), kind
+        if kind == "tag":
+            assert real["label_weights"].sum() == 2
+            assert (pad["labels"] == ft.IGNORE).all() and not pad["label_weights"].any()
+        elif kind == "span":
+            assert real["answer_weight"] == 1 and real["context_mask"].sum() == 2
+            assert pad["answer_weight"] == 0 and not pad["context_mask"].any()
+            assert (pad["answer_starts"] == -1).all() and (pad["answer_ends"] == -1).all()
+            assert pad["start_positions"] == pad["end_positions"] == 0
+        else:
+            assert real["label"] == 1 and pad["label"] == 0
+
+
+def test_train_batches_shard_the_global_stream_over_processes(tok):
+    """Training over 2 processes: process i yields global batches i, i + 2, ... of the
+    single-process stream (same seed), so the two shards are disjoint, cover every example once
+    per epoch, and the global batch of a step does not depend on the number of processes."""
+    examples = [{"text": " ".join(WORDS[k % 12] for k in range(i, i + 1 + i % 5)), "label": i % 2}
+                for i in range(24)]
+    enc = ft.FeatureEncoder("classify", tok, 10, num_labels=2)
+    it = ft.finetune_batches(examples, enc, batch_size=3, train=True, seed=4)
+    single = [next(it) for _ in range(12)]                   # 1.5 epochs of 8 batches
+    shards = []
+    for i in range(2):
+        it = ft.finetune_batches(examples, enc, batch_size=3, train=True, seed=4,
+                                 process_index=i, process_count=2)
+        shards.append([next(it) for _ in range(6)])
+    for step in range(6):
+        for i in range(2):
+            for key in single[0]:
+                np.testing.assert_array_equal(shards[i][step][key], single[2 * step + i][key],
+                                              err_msg=key)
+    epoch = [row.tolist() for b in single[:8] for row in b["input_ids"]]
+    assert sorted(epoch) == sorted(enc(e)[0]["input_ids"].tolist() for e in examples)
+    with pytest.raises(DataError, match="cannot fill one global batch"):
+        ft.finetune_batches(examples[:5], enc, batch_size=3, train=True, process_count=2)

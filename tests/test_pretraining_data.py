@@ -160,6 +160,62 @@ def test_nsp_labels_are_balanced(corpus, tok):
     assert within(labels.mean(), expected, len(labels)), (labels.mean(), expected)
 
 
+def test_segment_pair_chunks_split_points_and_random_b_length(tok):
+    """The sentence-level rules of segment_pair, on the untruncated plan rows (len(A) + len(B)
+    below the maximum, so every span edge is a sentence edge):
+    - label 0: A and B are one chunk of one document, closed as soon as it reaches `target`
+      (without its last sentence it is shorter than `target`) or at the document's end;
+    - the split point k (sentences in A) is uniform in 1..n-1 for a chunk of n sentences;
+    - label 1: B is the shortest run of whole sentences of another document that fills the rest
+      of the target (without its last sentence it falls short), or ends at its document's end.
+    A split always after the first sentence, a chunk closed one sentence late, or a random B
+    sized to the whole target instead of the rest, all fail here. The documents are DOCS cut
+    into sentences of three words (~5 pieces), so many chunks of 3+ sentences fit untruncated."""
+    short_docs = []
+    for doc in DOCS[:80]:
+        words = " ".join(s for p in doc.paragraphs for s in p).split()
+        short_docs.append(Document(doc.doc_id, [[" ".join(words[i:i + 3])
+                                                 for i in range(0, len(words), 3)]]))
+    corpus = pi.tokenize_documents(short_docs, tok)
+    max_tokens = 64 - 3
+    ss = corpus.sentence_starts
+    doc_of_sentence = np.repeat(np.arange(corpus.num_documents), np.diff(corpus.doc_sentences))
+    doc_end = corpus.doc_sentences[1:][doc_of_sentence]     # per sentence: its document's end
+    sentence = {int(s): k for k, s in enumerate(ss.tolist())}
+    plan = np.concatenate([pi.segment_pair_plan(corpus, max_seq_length=64, short_seq_prob=0.5,
+                                                rng=random.Random(s)) for s in range(3)])
+    a0, a1, b0, b1, label, target = plan.T
+    whole = (a1 - a0) + (b1 - b0) < max_tokens
+    splits, next_checked, random_checked, multi_sentence_b = [], 0, 0, 0
+    for r in np.flatnonzero(whole):
+        sa0, sa1, sb0, sb1 = (sentence[int(x)] for x in (a0[r], a1[r], b0[r], b1[r]))
+        assert sa0 < sa1 and sb0 < sb1 and doc_of_sentence[sa0] == doc_of_sentence[sa1 - 1]
+        t = int(target[r])
+        if label[r] == pi.IS_NEXT:
+            assert sa1 == sb0 and doc_of_sentence[sb1 - 1] == doc_of_sentence[sa0]
+            assert ss[sb1 - 1] - ss[sa0] < t, f"row {r}: the chunk went on past its target"
+            assert ss[sb1] - ss[sa0] >= t or sb1 == doc_end[sa0], f"row {r}: chunk cut short"
+            splits.append((sa1 - sa0, sb1 - sa0))
+            next_checked += 1
+        else:
+            assert doc_of_sentence[sb0] != doc_of_sentence[sa0]
+            assert doc_of_sentence[sb1 - 1] == doc_of_sentence[sb0]
+            need = t - int(a1[r] - a0[r])
+            if sb1 - sb0 >= 2:
+                multi_sentence_b += 1
+                assert ss[sb1 - 1] - ss[sb0] < need, f"row {r}: random B longer than needed"
+            assert ss[sb1] - ss[sb0] >= need or sb1 == doc_end[sb0], f"row {r}: B too short"
+            random_checked += 1
+    assert next_checked > 300 and random_checked > 300 and multi_sentence_b > 100, (
+        next_checked, random_checked, multi_sentence_b)
+    # k uniform on 1..n-1: mean n/2, variance ((n-1)^2 - 1)/12; 4 SE on the sum over chunks.
+    k, n = np.array([s for s in splits if s[1] >= 3]).T
+    assert len(k) > 100 and ((k >= 1) & (k <= n - 1)).all()
+    se = math.sqrt((((n - 1) ** 2 - 1) / 12).sum())
+    assert abs(k.sum() - (n / 2).sum()) <= 4 * se, (k.sum(), (n / 2).sum(), se)
+    assert (k > 1).any() and (k == n - 1).any()
+
+
 def truncate_reference(la, lb, max_tokens):
     """BERT's truncate_seq_pair, token by token: final lengths."""
     while la + lb > max_tokens:
@@ -415,21 +471,36 @@ def test_process_sharding_train(tok, kwargs):
                 np.testing.assert_array_equal(shards[i][step][k], single[2 * step + i][k])
 
 
-def test_process_sharding_eval(tok):
+@pytest.mark.parametrize("batch_size", [16, 10])
+def test_process_sharding_eval(tok, batch_size):
+    """Eval over 3 processes: every process yields exactly `num_batches(...)` batches, process
+    i holding global batches i, i + 3, ... of the single-process stream, padded with all-zero
+    mask=0 rows to whole global batches. 1,248 examples fill 78 batches of 16 exactly (no
+    padding); with batch_size 10 the last global batch of 30 holds 18 real rows and 12 padding
+    rows, so padding to per-process rather than global batches leaves a process short."""
     num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=0)
-    single = rows(take(batches(tok, train=False), pt.num_batches(num, batch_size=16)))
-    count = pt.num_batches(num, batch_size=16, process_count=3)
+    single = rows(take(batches(tok, train=False, batch_size=batch_size),
+                       pt.num_batches(num, batch_size=batch_size)))
+    count = pt.num_batches(num, batch_size=batch_size, process_count=3)
+    assert (num % (3 * batch_size) == 0) == (batch_size == 16)
     shards = []
     for i in range(3):
-        it = batches(tok, train=False, process_index=i, process_count=3)
-        shards.append(rows(take(it, count)))
+        it = batches(tok, train=False, batch_size=batch_size, process_index=i, process_count=3)
+        shards.append(take(it, count))
         with pytest.raises(StopIteration):        # every process yields exactly `count`
             next(it)
-    assert sum(int(s["mask"].sum()) for s in shards) == num
-    got = collections.Counter()
-    for s in shards:
-        got += as_set({k: v[s["mask"] > 0] for k, v in s.items()})
-    assert got == as_set({k: v[single["mask"] > 0] for k, v in single.items()})
+    for step in range(count):                     # process i holds global batches i, i + 3, ...
+        for i in range(3):
+            lo = (3 * step + i) * batch_size
+            got = shards[i][step]
+            real = got["mask"] > 0
+            np.testing.assert_array_equal(real, np.arange(lo, lo + batch_size) < num)
+            for k in got:
+                np.testing.assert_array_equal(got[k][real], single[k][lo:lo + real.sum()],
+                                              err_msg=k)
+                pad = tok.pad_id if k == "input_ids" else 0     # padding rows: [PAD], zeros
+                assert (got[k][~real] == pad).all(), k
+    assert sum(int(b["mask"].sum()) for s in shards for b in s) == num
 
 
 def test_config_errors(tok):

@@ -7,6 +7,7 @@ import pickle
 import re
 import threading
 
+import numpy as np
 import pytest
 
 from data import sentencepiece_vocab as sv
@@ -166,3 +167,36 @@ def test_too_large_vocabulary_is_a_data_error(tmp_path):
         sv.load_or_train("pairs.train.en+es", texts_fn, vocab_size=50_000, cache_dir=tmp_path,
                          verbose=False)
     assert not list(tmp_path.glob("*.model"))
+
+
+def test_training_reads_the_first_max_sentences_non_empty_texts(tmp_path, monkeypatch):
+    """The trainer gets the first `max_sentences` texts of `texts_fn()` that are not empty, as
+    str (bytes decoded), in order: empty texts neither reach it nor count towards the cap."""
+    seen = []
+    train = sv._train_model
+
+    def recording(texts, **kwargs):
+        seen.extend(texts)
+        return train(texts_fn(), **kwargs)       # a real model, so the cache file loads
+
+    monkeypatch.setattr(sv, "_train_model", recording)
+    sentences = [s for pair in PAIRS for s in pair]
+    mixed = ["", sentences[0], b"", sentences[1].encode("utf-8"), "", *sentences[2:]]
+    sv.load_or_train("capped.train.en+es", lambda: iter(mixed), vocab_size=VOCAB,
+                     max_sentences=7, cache_dir=tmp_path, verbose=False)
+    assert seen == sentences[:7]
+    seen.clear()
+    sv.load_or_train("all.train.en+es", lambda: iter(mixed), vocab_size=VOCAB,
+                     max_sentences=None, cache_dir=tmp_path, verbose=False)
+    assert seen == sentences
+
+
+def test_as_text_accepts_str_bytes_and_0d_arrays():
+    """Text fields arrive as str, UTF-8 bytes or 0-d numpy arrays of either (TFDS and grain
+    sources); all read as the same str, and anything else is refused."""
+    for value in ("Año nuevo", "Año nuevo".encode("utf-8"), np.array("Año nuevo"),
+                  np.array("Año nuevo".encode("utf-8"), dtype=object),
+                  np.bytes_("Año nuevo".encode("utf-8"))):
+        assert sv.as_text(value) == "Año nuevo" and type(sv.as_text(value)) is str, value
+    with pytest.raises(DataError, match="got int"):
+        sv.as_text(3)

@@ -50,14 +50,20 @@ def expected_tokens(tok, examples, max_length):
 
 
 def test_packed_batches_hold_every_example_once(tokenizer):
+    """Packed rows are well formed and one epoch holds every example once; the per-batch counts
+    (`last_stats`) are the examples packed into the batch and, of those, the ones truncated
+    (16 of the 40 examples are longer than 24 tokens), summed over all rows and segments."""
     examples = make_examples(as_bytes=True)
     max_length, rows = 24, 4
     it = train_batches(examples, tokenizer, source_key="en", target_key="es", batch_size=rows,
                             max_length=max_length, seed=3)
     want = expected_tokens(tokenizer, examples, max_length)
+    untruncated = set(expected_tokens(tokenizer, examples, 10_000))
+    assert len(set(want)) == len(examples) and 10 < len(set(want) - untruncated) < 30
     seen = []
     while len(seen) < len(examples):
         batch = next(it)
+        before = len(seen)
         assert sorted(batch) == sorted(text.ARRAY_KEYS)
         for key in text.ARRAY_KEYS:
             assert batch[key].dtype == np.int32 and batch[key].shape == (rows, max_length), key
@@ -76,12 +82,16 @@ def test_packed_batches_hold_every_example_once(tokenizer):
             tgt = segments(batch["targets"][r], batch["targets_segmentation"][r])
             assert src.keys() == tgt.keys()  # both sides of an example share the segment id
             seen += [(tuple(src[s]), tuple(tgt[s])) for s in sorted(src)]
+        in_batch = seen[before:]
+        assert it.last_stats == {"examples": len(in_batch), "dropped": 0,
+                                 "truncated": sum(e not in untruncated for e in in_batch)}
     # The batches hold the first len(seen) examples of the stream (see the next test): the
     # whole first epoch, each example once, and the start of the second.
     extra = collections.Counter(seen) - collections.Counter(want)
     assert not collections.Counter(want) - collections.Counter(seen)
     assert sum(extra.values()) == len(seen) - len(examples)
     assert it.stats["examples"] == len(seen)
+    assert it.stats["truncated"] == sum(e not in untruncated for e in seen) >= 16
 
 
 def test_packed_matches_unpacked_decoded(tokenizer):

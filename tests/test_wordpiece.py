@@ -80,6 +80,10 @@ def test_vocab_cache_reuse_name_and_corrupt_file(tmp_path, monkeypatch):
     assert wp.load_tokenizer(path).encode("The governor") == first.encode("The governor")
     assert not list(path.parent.glob("*.partial"))     # the temporary file was renamed
 
+    # A file that loads but does not match its name (here: cased under an uncased name).
+    path.write_text(cased.tokenizer_json)
+    with pytest.raises(DataError, match="lowercase=False.*not ours"):
+        wp.vocab_for_documents(documents, **kwargs)
     path.write_text('{"version": "1.0", "model": {"type": "WordPie')
     with pytest.raises(DataError, match="corrupt.*delete"):
         wp.vocab_for_documents(documents, **kwargs)
@@ -107,6 +111,9 @@ def test_vocab_txt_loading(tok, tmp_path):
     (tmp_path / "nomask.txt").write_text("\n".join(google[:103]) + "\n")
     with pytest.raises(DataError, match=r"lacks the special tokens \['\[MASK\]'\]"):
         wp.load_vocab_txt(tmp_path / "nomask.txt", lowercase=True)
+    (tmp_path / "twice.txt").write_text("\n".join(google + ["bridge"]) + "\n")
+    with pytest.raises(DataError, match=r"\['bridge'\] appear more than once"):
+        wp.load_vocab_txt(tmp_path / "twice.txt", lowercase=True)
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(DataError, match="corrupt"):
         wp.load_vocab_txt(tmp_path / "empty.txt", lowercase=True)
@@ -114,3 +121,47 @@ def test_vocab_txt_loading(tok, tmp_path):
         wp.load_vocab_txt(tmp_path / "absent.txt", lowercase=True)
     with pytest.raises(DataError, match="casing"):
         wp.load_tokenizer(saved)
+
+
+def reference_wordpiece(word: str, vocab: dict[str, int], unk: int) -> list[int]:
+    """BERT's WordpieceTokenizer on one word, in plain Python: greedy longest match first from
+    the left, '##' on every piece after the first; [UNK] for the whole word when some position
+    has no piece, or when the word has more than 100 characters."""
+    if len(word) > 100:
+        return [unk]
+    ids, start = [], 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            piece = ("##" if start else "") + word[start:end]
+            if piece in vocab:
+                ids.append(vocab[piece])
+                start = end
+                break
+        else:
+            return [unk]
+    return ids
+
+
+def test_greedy_longest_match_unknown_and_long_words():
+    """Encoding with a hand-made vocabulary equals BERT's algorithm (reference above): the
+    longest piece wins even where a shorter first piece would also cover the word ('unaff' +
+    '##able', not 'un' + '##affable'), a word with an uncoverable rest is one [UNK] (not its
+    covered prefix), a word of exactly 100 characters is split while 101 characters give [UNK],
+    and a special token written in the text stays one token."""
+    tokens = [*wp.SPECIAL_TOKENS, "un", "unaff", "##affable", "##able", "##a", "##b", "ab",
+              "##ab", "the", "bridge", "##s", ".", "a"]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = wp.from_vocab(vocab, lowercase=True)
+    words = ["unaffable", "unable", "una", "unb", "unabab", "unx", "bridges", "ab" * 50,
+             "ab" * 50 + "a", "a" * 100, "a" * 101, "abba", "the", "thebridge"]
+    for word in words:
+        assert tok.encode(word) == reference_wordpiece(word, vocab, tok.unk_id), word
+    assert tok.encode("unaffable") == [vocab["unaff"], vocab["##able"]]
+    assert tok.encode("ab" * 50) == [vocab["ab"]] + [vocab["##ab"]] * 49
+    assert tok.encode("ab" * 50 + "a") == [tok.unk_id]
+    assert tok.encode("The unx bridges.") == [vocab["the"], tok.unk_id, vocab["bridge"],
+                                              vocab["##s"], vocab["."]]
+    assert tok.encode("the [MASK] bridge [SEP]") == [vocab["the"], tok.mask_id, vocab["bridge"],
+                                                     tok.sep_id]
+    np.testing.assert_array_equal(tok.word_starts(tok.encode("unaffable bridges")),
+                                  [True, False, True, False])
