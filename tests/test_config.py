@@ -126,6 +126,13 @@ def test_overrides_are_typed():
     ("--config.train.checkpoint_every=0", "config.train.checkpoint_every=0 must be >= 1"),
     ("--config.train.keep_checkpoints=0", "config.train.keep_checkpoints=0 must be >= 1"),
     ("--config.train.eval_every=-5", "config.train.eval_every=-5 must be >= 0 (0: only at the end)"),
+    ("--config.train.num_steps=0", "config.train.num_steps=0 must be >= 1"),
+    ("--config.train.grad_accum_steps=0", "config.train.grad_accum_steps=0 must be >= 1"),
+    ("--config.train.peak_flops=-1.0",
+     "config.train.peak_flops=-1.0 must be >= 0 (0: measure a matmul here)"),
+    ("--config.optimizer.warmup_steps=-1", "config.optimizer.warmup_steps=-1 must be >= 0"),
+    ("--config.optimizer.warmup_steps=1000", "config.optimizer.total_steps=20 must be larger "
+     "than optimizer.warmup_steps=1000 for optimizer.schedule='cosine'"),
     ("--config.model.image_size=(56,56)", "config.model.image_size=(56, 56) does not match config.data.image_shape"),
     ("--config.optimizer.schedule=step", "config.optimizer.schedule='step' is not one of"),
     ("--config.optimizer.weight_decay=-1.0", "config.optimizer.weight_decay"),

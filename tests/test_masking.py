@@ -250,3 +250,28 @@ def test_grain_masking_is_dynamic_per_epoch_and_reproducible():
 def test_invalid_configs_raise_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         config(**overrides)
+
+
+def test_malformed_inputs_are_named():
+    """Token arrays of the wrong rank or dtype, word_starts of another shape, and a pipeline
+    element without the tokens are DataErrors that say what was expected."""
+    from data.errors import DataError
+
+    cfg, whole = config(), config(whole_word=True)
+    rng = np.random.default_rng(0)
+    tokens = np.arange(10, 30, dtype=np.int32)
+    with pytest.raises(DataError, match=r"tokens must be a 1-D integer array, got float64"):
+        mask_tokens(tokens.astype(np.float64), rng, cfg)
+    with pytest.raises(DataError, match=r"tokens must be a 1-D integer array, .* shape \(2, 10\)"):
+        mask_tokens(tokens.reshape(2, 10), rng, cfg)
+    with pytest.raises(DataError, match=r"word_starts of shape \(19,\) does not match tokens of "
+                                        r"shape \(20,\)"):
+        mask_tokens(tokens, rng, whole, word_starts=np.ones(19, bool))
+    with pytest.raises(DataError, match=r"tokens must be \[batch, length\], got shape \(20,\)"):
+        mask_batch(tokens, rng, cfg)
+    with pytest.raises(DataError, match=r"word_starts of shape \(2, 9\) does not match tokens of "
+                                        r"shape \(2, 10\)"):
+        mask_batch(tokens.reshape(2, 10), rng, whole, word_starts=np.ones((2, 9), bool))
+    with pytest.raises(DataError, match=r"MaskTokens: element has no 'input_ids' \(keys: "
+                                        r"\['ids', 'labels'\]\)"):
+        MaskTokens(cfg).random_map({"ids": tokens, "labels": tokens}, rng)
