@@ -198,6 +198,35 @@ def test_feature_based_sequence_head_averages_the_real_tokens():
                                rtol=1e-5, atol=1e-6)
 
 
+def test_feature_based_token_head_mlp_is_one_gelu_layer_per_token():
+    """feature_head='mlp' (the cheaper stand-in for Sec. 5.3's BiLSTM): each token's frozen
+    feature -> GELU(dense) -> classifier, against NumPy from the parameters."""
+    from math import erf
+
+    from models.bert import BertConfig, BertModel
+    from models.bert_heads import BertForTokenClassification
+
+    cfg = BertConfig(vocab_size=30, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16,
+                     max_position_embeddings=16)
+    head = BertForTokenClassification(cfg, num_labels=3, features="second_to_last",
+                                      head_hidden=5, feature_head="mlp")
+    ids = np.arange(12, dtype=np.int32).reshape(2, 6) + 5
+    mask = np.array([[1] * 6, [1] * 4 + [0] * 2], np.int32)
+    params = nn.meta.unbox(head.init(jax.random.PRNGKey(0), ids, None, mask))["params"]
+    assert set(params) == {"bert", "feature_hidden", "classifier"}
+    params = jax.tree.map(lambda p: p + 0.1 * np.random.default_rng(1).normal(size=p.shape),
+                          params)  # the zero-initialised biases would hide nothing
+    logits = np.asarray(head.apply({"params": params}, ids, None, mask), np.float64)
+    _, _, states = BertModel(cfg).apply({"params": params["bert"]}, ids, None, mask,
+                                        output_hidden_states=True)
+    h = np.asarray(states[-2], np.float64)                     # the second-to-last layer
+    hidden = h @ params["feature_hidden"]["kernel"] + params["feature_hidden"]["bias"]
+    hidden = hidden * 0.5 * (1 + np.vectorize(erf)(hidden / np.sqrt(2)))  # exact GELU
+    expected = hidden @ params["classifier"]["kernel"] + params["classifier"]["bias"]
+    assert logits.shape == (2, 6, 3)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+
+
 # ----------------------------------------------------------------------------- best span
 
 

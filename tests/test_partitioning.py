@@ -1,0 +1,36 @@
+"""The mesh shape a config asks for (train/partitioning.py): -1 takes the remaining devices, and
+every shape that cannot be built is refused with the key and the fix named."""
+
+from __future__ import annotations
+
+import pytest
+
+from train.partitioning import MeshError, resolve_mesh_shape
+
+
+@pytest.mark.parametrize("mesh, devices, expected", [
+    ({"data": -1, "fsdp": 1, "tensor": 1}, 8, {"data": 8, "fsdp": 1, "tensor": 1}),
+    ({"data": 2, "fsdp": -1, "tensor": 2}, 8, {"data": 2, "fsdp": 2, "tensor": 2}),
+    ({"data": 1, "fsdp": 2, "tensor": -1}, 8, {"data": 1, "fsdp": 2, "tensor": 4}),
+    ({"data": 2, "fsdp": 2, "tensor": 2}, 8, {"data": 2, "fsdp": 2, "tensor": 2}),
+    ({"data": -1, "fsdp": 4, "tensor": 1}, 4, {"data": 1, "fsdp": 4, "tensor": 1}),
+])
+def test_the_free_axis_takes_the_remaining_devices(mesh, devices, expected):
+    assert resolve_mesh_shape(mesh, devices) == expected
+
+
+@pytest.mark.parametrize("mesh, devices, message", [
+    ({"data": 0, "fsdp": 1, "tensor": 1}, 8,
+     r"config.mesh.data=0: mesh sizes must be positive, or -1 for 'all remaining devices'"),
+    ({"data": 1, "fsdp": -2, "tensor": 1}, 8, r"config.mesh.fsdp=-2: mesh sizes must be positive"),
+    ({"data": -1, "fsdp": -1, "tensor": 1}, 8,
+     r"config.mesh: only one axis may be -1, got \['data', 'fsdp'\]"),
+    ({"data": -1, "fsdp": 3, "tensor": 1}, 8,
+     r"the fixed axes multiply to 3, which does not divide the 8 available devices"),
+    ({"data": 2, "fsdp": 2, "tensor": 1}, 8,
+     r"needs 4 devices but 8 are available .* Make data\*fsdp\*tensor equal 8, or set one axis "
+     r"to -1"),
+])
+def test_impossible_meshes_are_named(mesh, devices, message):
+    with pytest.raises(MeshError, match=message):
+        resolve_mesh_shape(mesh, devices)
