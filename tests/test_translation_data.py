@@ -130,6 +130,9 @@ def test_conf_errors(tmp_path):
     ('said, <q marker="" who="Jesus">“Allow it', "said, “Allow it"),
     ('belly<l eID="g1" level="1"/><l level="2" sID="g2"/>and dust', "belly and dust"),
     ("<w>God</w><w>’s</w> Spirit", "God’s Spirit"),
+    # No break after opening punctuation, Spanish ¿ and ¡ included.
+    ('dijo: ¿<transChange type="added">Quién</transChange> eres?', "dijo: ¿Quién eres?"),
+    ('¡<transChange type="added">Ay</transChange>!', "¡Ay!"),
     # Canonical titles (Psalm superscriptions) are verse text; other titles and speakers are not.
     ('<title canonical="true" type="psalm">A Psalm by David.</title> <lg/>Yahweh, how',
      "A Psalm by David. Yahweh, how"),
@@ -211,6 +214,20 @@ def test_shifted_chapters_are_skipped(tmp_path):
     refs = [ref for ref, _, _ in bible.read_verse_pairs(tmp_path)]
     assert refs == ([f"Jonah.3.{v}" for v in range(1, 11)] +
                     ["Acts.8.36", "Acts.8.38", "Acts.8.39"])
+
+
+def test_chapters_shifted_on_the_english_side_are_skipped_too(tmp_path):
+    """The mirror of the Jonah case: the English leaves the last verse of Jonah 1 empty where
+    the Spanish has text; Jonah 1 and 2 are skipped all the same (not just the empty verse)."""
+    en, es = {}, {}
+    for chapter, count in ((1, 17), (2, 10), (3, 10)):
+        for verse in range(1, count + 1):
+            en[f"Jonah.{chapter}.{verse}"] = f"English {chapter}:{verse}."
+            es[f"Jonah.{chapter}.{verse}"] = f"Español {chapter}:{verse}."
+    en["Jonah.1.17"] = ""
+    write_pair(tmp_path, en, es)
+    refs = [ref for ref, _, _ in bible.read_verse_pairs(tmp_path)]
+    assert refs == [f"Jonah.3.{v}" for v in range(1, 11)]
 
 
 def test_verses_whose_divisions_differ_inside_a_chapter_are_skipped(tmp_path):
@@ -342,6 +359,14 @@ def test_ding_parser_on_synthetic_lines(tmp_path):
     assert not ding.is_sentence("Er hilft jdm. bei etw.") and not ding.is_sentence("Geh weg!")
     assert not ding.is_sentence("im Kampf gegen jdn./etw.")
     assert not ding.is_sentence("the biology of sb./sth.")
+    # At least 4 words; every placeholder of the dictionary ends a phrase, not a sentence.
+    assert not ding.is_sentence("Ich bin hier.") and ding.is_sentence("Ich bin jetzt hier.")
+    for placeholder in ("etw.", "jdm.", "jdn.", "jds.", "jd.", "sth.", "sb."):
+        assert not ding.is_sentence(f"das ist ganz wie {placeholder}"), placeholder
+    # Lines whose sides have different numbers of sub-entries are entries too: a file of only
+    # such lines holds entries (no error), none of them a pair.
+    only_skipped = write_ding(tmp_path / "skipped", "Das ist gut. | Ja :: That is good.\n")
+    assert list(ding.read_sentence_pairs(only_skipped)) == []
 
 
 @pytest.mark.parametrize("content, message", [
