@@ -11,6 +11,8 @@ import pytest
 from models import attention as A
 from models.dropout import dropout, quantized_rate
 
+from rope_reference import np_rope
+
 RNG = np.random.default_rng(0)
 
 
@@ -44,20 +46,6 @@ def np_attention(q, k, v, bias=None, mask=None):
                 p = np.exp(scores - scores.max())
                 p /= p.sum()
                 out[bi, i, hi] = sum(pj * v[bi, j, hi // g] for pj, j in zip(p, allowed))
-    return out
-
-
-def np_rope(x, positions, base):
-    """Rotate adjacent pairs (x[2i], x[2i+1]) by position * base^(-2i/d)."""
-    out = np.array(x, np.float64)
-    d = x.shape[-1]
-    for bi in range(x.shape[0]):
-        for li in range(x.shape[1]):
-            for i in range(d // 2):
-                a = positions[bi, li] * base ** (-2.0 * i / d)
-                x0, x1 = x[bi, li, :, 2 * i], x[bi, li, :, 2 * i + 1]
-                out[bi, li, :, 2 * i] = x0 * math.cos(a) - x1 * math.sin(a)
-                out[bi, li, :, 2 * i + 1] = x0 * math.sin(a) + x1 * math.cos(a)
     return out
 
 

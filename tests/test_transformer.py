@@ -17,16 +17,7 @@ from models.transformer import (POSEMB_KINDS, Transformer, TransformerConfig, sh
 from dropout_sites import dropout_sites
 from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
                           grad_has_remat, num_saved_residuals)
-from tiny_transformer import BOS, VOCAB, tiny, words
-
-
-def init(cfg, inputs, targets, seed=0):
-    """Random variables of the model's structure (boxed, with axis names). ``jax.eval_shape``
-    compiles nothing, and random (not zero/one) biases and norm scales are exercised too."""
-    shapes = jax.eval_shape(lambda: Transformer(cfg).init(
-        jax.random.PRNGKey(0), jnp.asarray(inputs), jnp.asarray(targets)))
-    rng = np.random.default_rng(seed)
-    return jax.tree.map(lambda s: jnp.asarray(0.3 * rng.standard_normal(s.shape), s.dtype), shapes)
+from tiny_transformer import BOS, VOCAB, init, tiny, words
 
 
 def count(cfg: TransformerConfig) -> int:
@@ -249,105 +240,6 @@ def test_pre_ln_stacks_end_with_their_final_norm(norm):
     table = params["shared_embedding"]["embedding"]                             # [V, d]
     expected = final_norm(inter["decoder"][last]["__call__"][0], "decoder") @ table.T
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
-
-
-def _np_softmax(logits, mask=None):
-    """Softmax over the last axis in float64; masked-out (False) entries get 0."""
-    if mask is not None:
-        logits = np.where(mask, logits, -np.inf)
-    e = np.exp(logits - logits.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
-def _np_rope(x, base=10000.0):
-    """RoFormer (Su et al. 2021, Sec. 3.2): feature pair (2i, 2i+1) of the token at position m
-    turned by the angle m * base^(-2i/d); x [b, l, h, d], positions 0 .. l-1."""
-    x = np.asarray(x, np.float64)
-    d = x.shape[-1]
-    angle = np.arange(x.shape[1])[None, :, None, None] * base ** (-np.arange(0, d, 2) / d)
-    cos, sin = np.cos(angle), np.sin(angle)
-    out = np.empty_like(x)
-    out[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
-    out[..., 1::2] = x[..., 0::2] * sin + x[..., 1::2] * cos
-    return out
-
-
-def _attention_maps(cfg, variables, inputs, targets):
-    """Every attention's sown weights [b, h, q, k] and its captured (unrotated) query and key
-    projections [b, len, h, d], by 'encoder/block_i/attention'-style path."""
-    _, state = Transformer(cfg).apply(
-        variables, inputs, targets,
-        capture_intermediates=lambda mdl, _: mdl.name in ("query", "key"))
-    maps = {}
-    for stack, names in (("encoder", ("attention",)),
-                         ("decoder", ("self_attention", "cross_attention"))):
-        for i in range(cfg.num_layers):
-            for name in names:
-                layer = state["intermediates"][stack][f"block_{i}"][name]
-                (weights,) = layer["attention_weights"]
-                maps[f"{stack}/block_{i}/{name}"] = (
-                    np.asarray(weights, np.float64),
-                    np.asarray(layer["query"]["__call__"][0], np.float64),
-                    np.asarray(layer["key"]["__call__"][0], np.float64))
-    return maps
-
-
-def _scores(q, k):
-    """q k^T / sqrt(d_k), [b, h, q, k] (Vaswani et al. 2017, eq. 1)."""
-    return np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
-
-
-@pytest.mark.parametrize("posemb", ["alibi", "t5"])
-def test_relative_bias_is_symmetric_in_the_encoder_and_causal_in_the_decoder(posemb):
-    """Self-attention weights = softmax(q k^T / sqrt(d) + B) with B[h, i, j]:
-    ALiBi (Press et al. 2022, Sec. 3) -m_h |i - j| in the encoder and -m_h (i - j) in the causal
-    decoder, slopes m_h = 2^(-8 h / 4) for 4 heads; T5 (Raffel et al. 2020, Sec. 2.1) the stack's
-    table row of bucket |i - j| for keys before the query, 16 + |i - j| after it (bidirectional,
-    32 buckets, exact below 8) in the encoder, and bucket i - j (causal) in the decoder.
-    Cross-attention has no bias."""
-    rng = np.random.default_rng(10)
-    cfg = tiny(posemb=posemb)
-    inputs, targets = words(rng, 2, 7), words(rng, 2, 7)
-    variables = init(cfg, inputs, targets)
-    params = nn.meta.unbox(variables["params"])
-    maps = _attention_maps(cfg, variables, inputs, targets)
-    i, j = np.arange(7)[:, None], np.arange(7)[None, :]
-    if posemb == "alibi":
-        slopes = 2.0 ** (-8.0 * np.arange(1, 5) / 4)[:, None, None]
-        biases = {"encoder": -slopes * np.abs(i - j), "decoder": -slopes * (i - j)}
-    else:
-        buckets = {"encoder": np.abs(i - j) + 16 * (j > i), "decoder": np.maximum(i - j, 0)}
-        biases = {stack: np.moveaxis(np.asarray(params[stack]["relative_bias"]["rel_embedding"],
-                                                np.float64)[buckets[stack]], -1, 0)
-                  for stack in buckets}
-    causal = j <= i
-    for path, (weights, q, k) in maps.items():
-        stack = path.split("/")[0]
-        if path.endswith("cross_attention"):
-            expected = _np_softmax(_scores(q, k))
-        else:
-            mask = causal if stack == "decoder" else None
-            expected = _np_softmax(_scores(q, k) + biases[stack][None], mask)
-        np.testing.assert_allclose(weights, expected, rtol=1e-4, atol=1e-6, err_msg=path)
-
-
-def test_rope_rotates_the_queries_and_keys_of_every_self_attention():
-    """RoPE (Su et al. 2021): every encoder and decoder self-attention has weights
-    softmax(R(i) q_i . R(j) k_j / sqrt(d)) (causal in the decoder), R the RoFormer rotation of
-    the token's position; cross-attention is not rotated."""
-    rng = np.random.default_rng(11)
-    cfg = tiny(posemb="rope")
-    inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
-    variables = init(cfg, inputs, targets)
-    causal = np.tril(np.ones((9, 9), bool))
-    for path, (weights, q, k) in _attention_maps(cfg, variables, inputs, targets).items():
-        if path.endswith("cross_attention"):
-            expected = _np_softmax(_scores(q, k))
-        else:
-            mask = causal if path.startswith("decoder") else None
-            expected = _np_softmax(_scores(_np_rope(q, cfg.rope_base),
-                                           _np_rope(k, cfg.rope_base)), mask)
-        np.testing.assert_allclose(weights, expected, rtol=1e-4, atol=1e-6, err_msg=path)
 
 
 @pytest.mark.parametrize("norm_position", ["post", "pre"])

@@ -1,10 +1,13 @@
-"""A tiny Transformer config and random tokens, shared by the Transformer and decoding tests."""
+"""A tiny Transformer config, random tokens and random variables, shared by the Transformer and
+decoding tests."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from models.transformer import TransformerConfig
+from models.transformer import Transformer, TransformerConfig
 
 PAD, EOS, BOS = 0, 1, 2
 VOCAB = 50
@@ -20,3 +23,12 @@ def tiny(**overrides) -> TransformerConfig:
 def words(rng, *shape):
     """Random non-special tokens (0 pad, 1 EOS, 2 BOS are avoided)."""
     return rng.integers(3, VOCAB, size=shape).astype(np.int32)
+
+
+def init(cfg, inputs, targets, seed=0):
+    """Random variables of the model's structure (boxed, with axis names). ``jax.eval_shape``
+    compiles nothing, and random (not zero/one) biases and norm scales are exercised too."""
+    shapes = jax.eval_shape(lambda: Transformer(cfg).init(
+        jax.random.PRNGKey(0), jnp.asarray(inputs), jnp.asarray(targets)))
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda s: jnp.asarray(0.3 * rng.standard_normal(s.shape), s.dtype), shapes)
