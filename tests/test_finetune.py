@@ -1,6 +1,7 @@
-"""BERT fine-tuning: each head's loss against NumPy, best-span decoding, a smoke run of every
-task kind that lowers the loss, initialisation from a pretraining workdir and from MiniLM, the
-frozen encoder of the feature-based mode, and the baselines."""
+"""BERT fine-tuning tasks: each head's loss against NumPy, a smoke run of every task kind that
+lowers the loss, initialisation from a pretraining workdir and from MiniLM, the frozen encoder of
+the feature-based mode, and the baselines. The heads alone: test_bert_heads.py; best-span
+decoding: test_spans.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from flax import traverse_util
 
 from conftest import run_python
 from data import finetune_datasets as fd
-from models.spans import best_span
 from train.config import ConfigError, apply_override, load_config_file
 
 SMOKE = "configs/bert/finetune.py:smoke,init=scratch"
@@ -142,130 +142,6 @@ def test_head_losses_match_numpy(kind, data_root):
         assert out.shape == (8, 3 if kind == "multiple_choice" else 2)
     assert float(loss) == pytest.approx(expected, rel=1e-5)
     assert float(weight) == count and float(metrics["loss"][1]) == count
-
-
-def test_hidden_states_and_the_feature_choices_of_table_7():
-    from models.bert import BertConfig, BertModel
-    from models.bert_heads import combine_hidden_states, feature_width
-
-    cfg = BertConfig(vocab_size=30, hidden_size=8, num_layers=4, num_heads=2, mlp_dim=16,
-                     max_position_embeddings=16)
-    model = BertModel(cfg)
-    ids = jnp.asarray(np.arange(12, dtype=np.int32).reshape(2, 6) + 5)
-    variables = model.init(jax.random.PRNGKey(0), ids)
-    sequence, pooled = model.apply(variables, ids)  # the default outputs are unchanged
-    again, pooled_again, states = model.apply(variables, ids, output_hidden_states=True)
-    assert len(states) == 5
-    np.testing.assert_array_equal(states[-1], sequence)
-    np.testing.assert_array_equal(pooled_again, pooled)
-    h = [np.asarray(x, np.float64) for x in states]
-    expected = {"last": h[4], "second_to_last": h[3], "sum_last_four": h[1] + h[2] + h[3] + h[4],
-                "concat_last_four": np.concatenate(h[1:], -1)}
-    for mode, want in expected.items():
-        got = combine_hidden_states(states, mode)
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-        assert got.shape[-1] == feature_width(cfg, mode)
-
-
-def test_feature_based_sequence_head_averages_the_real_tokens():
-    """Feature-based classification: the frozen encoder's states averaged over the real tokens
-    only (padding excluded), -> GELU(dense) -> classifier, against NumPy from the parameters;
-    changing what stands at the padded positions changes nothing."""
-    from math import erf
-
-    from models.bert import BertConfig, BertModel
-    from models.bert_heads import BertForSequenceClassification
-
-    cfg = BertConfig(vocab_size=30, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16,
-                     max_position_embeddings=16)
-    head = BertForSequenceClassification(cfg, num_labels=3, features="last", head_hidden=5)
-    ids = np.arange(12, dtype=np.int32).reshape(2, 6) + 5
-    mask = np.array([[1] * 6, [1] * 4 + [0] * 2], np.int32)
-    params = nn.meta.unbox(head.init(jax.random.PRNGKey(0), ids, None, mask))["params"]
-    params = jax.tree.map(lambda p: p + 0.1 * np.random.default_rng(1).normal(size=p.shape),
-                          params)  # the zero-initialised biases would hide nothing
-    logits = np.asarray(head.apply({"params": params}, ids, None, mask), np.float64)
-    sequence, _ = BertModel(cfg).apply({"params": params["bert"]}, ids, None, mask)
-    h = np.asarray(sequence, np.float64)
-    pooled = np.stack([h[0].mean(0), h[1, :4].mean(0)])
-    hidden = pooled @ params["feature_hidden"]["kernel"] + params["feature_hidden"]["bias"]
-    hidden = hidden * 0.5 * (1 + np.vectorize(erf)(hidden / np.sqrt(2)))  # exact GELU
-    expected = hidden @ params["classifier"]["kernel"] + params["classifier"]["bias"]
-    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
-    other = ids.copy()
-    other[1, 4:] = [7, 9]
-    np.testing.assert_allclose(head.apply({"params": params}, other, None, mask), logits,
-                               rtol=1e-5, atol=1e-6)
-
-
-def test_feature_based_token_head_mlp_is_one_gelu_layer_per_token():
-    """feature_head='mlp' (the cheaper stand-in for Sec. 5.3's BiLSTM): each token's frozen
-    feature -> GELU(dense) -> classifier, against NumPy from the parameters."""
-    from math import erf
-
-    from models.bert import BertConfig, BertModel
-    from models.bert_heads import BertForTokenClassification
-
-    cfg = BertConfig(vocab_size=30, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16,
-                     max_position_embeddings=16)
-    head = BertForTokenClassification(cfg, num_labels=3, features="second_to_last",
-                                      head_hidden=5, feature_head="mlp")
-    ids = np.arange(12, dtype=np.int32).reshape(2, 6) + 5
-    mask = np.array([[1] * 6, [1] * 4 + [0] * 2], np.int32)
-    params = nn.meta.unbox(head.init(jax.random.PRNGKey(0), ids, None, mask))["params"]
-    assert set(params) == {"bert", "feature_hidden", "classifier"}
-    params = jax.tree.map(lambda p: p + 0.1 * np.random.default_rng(1).normal(size=p.shape),
-                          params)  # the zero-initialised biases would hide nothing
-    logits = np.asarray(head.apply({"params": params}, ids, None, mask), np.float64)
-    _, _, states = BertModel(cfg).apply({"params": params["bert"]}, ids, None, mask,
-                                        output_hidden_states=True)
-    h = np.asarray(states[-2], np.float64)                     # the second-to-last layer
-    hidden = h @ params["feature_hidden"]["kernel"] + params["feature_hidden"]["bias"]
-    hidden = hidden * 0.5 * (1 + np.vectorize(erf)(hidden / np.sqrt(2)))  # exact GELU
-    expected = hidden @ params["classifier"]["kernel"] + params["classifier"]["bias"]
-    assert logits.shape == (2, 6, 3)
-    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
-
-
-# ----------------------------------------------------------------------------- best span
-
-
-def _brute_force(start, end, max_len, context):
-    best, where = -np.inf, (0, 0)
-    for i in range(len(start)):
-        for j in range(i, min(len(start), i + max_len)):
-            if context[i] and context[j] and start[i] + end[j] > best:
-                best, where = start[i] + end[j], (i, j)
-    return where
-
-
-def test_best_span_hand_cases():
-    def span(start, end, max_len, context=None):
-        s, e, _ = best_span(np.asarray(start, np.float32), np.asarray(end, np.float32), max_len,
-                            None if context is None else np.asarray(context))
-        return int(s), int(e)
-
-    assert span([0, 5, 0, 0], [0, 0, 4, 0], 5) == (1, 2)
-    # end < start is never chosen: the best end comes before the best start.
-    assert span([0, 0, 0, 9], [0, 9, 0, 1], 5) == (3, 3)
-    # at most max_answer_length tokens: (0, 4) would score 20 but is 5 long.
-    assert span([10, 0, 0, 0, 0], [0, 0, 1, 0, 10], 3) == (0, 2)
-    assert span([10, 0, 0, 0, 0], [0, 0, 1, 0, 10], 5) == (0, 4)
-    # masked positions (question, [CLS], [SEP]) are excluded at both ends.
-    assert span([9, 1, 2, 0], [9, 0, 3, 0], 4, [0, 1, 1, 0]) == (2, 2)
-    assert span([9, 1, 2, 0], [9, 0, 3, 0], 4, [0, 1, 1, 1]) == (2, 2)
-    assert span([0, 8, 0, 0], [0, 0, 0, 9], 4, [0, 1, 1, 1]) == (1, 3)
-    s, e, score = best_span(np.zeros(4), np.zeros(4), 3, np.zeros(4))
-    assert (int(s), int(e)) == (0, 0) and score == -np.inf  # nothing allowed
-
-
-def test_best_span_matches_brute_force_in_a_batch():
-    rng = np.random.default_rng(0)
-    start, end = rng.normal(size=(2, 3, 12)), rng.normal(size=(2, 3, 12))
-    context = rng.random((2, 3, 12)) < 0.7
-    s, e, _ = best_span(start, end, 4, context)
-    for idx in np.ndindex(2, 3):
-        assert (int(s[idx]), int(e[idx])) == _brute_force(start[idx], end[idx], 4, context[idx])
 
 
 # ----------------------------------------------------------------------------- smoke runs
