@@ -1,6 +1,6 @@
 """Documents of English text for the WordPiece and pretraining-data tests: sentences put
 together from fixed subjects, verbs, objects and endings, seeded, so every test sees the same
-corpus (test_pretraining_data.py, test_wordpiece.py)."""
+corpus (test_pretraining_data.py, test_pretraining_epochs.py, test_wordpiece.py)."""
 
 from __future__ import annotations
 
