@@ -37,8 +37,11 @@ import pytest  # noqa: E402
 
 def xla_flags(devices: int) -> str:
     """The session's XLA_FLAGS with `devices` forced CPU devices, for a subprocess's environment
-    (set before its jax starts)."""
-    return f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count={devices}".strip()
+    (set before its jax starts). Forced devices are threads of one process: on 2 busy cores a
+    collective can wait long for its last thread, and XLA aborts the process when one waits
+    over 40 s (seen once, 8 devices beside the other test worker); the limit here is 300 s."""
+    return (f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count={devices} "
+            "--xla_cpu_collective_call_terminate_timeout_seconds=300").strip()
 
 
 def _prepared_root(tmp_path_factory, folder: str, install, dataset: str) -> Path:
