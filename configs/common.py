@@ -75,7 +75,6 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     config.progress_bar = True          # tqdm bar on the terminal (process 0 only)
     config.nonfinite = "stop"           # NaN/Inf loss or gradient: 'stop' (keep the last good
                                         # checkpoint) | 'skip' (drop that update and count it)
-    config.inject_nan_at_step = -1      # test hook: this step's loss and gradients become NaN
     config.update(overrides)
     return config
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from train.config import ConfigError, apply_override, load_config_file
+from train.tasks.base import batch_objective
 from train.tasks.bert_pretrain import BertPretrainingTask
 
 SMOKE = "configs/bert/pretrain.py:smoke"
@@ -65,7 +66,8 @@ def test_loss_is_mlm_mean_plus_nsp_mean(brown_env):
                                                "model.attention_dropout_rate": 0.0}))
     params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
     batch = next(task.train_iterator(batch_size=8, seed=0, process_index=0, process_count=1))
-    loss, (weight, metrics) = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    terms, metrics = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    loss = batch_objective(terms, task.loss_normalizers(batch))
     out = task.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
                            batch["input_mask"], masked_positions=batch["masked_positions"])
 
@@ -81,7 +83,6 @@ def test_loss_is_mlm_mean_plus_nsp_mean(brown_env):
                               batch["next_sentence_label"][:, None], -1)[:, 0]
     expected = (mlm * w).sum() / w.sum() + nsp.mean()
     assert float(loss) == pytest.approx(expected, rel=1e-5)
-    assert float(weight) == 1.0
     assert float(metrics["mlm_loss"][1]) == w.sum()  # MLM counts only the predicted positions
 
 
@@ -90,8 +91,9 @@ def test_mlm_only_formats_have_no_nsp_metrics(brown_env):
     params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
     assert "seq_relationship" not in params
     batch = next(task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1))
-    _, (_, metrics) = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    terms, metrics = task.loss_fn(params, batch, jax.random.PRNGKey(1))
     assert "nsp_loss" not in metrics and "mlm_loss" in metrics
+    assert terms.keys() == task.loss_normalizers(batch).keys() == {"mlm"}
 
 
 def test_phase2_switches_to_longer_sequences(brown_env):

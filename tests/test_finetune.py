@@ -122,7 +122,8 @@ def test_head_losses_match_numpy(kind, data_root):
     if kind == "span":  # nor does an example whose answer the window cut off
         assert np.all(batch["answer_weight"] == 1)
         batch["answer_weight"][0] = 0.0
-    loss, (weight, metrics) = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    terms, metrics = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    normalizers = task.loss_normalizers(batch)
     out = task._apply(params, batch, train=False)
     mask = batch["mask"]
     if kind == "tag":
@@ -140,8 +141,9 @@ def test_head_losses_match_numpy(kind, data_root):
         expected = (_nll(out, batch["label"]) * mask).sum()
         count = mask.sum()
         assert out.shape == (8, 3 if kind == "multiple_choice" else 2)
-    assert float(loss) == pytest.approx(expected, rel=1e-5)
-    assert float(weight) == count and float(metrics["loss"][1]) == count
+    assert terms.keys() == normalizers.keys() == {"cross_entropy"} and "loss" not in metrics
+    assert float(terms["cross_entropy"]) == pytest.approx(expected, rel=1e-5)
+    assert float(normalizers["cross_entropy"]) == count
 
 
 # ----------------------------------------------------------------------------- smoke runs
@@ -291,8 +293,9 @@ def test_init_minilm_loads_its_weights_vocabulary_and_dimensions(minilm_root, br
         np.testing.assert_array_equal(loaded[key], value)
     batch = next(task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1))
     assert batch["input_ids"][0, 0] == task.tokenizer.cls_id == 101
-    loss, (weight, _) = task.loss_fn(params, batch, jax.random.PRNGKey(1))
-    assert np.isfinite(float(loss)) and float(weight) == 4
+    terms, _ = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+    assert np.isfinite(float(terms["cross_entropy"]))
+    assert float(task.loss_normalizers(batch)["cross_entropy"]) == 4
 
 
 # ----------------------------------------------------------------------------- features
@@ -307,7 +310,8 @@ def test_feature_based_mode_never_changes_the_encoder(kind, features, data_root,
     task = _task(config)
     params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
     batch = next(task.train_iterator(batch_size=8, seed=0, process_index=0, process_count=1))
-    grads = jax.grad(lambda p: task.loss_fn(p, batch, jax.random.PRNGKey(1))[0])(params)
+    grads = jax.grad(
+        lambda p: task.loss_fn(p, batch, jax.random.PRNGKey(1))[0]["cross_entropy"])(params)
     assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads["bert"]))
     head = [g for k, g in grads.items() if k != "bert"]
     assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(head))

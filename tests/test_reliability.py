@@ -145,10 +145,23 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_good_one(
                          jax.device_get(straight.final_state.params))
 
 
+def poison_images_at(monkeypatch, bad_step: int) -> None:
+    """Test hook around the trainer (never in its step): the images of train step `bad_step`
+    become NaN, and so do that step's loss and gradients."""
+    original = Trainer.train_step
+
+    def train_step(self, state, local_batch):
+        if int(jax.device_get(state.step)) == bad_step:
+            local_batch = {**local_batch, "image": np.full_like(local_batch["image"], np.nan)}
+        return original(self, state, local_batch)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+
+
 def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(fashion_mnist_env, tmp_path,
-                                                                     capsys):
-    code = main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path),
-                 "--config.train.inject_nan_at_step=13"])
+                                                                     capsys, monkeypatch):
+    poison_images_at(monkeypatch, 13)
+    code = main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path)])
     assert code == 3
     err = capsys.readouterr().err
     assert "non-finite loss at step 13" in err
@@ -158,9 +171,9 @@ def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(fashion_mn
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
 
 
-def test_nan_skip_mode_drops_the_update_and_counts_it(fashion_mnist_env, tmp_path):
-    trainer = Trainer(smoke(**{"train.inject_nan_at_step": 13, "train.nonfinite": "skip"}),
-                      tmp_path)
+def test_nan_skip_mode_drops_the_update_and_counts_it(fashion_mnist_env, tmp_path, monkeypatch):
+    poison_images_at(monkeypatch, 13)
+    trainer = Trainer(smoke(**{"train.nonfinite": "skip"}), tmp_path)
     trainer.run()
     assert int(trainer.final_state.step) == 20
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(trainer.final_state.params))
@@ -169,10 +182,10 @@ def test_nan_skip_mode_drops_the_update_and_counts_it(fashion_mnist_env, tmp_pat
     assert last["skipped_steps_total"] == 1.0
 
 
-def test_nan_check_would_fail_without_the_handling(fashion_mnist_env, tmp_path):
+def test_nan_check_would_fail_without_the_handling(fashion_mnist_env, tmp_path, monkeypatch):
     """The injected NaN really reaches the parameters when nothing guards against it."""
-    trainer = Trainer(smoke(**{"train.inject_nan_at_step": 0, "train.log_every": 100,
-                               "train.checkpoint_every": 100}), tmp_path)
+    poison_images_at(monkeypatch, 0)
+    trainer = Trainer(smoke(**{"train.log_every": 100, "train.checkpoint_every": 100}), tmp_path)
     state = trainer.init_state()
     batch = next(trainer.task.train_iterator(batch_size=32, seed=0, process_index=0,
                                              process_count=1))
@@ -193,12 +206,13 @@ def test_batch_not_divisible_by_data_parallel_size_is_named(fixture_data_root, t
 
 
 class _Quadratic:
-    """A one-parameter task, loss sum((x w - y)^2): enough to watch one Adam update."""
+    """A one-parameter task, loss mean((x w - y)^2): enough to watch one Adam update."""
+
+    def loss_normalizers(self, batch):
+        return {"squares": jnp.asarray(batch["x"].shape[0], jnp.float32)}
 
     def loss_fn(self, params, batch, rng):
-        loss = jnp.sum((batch["x"] * params["w"] - batch["y"]) ** 2)
-        count = jnp.asarray(batch["x"].shape[0], jnp.float32)
-        return loss, (count, {"loss": (loss, count)})
+        return {"squares": jnp.sum((batch["x"] * params["w"] - batch["y"]) ** 2)}, {}
 
 
 def test_a_skipped_step_keeps_adam_but_not_the_schedule_behind():
@@ -207,15 +221,15 @@ def test_a_skipped_step_keeps_adam_but_not_the_schedule_behind():
     tx, schedule = make_optimizer(optimizer_config(
         name="adam", schedule="linear", learning_rate=1.0, warmup_steps=2, total_steps=10,
         end_learning_rate=0.0, eps=1e-12, clip_norm=0.0))
-    step = jax.jit(make_train_step(_Quadratic(), tx, schedule,
-                                   train_config(nonfinite="skip", inject_nan_at_step=1)))
+    step = jax.jit(make_train_step(_Quadratic(), tx, schedule, train_config(nonfinite="skip")))
     params = {"w": jnp.ones(())}
     state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                        rng=jax.random.key(0))
     batch = {"x": jnp.ones((4,)), "y": jnp.zeros((4,))}
     state, _ = step(state, batch)                    # step 0: lr schedule(0) = 0, moments move
     after_first = state
-    state, metrics = step(state, batch)              # step 1: NaN, skipped
+    nan_batch = {"x": jnp.full((4,), jnp.nan), "y": jnp.zeros((4,))}
+    state, metrics = step(state, nan_batch)          # step 1: NaN, skipped
     assert float(metrics["nonfinite_steps"][0]) == 1.0 and int(state.step) == 2
     adam = lambda s: s.opt_state[0]                  # noqa: E731 - ScaleByAdamState
     for new, old in zip(jax.tree.leaves(adam(state)), jax.tree.leaves(adam(after_first))):
@@ -246,15 +260,13 @@ class _PoisonedQuadratic(_Quadratic):
     def loss_fn(self, params, batch, rng):
         w = _grad_poison(params["w"], batch["grad_poison"])
         loss = jnp.sum((batch["x"] * w - batch["y"]) ** 2)
-        loss = loss + jax.lax.stop_gradient(batch["loss_poison"])
-        count = jnp.asarray(batch["x"].shape[0], jnp.float32)
-        return loss, (count, {"loss": (loss, count)})
+        return {"squares": loss + jax.lax.stop_gradient(batch["loss_poison"])}, {}
 
 
 @pytest.mark.parametrize("poisoned", ["loss", "grad"])
 def test_a_non_finite_loss_alone_or_gradient_alone_is_skipped(poisoned):
     """nonfinite='skip' drops the update when either the loss or the gradients are non-finite,
-    not only when both are (the test hook poisons both): the parameters and Adam's state stay,
+    not only when both are (NaN images poison both): the parameters and Adam's state stay,
     the step counts as non-finite, and the flags say which of the two it was."""
     tx, schedule = make_optimizer(optimizer_config(
         name="adam", schedule="constant", learning_rate=0.1, warmup_steps=0, total_steps=10,

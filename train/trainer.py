@@ -5,7 +5,8 @@ One code path for 1 CPU, N GPUs or a multi-host TPU pod:
   2. the train state is initialised *directly into its shardings*: `jax.eval_shape` gives the
      abstract state with logical axis names, the rules turn them into NamedShardings, and
      `jax.jit(init, out_shardings=...)` materialises each shard on its own device;
-  3. the step is `jax.jit(train_step, in_shardings, out_shardings, donate_argnums=0)` - pjit;
+  3. the step (train/train_step.py) is `jax.jit(train_step, in_shardings, out_shardings,
+     donate_argnums=0)` - pjit;
   4. each process loads its own slice of every global batch, assembled with
      `jax.make_array_from_process_local_data`;
   5. metrics go to metrics.jsonl / TensorBoard, checkpoints (state + data position) to orbax.
@@ -18,15 +19,12 @@ import math
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from data.errors import DataError
 from train import partitioning, vocabulary
@@ -37,14 +35,7 @@ from train.flops import measure_matmul_peak
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
 from train.tasks import get_task
-
-
-@flax.struct.dataclass
-class TrainState:
-    step: jax.Array       # optimizer updates applied so far
-    params: Any
-    opt_state: Any
-    rng: jax.Array        # base dropout key (raw uint32); step keys are fold_in(rng, step)
+from train.train_step import TrainState, make_train_step
 
 
 def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
@@ -94,88 +85,6 @@ def _sum_metrics(total, new):
 
 class NonFiniteError(RuntimeError):
     """The loss or the gradient norm became NaN or Inf."""
-
-
-def _is_schedule_state(node) -> bool:
-    return isinstance(node, optax.ScaleByScheduleState)
-
-
-def _keep_if(keep: jax.Array, new: Any, old: Any) -> Any:
-    """`new` where `keep`, else `old`: how a skipped (non-finite) step leaves params and optimizer
-    state as they were. Except the learning-rate schedule's step counter, which advances anyway:
-    the step number (`state.step`) advances too, and the lr used from step k to k + 1 stays
-    `schedule(k)`, the one logged, with warmup and decay ending where the config says. Adam's
-    moments and its bias-correction count are kept, as if the step had not happened."""
-    def choose(new_node, old_node):
-        if _is_schedule_state(new_node):
-            return new_node
-        return jnp.where(keep, new_node, old_node)
-    return jax.tree.map(choose, new, old, is_leaf=_is_schedule_state)
-
-
-def make_train_step(task, optimizer, schedule, train_cfg):
-    """A pure (state, batch) -> (state, metric sums) function; dropout keys fold in the step.
-
-    Besides the task's metrics it returns `finite_loss` / `finite_grads` flags (for the host's
-    NaN check) and, with train.nonfinite='skip', leaves parameters and optimizer state unchanged
-    on a step whose loss or gradients are not finite (but for the schedule's step counter, see
-    `_keep_if`).
-    """
-    grad_accum_steps = train_cfg.grad_accum_steps
-    skip_nonfinite = train_cfg.nonfinite == "skip"
-    inject_step = train_cfg.inject_nan_at_step
-
-    def microbatch_grads(params, batch, rng):
-        (loss_sum, (weight, metrics)), grads = jax.value_and_grad(
-            task.loss_fn, has_aux=True)(params, batch, rng)
-        return grads, weight, metrics
-
-    def train_step(state: TrainState, batch):
-        rng = jax.random.fold_in(state.rng, state.step)
-        if grad_accum_steps == 1:
-            grads, weight, metrics = microbatch_grads(state.params, batch, rng)
-        else:  # the same update as one big batch, computed in k sequential slices
-            micro = jax.tree.map(
-                lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
-                batch)
-
-            def body(carry, inputs):
-                index, microbatch = inputs
-                out = microbatch_grads(state.params, microbatch, jax.random.fold_in(rng, index))
-                return jax.tree.map(jnp.add, carry, out), None
-
-            zeros = jax.eval_shape(microbatch_grads, state.params,
-                                   jax.tree.map(lambda x: x[0], micro), rng)
-            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
-            (grads, weight, metrics), _ = jax.lax.scan(
-                body, zeros, (jnp.arange(grad_accum_steps), micro))
-        metrics = dict(metrics)
-        if inject_step >= 0:  # test hook: poison this one step
-            poison = jnp.where(state.step == inject_step, jnp.nan, 0.0)
-            grads = jax.tree.map(lambda g: g + poison.astype(g.dtype), grads)
-            loss_sum, loss_count = metrics["loss"]
-            metrics["loss"] = (loss_sum + poison, loss_count)
-        # d(sum of losses / total weight) / d(params): the mean over all real examples/tokens.
-        grads = jax.tree.map(lambda g: g / jnp.maximum(weight, 1.0), grads)
-        grad_norm = optax.tree.norm(grads)
-        finite_loss = jnp.isfinite(metrics["loss"][0])
-        finite_grads = jnp.isfinite(grad_norm)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        if skip_nonfinite:
-            params, opt_state = _keep_if(finite_loss & finite_grads, (params, opt_state),
-                                         (state.params, state.opt_state))
-        one = jnp.ones(())
-        metrics["grad_norm"] = (grad_norm, one)
-        metrics["param_norm"] = (optax.tree.norm(params), one)
-        metrics["learning_rate"] = (schedule(state.step), one)
-        metrics["finite_loss"] = (finite_loss.astype(jnp.float32), one)
-        metrics["finite_grads"] = (finite_grads.astype(jnp.float32), one)
-        metrics["nonfinite_steps"] = ((~(finite_loss & finite_grads)).astype(jnp.float32), one)
-        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-        return new_state, metrics
-
-    return train_step
 
 
 class Trainer:

@@ -9,7 +9,12 @@ Required (see train/tasks/classify.py for a complete example):
   dummy_inputs(batch_size) -> dict            inputs for shape-only initialisation
   init_variables(rng, inputs) -> variables     the model's `init`
   flops_per_example() -> float                 training FLOPs of one example (for MFU)
-  loss_fn(params, batch, rng) -> (loss_sum, (weight, {name: (sum, count)}))
+  loss_fn(params, batch, rng) -> (terms, metrics)
+      terms    {term: the sum of that loss term over the batch's examples (or tokens)}
+      metrics  {name: (sum, count)}; not 'loss': the train step logs the objective as that
+  loss_normalizers(batch) -> {term: count}     what each term is a mean over (real examples,
+                                               target tokens, predicted positions), read from
+                                               the batch alone (its masks), with loss_fn's keys
   eval_fn(params, batch) -> {name: (sum, count)}
   train_iterator(batch_size, seed, process_index, process_count) -> grain iterator
   eval_batches(batch_size, process_index, process_count) -> (iterator, batches per process)
@@ -37,6 +42,19 @@ arrays to the devices.
 """
 
 from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def batch_objective(terms: dict, normalizers: dict):
+    """What a train step minimises: the sum over loss terms of each term's mean over the batch,
+    sum(terms[t] / normalizers[t]). The normalizers are counted over the whole batch, so summing
+    this over microbatches (each with its own term sums, the same normalizers) gives the
+    objective of the whole batch exactly: gradient accumulation changes nothing."""
+    if set(terms) != set(normalizers):
+        raise ValueError(f"loss terms {sorted(terms)} and normalizers {sorted(normalizers)} must "
+                         "have the same names")
+    return sum(terms[t] / jnp.maximum(normalizers[t], 1.0) for t in sorted(terms))
 
 
 class Task:

@@ -2,10 +2,12 @@
 
 The loss is the mean MLM cross-entropy over the predicted positions plus the mean NSP
 cross-entropy over the sequences (BERT's `get_masked_lm_output` / `get_next_sentence_output`),
-each normalised within the batch; without NSP (RoBERTa's formats) only the first term. Metrics
+each a mean over the whole batch (with gradient accumulation too: the train step divides by
+the counts of the whole batch); without NSP (RoBERTa's formats) only the first term. Metrics
 are kept apart: `mlm_loss` / `mlm_accuracy` per predicted token, `nsp_loss` / `nsp_accuracy`
 per sequence, `nsp_random_fraction` (the share of sequences whose B is random: the accuracy of
-always guessing "random" is max(it, 1 - it)), and `loss` (their sum, what is optimised).
+always guessing "random" is max(it, 1 - it)), and the train step's `loss` (their sum, what is
+optimised).
 
 Examples are built in the input pipeline (data/pretraining.py): sentence pairs, truncation and
 masking, with every rate from the config. An optional second phase switches to longer
@@ -122,43 +124,54 @@ class BertPretrainingTask(Task):
         return flops.bert_train_flops_per_example(
             self.model_config, data.phase2_max_seq_length, data.phase2_max_predictions)
 
-    def _metric_sums(self, params, batch, *, train: bool, rng=None, row_weights=None):
+    def _rows(self, batch):
+        """1 for each real row: eval batches mark their padding rows with mask 0; every
+        training row is real."""
+        if "mask" in batch:
+            return batch["mask"].astype(jnp.float32)
+        return jnp.ones(batch["input_ids"].shape[:1], jnp.float32)
+
+    def _sums(self, params, batch, *, train: bool, rng=None):
+        """({'mlm': CE summed over predicted positions, 'nsp': CE summed over rows}, metrics)."""
         outputs = self.model.apply(
             {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
             masked_positions=batch["masked_positions"], train=train,
             rngs=None if rng is None else {"dropout": rng})
-        weights = batch["masked_weights"]
-        rows = jnp.ones(batch["input_ids"].shape[:1]) if row_weights is None else row_weights
-        weights = weights * rows[:, None]
+        rows = self._rows(batch)
+        weights = batch["masked_weights"] * rows[:, None]
         mlm = cross_entropy(outputs["mlm_logits"], batch["masked_ids"]) * weights
         mlm_correct = (jnp.argmax(outputs["mlm_logits"], -1) == batch["masked_ids"]) * weights
         mlm_count = weights.sum()
+        terms = {"mlm": mlm.sum()}
         metrics = {"mlm_loss": (mlm.sum(), mlm_count),
                    "mlm_accuracy": (mlm_correct.sum(), mlm_count)}
-        loss = mlm.sum() / jnp.maximum(mlm_count, 1.0)
         if "nsp_logits" in outputs:
             labels = batch["next_sentence_label"]
             nsp = cross_entropy(outputs["nsp_logits"], labels) * rows
             correct = (jnp.argmax(outputs["nsp_logits"], -1) == labels) * rows
             count = rows.sum()
+            terms["nsp"] = nsp.sum()
             metrics.update(nsp_loss=(nsp.sum(), count), nsp_accuracy=(correct.sum(), count),
                            # the label balance, to read nsp_accuracy against (1 = B is random)
                            nsp_random_fraction=((labels * rows).sum(), count))
-            loss = loss + nsp.sum() / jnp.maximum(count, 1.0)
-        return loss, metrics
+        return terms, metrics
 
     # ---- pure functions the trainer jits ---------------------------------------------------
+    def loss_normalizers(self, batch):
+        """BERT's loss is the MLM cross-entropy averaged over the predicted positions plus the
+        NSP cross-entropy averaged over the sequences (`get_masked_lm_output` /
+        `get_next_sentence_output`), each mean over the whole batch."""
+        rows = self._rows(batch)
+        normalizers = {"mlm": (batch["masked_weights"] * rows[:, None]).sum()}
+        if self.model_config.nsp:
+            normalizers["nsp"] = rows.sum()
+        return normalizers
+
     def loss_fn(self, params, batch, rng):
-        """(MLM mean + NSP mean, (1, metric sums)): the means are taken within the (micro)batch,
-        as BERT does, so the trainer's weight is 1 per microbatch."""
-        loss, metrics = self._metric_sums(params, batch, train=True, rng=rng)
-        one = jnp.ones(())
-        metrics["loss"] = (loss, one)
-        return loss, (one, metrics)
+        return self._sums(params, batch, train=True, rng=rng)
 
     def eval_fn(self, params, batch):
-        _, metrics = self._metric_sums(params, batch, train=False, row_weights=batch["mask"])
-        return metrics
+        return self._sums(params, batch, train=False)[1]
 
     # ---- data --------------------------------------------------------------------------------
     def _documents(self, split: str) -> list:

@@ -61,16 +61,18 @@ class ClassificationTask(Task):
         return flops.vit_train_flops_per_example(self.model_config, channels=self.image_shape[-1])
 
     # ---- pure functions the trainer jits ---------------------------------------------------
+    def loss_normalizers(self, batch):
+        """The cross-entropy is a mean over the real (mask = 1) examples."""
+        return {"cross_entropy": batch["mask"].sum()}
+
     def loss_fn(self, params, batch, rng):
-        """Training loss: (sum of per-example losses, (sum of weights, metric sums))."""
+        """({'cross_entropy': sum over real examples}, {'accuracy': (sum, count)})."""
         logits = self.model.apply({"params": params}, batch["image"], train=True,
                                   rngs={"dropout": rng})
         weights = batch["mask"]
         losses = cross_entropy(logits, batch["label"], self.label_smoothing) * weights
         correct = (jnp.argmax(logits, -1) == batch["label"]) * weights
-        count = weights.sum()
-        return losses.sum(), (count, {"loss": (losses.sum(), count),
-                                      "accuracy": (correct.sum(), count)})
+        return {"cross_entropy": losses.sum()}, {"accuracy": (correct.sum(), weights.sum())}
 
     def eval_fn(self, params, batch):
         """Metric sums over the real (mask = 1) examples of one eval batch."""

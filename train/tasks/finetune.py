@@ -166,8 +166,8 @@ class FinetuneTask(Task):
         """(loss sum, weight, {metric: (sum, count)}) of one batch."""
         outputs = self._apply(params, batch, train=train, rng=rng)
         rows = batch["mask"]
+        weights = self._loss_weights(batch)
         if self.kind == "tag":
-            weights = batch["label_weights"] * rows[:, None]
             labels = jnp.maximum(batch["labels"], 0)  # -100 positions have weight 0
             losses = cross_entropy(outputs, labels) * weights
             right = (jnp.argmax(outputs, -1) == labels) * weights
@@ -178,7 +178,6 @@ class FinetuneTask(Task):
                 "sentence_accuracy": (all_right.sum(), rows.sum())}
         if self.kind == "span":
             start_logits, end_logits = outputs
-            weights = batch["answer_weight"] * rows
             losses = 0.5 * (cross_entropy(start_logits, batch["start_positions"])
                             + cross_entropy(end_logits, batch["end_positions"])) * weights
             count = weights.sum()
@@ -186,9 +185,9 @@ class FinetuneTask(Task):
             if not train:
                 metrics.update(self._span_scores(start_logits, end_logits, batch))
             return losses.sum(), count, metrics
-        losses = cross_entropy(outputs, batch["label"]) * rows
-        right = (jnp.argmax(outputs, -1) == batch["label"]) * rows
-        count = rows.sum()
+        losses = cross_entropy(outputs, batch["label"]) * weights
+        right = (jnp.argmax(outputs, -1) == batch["label"]) * weights
+        count = weights.sum()
         return losses.sum(), count, {"loss": (losses.sum(), count),
                                      "accuracy": (right.sum(), count)}
 
@@ -202,10 +201,24 @@ class FinetuneTask(Task):
                 "f1": ((f1 * rows).sum(), rows.sum())}
 
     # ---- pure functions the trainer jits ---------------------------------------------------
+    def _loss_weights(self, batch):
+        """1 for what the loss averages over: each real example, each tagged word (tag), each
+        example whose answer is inside the input (span)."""
+        rows = batch["mask"]
+        if self.kind == "tag":
+            return batch["label_weights"] * rows[:, None]
+        if self.kind == "span":
+            return batch["answer_weight"] * rows
+        return rows
+
+    def loss_normalizers(self, batch):
+        return {"cross_entropy": self._loss_weights(batch).sum()}
+
     def loss_fn(self, params, batch, rng):
-        """(sum of per-example (tag: per-word) losses, (their weight, metric sums))."""
-        loss, weight, metrics = self._sums(params, batch, train=True, rng=rng)
-        return loss, (weight, metrics)
+        """The cross-entropy summed over what it averages over, and the metric sums."""
+        loss, _, metrics = self._sums(params, batch, train=True, rng=rng)
+        del metrics["loss"]  # the train step logs its objective, this mean, as `loss`
+        return {"cross_entropy": loss}, metrics
 
     def eval_fn(self, params, batch):
         return self._sums(params, batch, train=False)[2]

@@ -123,14 +123,19 @@ class TranslationTask(Task):
                                        "accuracy": (correct.sum(), count)}
 
     # ---- pure functions the trainer jits ---------------------------------------------------
+    def loss_normalizers(self, batch):
+        """The loss is normalised per real target token (Sec. 5.4)."""
+        return {"cross_entropy": (batch["targets"] != PAD_ID).sum().astype(jnp.float32)}
+
     def loss_fn(self, params, batch, rng):
-        """Label-smoothed cross-entropy summed over real target tokens, with the token count:
-        the trainer divides, so the loss is normalised per target token (Sec. 5.4)."""
+        """Label-smoothed cross-entropy summed over real target tokens; `nll` and `accuracy`
+        per target token."""
         logits = self._logits(params, batch, train=True, rng=rng)
         weights = (batch["targets"] != PAD_ID).astype(jnp.float32)
-        loss_sum, count, metrics = self._metric_sums(logits, batch["targets"], weights,
-                                                     self.label_smoothing)
-        return loss_sum, (count, metrics)
+        loss_sum, _, metrics = self._metric_sums(logits, batch["targets"], weights,
+                                                 self.label_smoothing)
+        del metrics["loss"]  # the train step logs its objective, this mean, as `loss`
+        return {"cross_entropy": loss_sum}, metrics
 
     def eval_fn(self, params, batch):
         logits = self._logits(params, batch, train=False)
