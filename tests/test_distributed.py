@@ -18,13 +18,6 @@ from train import distributed
 
 
 @pytest.fixture
-def clean_env(monkeypatch):
-    for name in CLUSTER_VARS:
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
-
-
-@pytest.fixture
 def machine(monkeypatch, tmp_path):
     return Machine(monkeypatch, tmp_path)
 
@@ -94,31 +87,31 @@ def test_flags_and_jax_variables_win_over_a_detected_cluster(machine, joins):
     assert joins.pop()["resolved"][:3] == ("10.7.7.7:99", 8, 5)
 
 
-def test_launch_from_environment_variables(clean_env):
+def test_launch_from_environment_variables(machine):
     assert distributed._environment_launch() is None
-    clean_env.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
+    machine.setenv(JAX_COORDINATOR_ADDRESS="10.0.0.1:1234")
     assert distributed._environment_launch() is None  # a cluster may supply the other two
-    clean_env.setenv("JAX_NUM_PROCESSES", "4")
+    machine.setenv(JAX_NUM_PROCESSES="4")
     with pytest.raises(ValueError, match="JAX_PROCESS_ID not set: a launch from the environment"):
         distributed._environment_launch()
-    clean_env.setenv("JAX_PROCESS_ID", "3")
+    machine.setenv(JAX_PROCESS_ID="3")
     assert distributed._environment_launch() == ("10.0.0.1:1234", 4, 3)
-    clean_env.setenv("JAX_PROCESS_ID", "three")
+    machine.setenv(JAX_PROCESS_ID="three")
     with pytest.raises(ValueError, match="must be integers"):
         distributed._environment_launch()
 
 
-def test_single_process_and_argument_errors(clean_env):
+def test_single_process_and_argument_errors(machine):
     assert distributed.initialize() == "single process"
     with pytest.raises(ValueError, match="go together; give all three"):
         distributed.initialize("127.0.0.1:1234", 2)
     with pytest.raises(ValueError, match=r"process id 2 \(from the flags\) must be in \[0, 2\)"):
         distributed.initialize("127.0.0.1:1234", 2, 2)
-    clean_env.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:1234")
+    machine.setenv(JAX_COORDINATOR_ADDRESS="127.0.0.1:1234")
     with pytest.raises(ValueError, match="JAX_COORDINATOR_ADDRESS is set but neither"):
         distributed.initialize()
-    clean_env.setenv("JAX_NUM_PROCESSES", "2")
-    clean_env.setenv("JAX_PROCESS_ID", "5")
+    machine.setenv(JAX_NUM_PROCESSES="2")
+    machine.setenv(JAX_PROCESS_ID="5")
     with pytest.raises(ValueError, match=r"process id 5 \(from the environment\) must be in"):
         distributed.initialize()
 
