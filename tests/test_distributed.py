@@ -73,6 +73,21 @@ def test_one_process_joins_nothing(machine, joins, simulation):
         assert machine.asked == []
 
 
+def test_an_mpi_launch_jax_cannot_join_is_an_error(machine, joins):
+    """Open MPI 5 (no ORTE URI) without mpi4py: four processes that must not train apart."""
+    machine.setenv(OMPI_COMM_WORLD_SIZE=4, OMPI_COMM_WORLD_RANK=1, PMIX_RANK=1)
+    with pytest.raises(ValueError, match="OMPI_COMM_WORLD_SIZE=4: an MPI launcher started "
+                                         "several processes.*install mpi4py"):
+        distributed.initialize()
+    machine.setenv(OMPI_COMM_WORLD_SIZE=1, OMPI_COMM_WORLD_RANK=0, PMIX_RANK=0)
+    assert distributed.initialize() == "single process"
+    machine.setenv(JAX_COORDINATOR_ADDRESS="10.9.9.9:1234", JAX_NUM_PROCESSES=4, JAX_PROCESS_ID=1,
+                   OMPI_COMM_WORLD_SIZE=4)
+    assert distributed.initialize() == ("process 1 of 4 (coordinator 10.9.9.9:1234, from the "
+                                        "environment)")
+    assert joins.pop()["resolved"][:3] == ("10.9.9.9:1234", 4, 1)
+
+
 def test_flags_and_jax_variables_win_over_a_detected_cluster(machine, joins):
     SIMULATIONS["gce_tpu_vm"][0](machine)
     machine.setenv(JAX_COORDINATOR_ADDRESS="10.9.9.9:1234")

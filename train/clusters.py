@@ -38,6 +38,7 @@ _NAMES = {"OmpiCluster": "Open MPI", "SlurmCluster": "SLURM", "Mpi4pyCluster": "
           "K8sCluster": "Kubernetes"}
 _DMI_PRODUCT_NAME = Path("/sys/class/dmi/id/product_name")
 MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")  # Open MPI, MPICH/Hydra, PMIx
+MPI_WORLD_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")  # Open MPI, MPICH/Hydra
 
 
 class Cluster(NamedTuple):
@@ -115,4 +116,13 @@ def detect() -> Cluster | None:
         unique = sum(t.name == env.name for t in types) == 1
         return Cluster(_NAMES.get(env.__name__, env.__name__), env.get_process_count(),
                        env.get_process_id(), env.name if unique else None)
+    return None
+
+
+def undetected_mpi_launch() -> str | None:
+    """The variable by which an MPI launcher says it started several processes, when `detect`
+    found none (Open MPI 5 or MPICH without mpi4py): joining nothing would run them apart."""
+    for name in MPI_WORLD_SIZE_VARS:
+        if os.environ.get(name, "1").strip() not in ("", "0", "1"):
+            return f"{name}={os.environ[name]}"
     return None

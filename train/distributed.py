@@ -14,7 +14,8 @@ How the processes find each other, in order:
      MPI through mpi4py, GCE TPU VMs, GKE TPU, Kubernetes Indexed Jobs), when it holds more than
      one process; JAX_COORDINATOR_ADDRESS, if set, then picks the coordinator;
   4. otherwise a single process, with nothing to join (also in a one-process cluster: a
-     one-worker TPU VM, a one-task SLURM step).
+     one-worker TPU VM, a one-task SLURM step); but several processes of an MPI launcher that
+     JAX cannot join (Open MPI 5 or MPICH without mpi4py) are an error, not separate runs.
 
 `sum_over_processes` adds up host-side counters (examples read, dropped, truncated) over the
 processes, so what process 0 logs covers every process's shard of the data.
@@ -75,6 +76,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         return (f"process {process_id} of {num_processes} (coordinator {coordinator_address}, "
                 f"from the {source})")
     cluster = clusters.detect()
+    if cluster is None and (launch := clusters.undetected_mpi_launch()):
+        raise ValueError(f"{launch}: an MPI launcher started several processes, but JAX finds "
+                         "them only under Open MPI 4's mpirun or through the mpi4py package; "
+                         "install mpi4py, or set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+                         "JAX_PROCESS_ID")
     if cluster is None:
         if os.environ.get("JAX_COORDINATOR_ADDRESS"):
             raise ValueError("JAX_COORDINATOR_ADDRESS is set but neither JAX_NUM_PROCESSES and "
