@@ -10,61 +10,123 @@ import sys
 import jax
 import portpicker
 import pytest
+from cluster_sims import CLUSTER_VARS, MULTI_PROCESS, SIMULATIONS, Machine
 from conftest import REPO, json_report, xla_flags
+from jax._src.clusters import ClusterEnv
 
 from train import distributed
 
-CLUSTER_VARS = ("SLURM_NTASKS", "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES",
-                "MEGASCALE_COORDINATOR_ADDRESS", *distributed.ENV_VARS)
+
+@pytest.fixture
+def machine(monkeypatch, tmp_path):
+    return Machine(monkeypatch, tmp_path)
 
 
 @pytest.fixture
-def clean_env(monkeypatch):
-    for name in CLUSTER_VARS:
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
+def joins(monkeypatch):
+    """The calls of jax.distributed.initialize, each with what JAX makes of its arguments before
+    it connects: (coordinator, processes, process id, local device ids)."""
+    calls = []
+
+    def initialize(coordinator_address=None, num_processes=None, process_id=None, **kwargs):
+        method = kwargs.get("cluster_detection_method")
+        # What jax's State.initialize does before it connects.
+        coordinator_address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+        resolved = (coordinator_address, num_processes, process_id, None)
+        if method != "deactivate":
+            resolved = ClusterEnv.auto_detect_unset_distributed_params(
+                coordinator_address, num_processes, process_id, None, method, 300)
+        calls.append(dict(kwargs, num_processes=num_processes, process_id=process_id,
+                          resolved=resolved))
+
+    monkeypatch.setattr(jax.distributed, "initialize", initialize)
+    monkeypatch.setattr(distributed, "_use_gloo_on_cpu", lambda: None)
+    return calls
 
 
-@pytest.mark.parametrize("env, kind", [
-    ({}, None),
-    ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"}, None),      # one task: nothing to join
-    ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "16"}, "SLURM"),
-    ({"OMPI_COMM_WORLD_SIZE": "4"}, "Open MPI"),
-    ({"TPU_WORKER_HOSTNAMES": "localhost"}, None),           # a single-host TPU VM
-    ({"TPU_WORKER_HOSTNAMES": "t1,t2,t3,t4"}, "TPU pod"),
-    ({"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.2"}, "TPU pod"),
-])
-def test_cluster_environments(clean_env, env, kind):
-    for name, value in env.items():
-        clean_env.setenv(name, value)
-    assert distributed._cluster_environment() == kind
+@pytest.mark.parametrize("simulation", MULTI_PROCESS)
+def test_a_detected_cluster_is_joined(machine, joins, simulation):
+    set_up, cluster, coordinator = SIMULATIONS[simulation]
+    set_up(machine)
+    assert distributed.initialize() == (f"process {cluster.process_id} of "
+                                        f"{cluster.num_processes} ({cluster.name})")
+    [call] = joins
+    assert call.get("cluster_detection_method") == cluster.detection_method
+    address, count, index, _ = call["resolved"]
+    assert (address, count, index) == (coordinator, cluster.num_processes, cluster.process_id)
 
 
-def test_launch_from_environment_variables(clean_env):
+def test_jax_gives_each_gpu_process_under_slurm_its_own_device(machine, joins):
+    SIMULATIONS["slurm"][0](machine)  # local task 1 of its node
+    distributed.initialize()
+    assert joins[0]["resolved"][3] == [1]
+
+
+@pytest.mark.parametrize("simulation", ["plain", "slurm_one_task", "gce_tpu_vm_one_worker"])
+def test_one_process_joins_nothing(machine, joins, simulation):
+    set_up, cluster, _ = SIMULATIONS[simulation]
+    set_up(machine)
+    expected = "single process" + (f" ({cluster.name})" if cluster else "")
+    assert distributed.initialize() == expected
+    assert joins == []
+    if cluster is None:
+        assert machine.asked == []
+
+
+def test_an_mpi_launch_jax_cannot_join_is_an_error(machine, joins):
+    """Open MPI 5 (no ORTE URI) without mpi4py: four processes that must not train apart."""
+    machine.setenv(OMPI_COMM_WORLD_SIZE=4, OMPI_COMM_WORLD_RANK=1, PMIX_RANK=1)
+    with pytest.raises(ValueError, match="OMPI_COMM_WORLD_SIZE=4: an MPI launcher started "
+                                         "several processes.*install mpi4py"):
+        distributed.initialize()
+    machine.setenv(OMPI_COMM_WORLD_SIZE=1, OMPI_COMM_WORLD_RANK=0, PMIX_RANK=0)
+    assert distributed.initialize() == "single process"
+    machine.setenv(JAX_COORDINATOR_ADDRESS="10.9.9.9:1234", JAX_NUM_PROCESSES=4, JAX_PROCESS_ID=1,
+                   OMPI_COMM_WORLD_SIZE=4)
+    assert distributed.initialize() == ("process 1 of 4 (coordinator 10.9.9.9:1234, from the "
+                                        "environment)")
+    assert joins.pop()["resolved"][:3] == ("10.9.9.9:1234", 4, 1)
+
+
+def test_flags_and_jax_variables_win_over_a_detected_cluster(machine, joins):
+    SIMULATIONS["gce_tpu_vm"][0](machine)
+    machine.setenv(JAX_COORDINATOR_ADDRESS="10.9.9.9:1234")
+    assert distributed.initialize() == "process 3 of 4 (GCE TPU VM)"
+    assert joins.pop()["resolved"][:3] == ("10.9.9.9:1234", 4, 3)
+    machine.setenv(JAX_NUM_PROCESSES=2, JAX_PROCESS_ID=1)
+    assert distributed.initialize() == ("process 1 of 2 (coordinator 10.9.9.9:1234, from the "
+                                        "environment)")
+    assert joins.pop()["resolved"][:3] == ("10.9.9.9:1234", 2, 1)
+    assert distributed.initialize("10.7.7.7:99", 8, 5) == ("process 5 of 8 (coordinator "
+                                                             "10.7.7.7:99, from the flags)")
+    assert joins.pop()["resolved"][:3] == ("10.7.7.7:99", 8, 5)
+
+
+def test_launch_from_environment_variables(machine):
     assert distributed._environment_launch() is None
-    clean_env.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
+    machine.setenv(JAX_COORDINATOR_ADDRESS="10.0.0.1:1234")
     assert distributed._environment_launch() is None  # a cluster may supply the other two
-    clean_env.setenv("JAX_NUM_PROCESSES", "4")
+    machine.setenv(JAX_NUM_PROCESSES="4")
     with pytest.raises(ValueError, match="JAX_PROCESS_ID not set: a launch from the environment"):
         distributed._environment_launch()
-    clean_env.setenv("JAX_PROCESS_ID", "3")
+    machine.setenv(JAX_PROCESS_ID="3")
     assert distributed._environment_launch() == ("10.0.0.1:1234", 4, 3)
-    clean_env.setenv("JAX_PROCESS_ID", "three")
+    machine.setenv(JAX_PROCESS_ID="three")
     with pytest.raises(ValueError, match="must be integers"):
         distributed._environment_launch()
 
 
-def test_single_process_and_argument_errors(clean_env):
+def test_single_process_and_argument_errors(machine):
     assert distributed.initialize() == "single process"
     with pytest.raises(ValueError, match="go together; give all three"):
         distributed.initialize("127.0.0.1:1234", 2)
     with pytest.raises(ValueError, match=r"process id 2 \(from the flags\) must be in \[0, 2\)"):
         distributed.initialize("127.0.0.1:1234", 2, 2)
-    clean_env.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:1234")
+    machine.setenv(JAX_COORDINATOR_ADDRESS="127.0.0.1:1234")
     with pytest.raises(ValueError, match="JAX_COORDINATOR_ADDRESS is set but neither"):
         distributed.initialize()
-    clean_env.setenv("JAX_NUM_PROCESSES", "2")
-    clean_env.setenv("JAX_PROCESS_ID", "5")
+    machine.setenv(JAX_NUM_PROCESSES="2")
+    machine.setenv(JAX_PROCESS_ID="5")
     with pytest.raises(ValueError, match=r"process id 5 \(from the environment\) must be in"):
         distributed.initialize()
 
@@ -75,16 +137,26 @@ def test_sum_over_one_process_is_the_counts():
     assert distributed.differing_processes("ab" * 32) == []
 
 
-def test_two_processes_join_from_environment_variables_and_sum_counts():
-    """Two local processes of two CPU devices each, launched with only JAX_COORDINATOR_ADDRESS,
-    JAX_NUM_PROCESSES and JAX_PROCESS_ID set, form one 4-device run, and both get the totals of
-    counters beyond int32's range and the list of processes whose digest differs."""
+@pytest.mark.parametrize("launch", ["environment", "slurm"])
+def test_two_processes_join_and_sum_counts(launch):
+    """Two local processes of two CPU devices each form one 4-device run, launched with only
+    JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID set, or as the two tasks of a
+    SLURM step on this host (JAX's own detection, port from JAX_COORDINATOR_PORT); both get the
+    totals of counters beyond int32's range and the list of processes whose digest differs."""
     port = portpicker.pick_unused_port()
     base = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
-    base.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(2),
-                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
+    base.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(2))
+    if launch == "environment":
+        base.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
+        variables = [dict(JAX_PROCESS_ID=str(index)) for index in range(2)]
+        joined = ["from the environment"] * 2
+    else:
+        base.update(SLURM_JOB_ID="7", SLURM_STEP_NODELIST="127.0.0.1", SLURM_NTASKS="2",
+                    JAX_COORDINATOR_PORT=str(port))
+        variables = [dict(SLURM_PROCID=str(index), SLURM_LOCALID=str(index)) for index in range(2)]
+        joined = ["process 0 of 2 (SLURM)", "process 1 of 2 (SLURM)"]
     processes = [subprocess.Popen([sys.executable, "tests/scripts/process_sums.py"], cwd=REPO,
-                                  env=dict(base, JAX_PROCESS_ID=str(index)),
+                                  env=dict(base, **variables[index]),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for index in range(2)]
     for index, process in enumerate(processes):
@@ -93,7 +165,7 @@ def test_two_processes_join_from_environment_variables_and_sum_counts():
         report = json_report(stdout)
         assert report["process"] == index and report["processes"] == 2
         assert report["devices"] == 4
-        assert "from the environment" in report["joined"]
+        assert joined[index] in report["joined"]
         assert report["totals"] == {"dropped": 1.0, "examples": 6e9 + 1}
         # How the trainer checks that every process built the same vocabulary.
         assert report["differ_shared"] == [] and report["differ_own"] == [1]

@@ -27,7 +27,7 @@ def parse_args(argv):
     parser.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
     group = parser.add_argument_group("multi-process (otherwise read from JAX_COORDINATOR_ADDRESS, "
                                       "JAX_NUM_PROCESSES and JAX_PROCESS_ID, a TPU pod / SLURM / "
-                                      "MPI environment, or a single process)")
+                                      "MPI / Kubernetes environment, or a single process)")
     group.add_argument("--coordinator_address", help="HOST:PORT of process 0's coordinator")
     group.add_argument("--num_processes", type=int, help="how many processes take part")
     group.add_argument("--process_id", type=int, help="this process's index, 0..num_processes-1")

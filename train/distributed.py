@@ -10,10 +10,12 @@ How the processes find each other, in order:
   2. the same three from the environment, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
      JAX_PROCESS_ID, for a launcher that sets variables rather than flags (JAX itself reads only
      the first; the other two are read here);
-  3. the environment of a known cluster, which `jax.distributed.initialize()` reads itself:
-     TPU pod slices, SLURM jobs with more than one task, Open MPI (JAX_COORDINATOR_ADDRESS, if
-     set, then picks the coordinator);
-  4. otherwise a single process: nothing to do.
+  3. the cluster environment, found by JAX's own detectors (train/clusters.py: Open MPI, SLURM,
+     MPI through mpi4py, GCE TPU VMs, GKE TPU, Kubernetes Indexed Jobs), when it holds more than
+     one process; JAX_COORDINATOR_ADDRESS, if set, then picks the coordinator;
+  4. otherwise a single process, with nothing to join (also in a one-process cluster: a
+     one-worker TPU VM, a one-task SLURM step); but several processes of an MPI launcher that
+     JAX cannot join (Open MPI 5 or MPICH without mpi4py) are an error, not separate runs.
 
 `sum_over_processes` adds up host-side counters (examples read, dropped, truncated) over the
 processes, so what process 0 logs covers every process's shard of the data.
@@ -26,20 +28,9 @@ import os
 import jax
 import numpy as np
 
+from train import clusters
+
 ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
-
-
-def _cluster_environment() -> str | None:
-    """The kind of cluster whose multi-process launch this environment describes, if any."""
-    env = os.environ
-    if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_JOB_ID" in env:
-        return "SLURM"
-    if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
-        return "Open MPI"
-    if env.get("TPU_WORKER_HOSTNAMES", "localhost") not in ("", "localhost") or \
-            env.get("MEGASCALE_COORDINATOR_ADDRESS"):
-        return "TPU pod"
-    return None
 
 
 def _environment_launch() -> tuple[str, int, int] | None:
@@ -84,16 +75,27 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                                    process_id=process_id)
         return (f"process {process_id} of {num_processes} (coordinator {coordinator_address}, "
                 f"from the {source})")
-    cluster = _cluster_environment()
+    cluster = clusters.detect()
+    if cluster is None and (launch := clusters.undetected_mpi_launch()):
+        raise ValueError(f"{launch}: an MPI launcher started several processes, but JAX finds "
+                         "them only under Open MPI 4's mpirun or through the mpi4py package; "
+                         "install mpi4py, or set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+                         "JAX_PROCESS_ID")
     if cluster is None:
         if os.environ.get("JAX_COORDINATOR_ADDRESS"):
             raise ValueError("JAX_COORDINATOR_ADDRESS is set but neither JAX_NUM_PROCESSES and "
-                             "JAX_PROCESS_ID nor a known cluster (SLURM, Open MPI, TPU pod) say "
-                             "how many processes take part and which one this is; set both")
+                             "JAX_PROCESS_ID nor a known cluster (SLURM, MPI, TPU VM, Kubernetes) "
+                             "say how many processes take part and which one this is; set both")
         return "single process"
+    if cluster.num_processes == 1:
+        return f"single process ({cluster.name})"
     _use_gloo_on_cpu()
-    jax.distributed.initialize()
-    return f"process {jax.process_index()} of {jax.process_count()} ({cluster})"
+    # The counts go in as detected, so the log says what JAX uses; JAX finds the coordinator
+    # and, on GPUs under SLURM or Open MPI, the one device of each process.
+    jax.distributed.initialize(os.environ.get("JAX_COORDINATOR_ADDRESS") or None,
+                               num_processes=cluster.num_processes, process_id=cluster.process_id,
+                               cluster_detection_method=cluster.detection_method)
+    return f"process {cluster.process_id} of {cluster.num_processes} ({cluster.name})"
 
 
 def _use_gloo_on_cpu() -> None:
