@@ -51,7 +51,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.label_smoothing = 0.1        # [eps_ls] Sec. 5.4
     config.task.beam_size = 4                # Sec. 6.1: beam 4 (1: greedy)
     config.task.length_penalty = 0.6         # Sec. 6.1: alpha 0.6 (Wu et al. 2016 penalty)
-    config.task.max_decode_length = 0        # 0: data.max_length + 50 (Sec. 6.1: input + 50)
+    config.task.extra_decode_length = 50     # Sec. 6.1: a sentence decodes up to its input
+                                             # length + this many tokens (EOS counted in both)
+    config.task.max_decode_length = 0        # > 0: a hard cap on every sentence's limit (a cap
+                                             # <= extra_decode_length: one fixed limit for all);
+                                             # 0: capped only by the position table
     config.task.decode_every = 0             # steps between BLEU evals (0: only at the end)
     config.task.num_samples = 4              # translations written to the log at each BLEU eval
 
