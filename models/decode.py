@@ -20,9 +20,15 @@ score of Wu et al. 2016 (GNMT), used by Vaswani et al. 2017 with alpha = 0.6:
 where ``|y|`` counts the generated tokens, EOS included. At each step every unfinished hypothesis
 is extended by every token and every finished one is carried over unchanged (keeping its score);
 the best ``beam_size`` of all these candidates form the next beam. A hypothesis still unfinished
-after ``max_length`` tokens is kept as it is (scored with ``lp(max_length)``). The search stops
-when all hypotheses of the beam are finished or after ``max_length`` steps. With
-``beam_size=1`` it is greedy search.
+after its example's limit is kept as it is (scored with ``lp(limit)``). The search stops when
+all hypotheses are finished or after ``max_length`` steps. With ``beam_size=1`` it is greedy
+search.
+
+Limits per row. Both searches take ``max_length`` (static: the width of the outputs and the
+most steps run) and optionally ``row_max_length`` ``[batch]``: example ``i`` generates at most
+``row_max_length[i]`` tokens (values above ``max_length`` act as ``max_length``), then only
+padding, exactly as if it were decoded alone with ``max_length=row_max_length[i]``. Vaswani et
+al. 2017 (Sec. 6.1) let each sentence run to its input length + 50: ``input_length_limits``.
 """
 
 from __future__ import annotations
@@ -44,6 +50,26 @@ def length_penalty(length, alpha: float):
     return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
+def input_length_limits(inputs, extra: int, max_length: int, pad_id: int = PAD_ID):
+    """Vaswani et al. 2017, Sec. 6.1: each sentence's maximum output length is its input length
+    + ``extra`` (50), here capped at ``max_length``. ``inputs`` ``[b, s]``: one sentence a row,
+    padded with ``pad_id``; the length counts its real tokens (EOS included, as the output's
+    count includes the EOS it generates). Returns ``[b]`` int32."""
+    length = jnp.sum(jnp.asarray(inputs) != pad_id, axis=-1, dtype=jnp.int32)
+    return jnp.minimum(length + extra, max_length)
+
+
+def _row_limits(row_max_length, batch_size: int, max_length: int):
+    """Each row's step limit, [batch] int32 in [0, max_length] (None: max_length for all)."""
+    if row_max_length is None:
+        return jnp.full((batch_size,), max_length, jnp.int32)
+    limit = jnp.asarray(row_max_length, jnp.int32)
+    if limit.shape != (batch_size,):
+        raise ValueError(f"row_max_length has shape {limit.shape}; expected ({batch_size},), one "
+                         "limit per example")
+    return jnp.clip(limit, 0, max_length)
+
+
 def _log_probs(logits, pad_id: int):
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     is_pad = jnp.arange(logp.shape[-1]) == pad_id
@@ -51,12 +77,15 @@ def _log_probs(logits, pad_id: int):
 
 
 def greedy_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, max_length: int,
-                  bos_id: int, eos_id: int, pad_id: int = PAD_ID):
-    """Most probable next token at every step, for ``batch_size`` rows at once.
+                  bos_id: int, eos_id: int, pad_id: int = PAD_ID, row_max_length=None):
+    """Most probable next token at every step, for ``batch_size`` rows at once; row ``i`` stops
+    at EOS or after ``row_max_length[i]`` tokens (module docstring).
 
-    Returns ``tokens`` ``[batch, max_length]`` int32 (EOS included, padding after it) and their
-    summed log-probabilities ``[batch]`` float32.
+    Returns ``tokens`` ``[batch, max_length]`` int32 (EOS included, padding after it or after
+    the row's limit) and their summed log-probabilities ``[batch]`` float32.
     """
+    limit = _row_limits(row_max_length, batch_size, max_length)
+
     def cond(state):
         step, _, _, _, finished, _ = state
         return (step < max_length) & ~jnp.all(finished)
@@ -70,11 +99,12 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, m
         gained = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
         log_prob = log_prob + jnp.where(finished, 0.0, gained)
         tokens = tokens.at[:, step].set(token)
-        return step + 1, token, tokens, log_prob, finished | (token == eos_id), cache
+        finished = finished | (token == eos_id) | (step + 1 >= limit)
+        return step + 1, token, tokens, log_prob, finished, cache
 
     state = (jnp.array(0, jnp.int32), jnp.full((batch_size,), bos_id, jnp.int32),
              jnp.full((batch_size, max_length), pad_id, jnp.int32),
-             jnp.zeros((batch_size,), jnp.float32), jnp.zeros((batch_size,), bool), cache)
+             jnp.zeros((batch_size,), jnp.float32), limit <= 0, cache)
     _, _, tokens, log_prob, _, _ = jax.lax.while_loop(cond, body, state)
     return tokens, log_prob
 
@@ -95,20 +125,23 @@ def gather_beams(tree, parents, batch_size: int, beam_size: int):
 
 def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, beam_size: int,
                 max_length: int, bos_id: int, eos_id: int, alpha: float = 0.6,
-                pad_id: int = PAD_ID):
-    """Beam search with the GNMT length penalty (module docstring).
+                pad_id: int = PAD_ID, row_max_length=None):
+    """Beam search with the GNMT length penalty, example ``i`` limited to ``row_max_length[i]``
+    tokens (module docstring).
 
     ``cache`` has ``batch_size * beam_size`` rows, example-major (row ``r`` is beam
     ``r % beam_size`` of example ``r // beam_size``), e.g. made from an encoding repeated with
     ``jnp.repeat(x, beam_size, axis=0)``.
 
-    Returns ``tokens`` ``[batch, beam, max_length]`` int32 and ``scores`` ``[batch, beam]``
-    float32 (length-normalised log-probabilities), best first. Slots with a score near
+    Returns ``tokens`` ``[batch, beam, max_length]`` int32 (padding after EOS or after the
+    example's limit) and ``scores`` ``[batch, beam]`` float32 (length-normalised
+    log-probabilities), best first. Slots with a score near
     ``NEG_INF`` (or -inf) hold no real hypothesis (only when there are fewer than ``beam_size``).
     """
     if alpha < 0:
         raise ValueError(f"alpha={alpha} must be >= 0")
     b, k = batch_size, beam_size
+    limit = _row_limits(row_max_length, b, max_length)[:, None]                  # [b, 1]
 
     def cond(state):
         step, _, _, _, _, finished, _ = state
@@ -130,7 +163,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, bea
         rows = jnp.arange(b)[:, None]
         log_prob = candidate.reshape(b, k * vocab)[rows, best]
         length = candidate_length[rows, parents]
-        finished = finished[rows, parents] | (token == eos_id)
+        # At its limit an example's unfinished hypotheses end as they are (length == limit).
+        finished = finished[rows, parents] | (token == eos_id) | (step + 1 >= limit)
         tokens = tokens[rows, parents].at[:, :, step].set(token)
         cache = gather_beams(cache, parents, b, k)
         return step + 1, token, tokens, log_prob, length, finished, cache
@@ -139,9 +173,9 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, bea
     log_prob = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1), jnp.float32), (b, 1))
     state = (jnp.array(0, jnp.int32), jnp.full((b, k), bos_id, jnp.int32),
              jnp.full((b, k, max_length), pad_id, jnp.int32), log_prob,
-             jnp.zeros((b, k), jnp.int32), jnp.zeros((b, k), bool), cache)
+             jnp.zeros((b, k), jnp.int32), jnp.broadcast_to(limit <= 0, (b, k)), cache)
     _, _, tokens, log_prob, length, _, _ = jax.lax.while_loop(cond, body, state)
-    # Unfinished hypotheses have length == max_length here; beams are sorted by top_k.
+    # Hypotheses cut at the limit have length == limit here; beams are sorted by top_k.
     return tokens, log_prob / length_penalty(jnp.maximum(length, 1), alpha)
 
 
@@ -174,15 +208,16 @@ def make_tokens_to_logits(model, params, encoded, inputs) -> TokensToLogits:
 
 
 def predict(model, params, inputs, *, beam_size: int = 4, alpha: float = 0.6,
-            max_decode_len: int, eos_id: int, bos_id: int):
+            max_decode_len: int, eos_id: int, bos_id: int, row_max_decode_len=None):
     """Translates ``inputs`` ``[b, s]``: encodes once, then greedy (``beam_size=1``) or beam
     search over the decoder's key/value cache.
 
-    Returns the best hypothesis per example, ``tokens`` ``[b, max_decode_len]`` (EOS included,
-    padding after), and its score ``[b]`` (length-normalised log-probability for beam search,
-    plain log-probability for greedy). Jit it by closing over ``model``:
-    ``jax.jit(lambda p, x: predict(model, p, x, ...))``. (The paper decodes up to
-    ``input length + 50`` tokens; ``max_decode_len`` is the caller's choice.)
+    ``max_decode_len`` sizes the cache and the outputs; ``row_max_decode_len`` ``[b]``
+    (optional) limits each example on its own, e.g. to its input length + 50 as in the paper
+    (``input_length_limits``). Returns the best hypothesis per example, ``tokens``
+    ``[b, max_decode_len]`` (EOS included, padding after), and its score ``[b]``
+    (length-normalised log-probability for beam search, plain log-probability for greedy).
+    Jit it by closing over ``model``: ``jax.jit(lambda p, x: predict(model, p, x, ...))``.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size={beam_size} must be >= 1")
@@ -196,8 +231,9 @@ def predict(model, params, inputs, *, beam_size: int = 4, alpha: float = 0.6,
     tokens_to_logits = make_tokens_to_logits(model, params, encoded, inputs)
     if beam_size == 1:
         return greedy_search(tokens_to_logits, cache, batch_size=batch,
-                             max_length=max_decode_len, bos_id=bos_id, eos_id=eos_id)
+                             max_length=max_decode_len, bos_id=bos_id, eos_id=eos_id,
+                             row_max_length=row_max_decode_len)
     tokens, scores = beam_search(tokens_to_logits, cache, batch_size=batch, beam_size=beam_size,
                                  max_length=max_decode_len, bos_id=bos_id, eos_id=eos_id,
-                                 alpha=alpha)
+                                 alpha=alpha, row_max_length=row_max_decode_len)
     return tokens[:, 0], scores[:, 0]

@@ -3,6 +3,7 @@ beam search on a hand-made Markov chain finds exactly what brute-force enumerati
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -262,3 +263,95 @@ def test_predict_greedy_and_beam_on_a_transformer():
         assert ends.size == 0 or np.all(seq[ends[0] + 1:] == PAD)
     assert np.any(np.asarray(greedy)[:, :-1] == EOS) and np.any(np.asarray(tokens)[:, :-1] == EOS)
     assert not np.array_equal(greedy, tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# A maximum length per row (Vaswani et al. 2017, Sec. 6.1: input length + 50 per sentence)
+# ---------------------------------------------------------------------------------------------
+
+def markov_cache_of(examples, beam):
+    """markov_cache for the given examples of the table (e.g. one example decoded alone)."""
+    return {"example": jnp.repeat(jnp.asarray(examples), beam),
+            "before_last": jnp.full((len(examples) * beam,), BOS, jnp.int32)}
+
+
+def search(table, examples, beam_size, **kwargs):
+    """Greedy search (beam 1, tokens [b, 1, L]) or beam search of `examples` of `table`."""
+    fn, cache = markov_search_fn(table), markov_cache_of(examples, beam_size)
+    kwargs.update(batch_size=len(examples), bos_id=BOS, eos_id=EOS)
+    if beam_size == 1:
+        tokens, scores = D.greedy_search(fn, cache, **kwargs)
+        return np.asarray(tokens)[:, None], np.asarray(scores)[:, None]
+    tokens, scores = D.beam_search(fn, cache, beam_size=beam_size, alpha=0.6, **kwargs)
+    return np.asarray(tokens), np.asarray(scores)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_row_limits_decode_each_row_as_if_alone(beam_size):
+    """Rows with limits 1, 6, 3 and 4 in one batch of width 7 give the tokens and scores of
+    each row decoded alone with its limit as max_length, then only padding. Row 1 never ends
+    by itself (EOS is unlikely after every token) and stops exactly at its limit."""
+    table = np.random.default_rng(4).normal(size=(4, 8, 8, 8))
+    table[1, :, :, EOS] = -20.0
+    limits, width = [1, 6, 3, 4], 7
+    tokens, scores = search(table, range(4), beam_size, max_length=width,
+                            row_max_length=jnp.asarray(limits))
+    for row, limit in enumerate(limits):
+        alone_tokens, alone_scores = search(table, [row], beam_size, max_length=limit)
+        np.testing.assert_array_equal(tokens[row, :, :limit], alone_tokens[0])
+        np.testing.assert_allclose(scores[row], alone_scores[0], rtol=1e-6)
+        assert np.all(tokens[row, :, limit:] == PAD)
+    assert np.all(tokens[1, 0, :6] > EOS)          # ran on: six tokens, no EOS, cut at 6
+    # The limits are not all the width: decoding with one limit for all differs.
+    one_limit, _ = search(table, range(4), beam_size, max_length=width)
+    assert not np.array_equal(one_limit, tokens)
+
+
+def test_beam_search_row_limits_match_brute_force():
+    """Every hypothesis of each example up to its own limit (2 and 3; width 4), scored with the
+    length penalty of its own length, unfinished ones with lp(limit): as brute force finds."""
+    table, limits = hand_made_table(seed=3), [2, 3]
+    beam = 85                              # all 1 + 4 + 16 + 64 hypotheses of length <= 3
+    tokens, scores = D.beam_search(markov_search_fn(table), markov_cache(2, beam), batch_size=2,
+                                   beam_size=beam, max_length=4, bos_id=BOS, eos_id=EOS,
+                                   alpha=0.6, row_max_length=jnp.asarray(limits))
+    tokens, scores = np.asarray(tokens), np.asarray(scores)
+    for row, limit in enumerate(limits):
+        truth = brute_force(table[row], 0.6, limit)
+        n = len(truth)                     # 21 for limit 2: the other slots hold nothing
+        np.testing.assert_allclose(scores[row, :n], [s for s, _ in truth], rtol=1e-5)
+        assert tuple(tokens[row, 0, :limit]) == truth[0][1]
+        assert {tuple(map(int, seq)) for seq in tokens[row, :n, :limit]} == {
+            seq for _, seq in truth}
+        assert np.all(tokens[row, :, limit:] == PAD) and np.all(scores[row, n:] < 0.5 * D.NEG_INF)
+
+
+def test_input_length_limits():
+    """Real tokens of each input (EOS included, padding not) + extra, capped; against NumPy."""
+    inputs = np.array([[5, 6, EOS, PAD, PAD], [7, EOS, PAD, PAD, PAD], [5, 6, 7, 8, EOS]])
+    lengths = np.array([len(np.flatnonzero(row)) for row in inputs])   # 3, 2, 5
+    for extra, cap in ((50, 100), (50, 54), (0, 4)):
+        np.testing.assert_array_equal(D.input_length_limits(inputs, extra, cap),
+                                      np.minimum(lengths + extra, cap))
+    with pytest.raises(ValueError, match=r"row_max_length has shape \(2,\); expected \(3,\)"):
+        D.greedy_search(markov_search_fn(np.zeros((3, 4, 4, 4))), markov_cache(3, 1),
+                        batch_size=3, max_length=4, bos_id=BOS, eos_id=EOS,
+                        row_max_length=jnp.array([1, 2]))
+
+
+def test_predict_passes_row_limits_to_the_search():
+    """predict() with limits 3 and 8 gives each example what decoding it alone with that
+    max_decode_len gives (on the Transformer, beam 2)."""
+    model, params, inputs, _ = setup_model(tiny(posemb="rope", num_layers=1), seed=5)
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def predict(inputs, limits, width):
+        return D.predict(model, params, inputs, beam_size=2, alpha=0.6, eos_id=EOS, bos_id=BOS,
+                         max_decode_len=width, row_max_decode_len=limits)
+
+    tokens, scores = predict(inputs, jnp.array([3, 8]), 8)
+    for row, limit in enumerate((3, 8)):
+        alone, alone_score = predict(inputs[row:row + 1], None, limit)
+        np.testing.assert_array_equal(tokens[row, :limit], alone[0])
+        np.testing.assert_allclose(scores[row], alone_score[0], rtol=1e-5)
+        assert np.all(np.asarray(tokens)[row, limit:] == PAD)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from data import text as text_data
+from models import decode as decoding
 from train.config import ConfigError, apply_override, load_config_file
 from train.tasks.translate import TranslationTask, bleu
 
@@ -82,6 +83,40 @@ def test_sequences_longer_than_the_position_table_fail_before_compiling(bible_en
         TranslationTask(smoke_config(**{"task.max_decode_length": 300}))
     # Relative encodings have no table: the same lengths are fine.
     TranslationTask(smoke_config("posemb=rope", **{"data.max_length": 200}))
+    with pytest.raises(ConfigError, match=r"config.task.extra_decode_length=-1 must be >= 0"):
+        TranslationTask(smoke_config(**{"task.extra_decode_length": -1}))
+
+
+@pytest.mark.parametrize("arg, overrides, width", [
+    ("", {"data.max_length": 64, "task.max_decode_length": 0}, 64 + 50),
+    ("", {"data.max_length": 96, "task.max_decode_length": 0}, 128),  # the position table
+    ("", {"data.max_length": 64, "task.max_decode_length": 100}, 100),  # the cap
+    ("posemb=rope", {"data.max_length": 96, "task.max_decode_length": 0}, 96 + 50),  # no table
+], ids=["input+50", "table", "cap", "no-table"])
+def test_each_sentence_decodes_up_to_its_input_length_plus_50(bible_env, monkeypatch, arg,
+                                                              overrides, width):
+    """Sec. 6.1, per sentence: predict_fn limits each eval sentence to its source tokens (EOS
+    included, as truncated to data.max_length) + task.extra_decode_length, within the width of
+    the decoded arrays (the longest input + 50, at most the cap and the position table)."""
+    task = TranslationTask(smoke_config(arg, **overrides))
+    assert task.max_decode_length == width
+    calls = []
+
+    def fake_predict(model, params, inputs, **kwargs):
+        calls.append(kwargs)
+        return np.zeros((len(inputs), kwargs["max_decode_len"]), np.int32), None
+
+    monkeypatch.setattr(decoding, "predict", fake_predict)
+    batch = next(task.eval_batches(batch_size=16, process_index=0, process_count=1)[0])
+    task.predict_fn(None, text_data.without_text(batch))
+    (kwargs,) = calls
+    assert kwargs["max_decode_len"] == width
+    real = batch["mask"] == 1
+    source_tokens = np.array([min(len(task.tokenizer.encode(source)) + 1, task.max_length)
+                              for source in batch["source_text"][real]])
+    limits = np.asarray(kwargs["row_max_decode_len"])[real]
+    np.testing.assert_array_equal(limits, np.minimum(source_tokens + 50, width))
+    assert len(set(limits.tolist())) > 1, "the sentences should get different limits"
 
 
 def _np_corpus_bleu(hypotheses: list[str], references: list[str]) -> float:

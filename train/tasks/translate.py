@@ -58,7 +58,10 @@ class TranslationTask(Task):
         if self.max_length < 2:
             raise ConfigError(f"config.data.max_length={self.max_length} must be >= 2 (a token "
                               "and EOS)")
-        self.max_decode_length = int(task.max_decode_length) or self.max_length + 50
+        for key in ("max_decode_length", "extra_decode_length"):
+            if task[key] < 0:
+                raise ConfigError(f"config.task.{key}={task[key]} must be >= 0")
+        self.extra_decode_length = int(task.extra_decode_length)
 
         self.tokenizer = vocabulary.choose(
             saved_vocabulary, lambda: sentencepiece_vocab.load_or_train_for_dataset(
@@ -72,23 +75,33 @@ class TranslationTask(Task):
             del model_section["name"]
         self.model_config = to_dataclass(TransformerConfig, model_section, "model",
                                          vocab_size=self.tokenizer.vocab_size)
-        self._check_lengths()
+        self.max_decode_length = self._decode_width(int(task.max_decode_length))
         self.model = Transformer(self.model_config)
         self.d_model = self.model_config.d_model
 
-    def _check_lengths(self) -> None:
-        """Sequences must fit the position table (issue: a row longer than the table would read
-        past it: silently clamped by a gather)."""
+    def _decode_width(self, cap: int) -> int:
+        """The length of the decoded arrays: the longest any sentence may run (each stops at its
+        own input length + task.extra_decode_length, Sec. 6.1), at most `cap` (if > 0) and the
+        position table.
+
+        Sequences must fit the position table (issue: a row longer than the table would read
+        past it: silently clamped by a gather), so a data.max_length or an explicit cap longer
+        than the table fails; the paper's rule alone (cap 0) stops at the table's end.
+        """
         cfg = self.model_config
+        width = self.max_length + self.extra_decode_length
+        if cap:
+            width = min(width, cap)
         if cfg.posemb not in TABLE_POSEMBS:
-            return
+            return width
         for key, length in (("data.max_length", self.max_length),
-                            ("task.max_decode_length", self.max_decode_length)):
+                            ("task.max_decode_length", cap)):
             if length > cfg.max_length:
                 raise ConfigError(
                     f"config.{key}={length} is longer than the position table "
                     f"(config.model.max_length={cfg.max_length}, posemb={cfg.posemb!r}); raise "
                     f"config.model.max_length to at least {length} or shorten config.{key}")
+        return min(width, cfg.max_length)
 
     # ---- model -----------------------------------------------------------------------------
     def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -149,11 +162,16 @@ class TranslationTask(Task):
         return values
 
     def predict_fn(self, params, batch):
-        """Beam search (greedy for beam_size 1) translations of one eval batch."""
+        """Beam search (greedy for beam_size 1) translations of one eval batch, each sentence
+        up to its input length + task.extra_decode_length tokens (Sec. 6.1), EOS counted on
+        both sides, within `max_decode_length`."""
+        limits = decoding.input_length_limits(batch["inputs"], self.extra_decode_length,
+                                              self.max_decode_length)
         tokens, _ = decoding.predict(
             self.model, params, batch["inputs"], beam_size=self.config.task.beam_size,
             alpha=self.config.task.length_penalty, max_decode_len=self.max_decode_length,
-            eos_id=self.tokenizer.eos_id, bos_id=self.tokenizer.bos_id)
+            row_max_decode_len=limits, eos_id=self.tokenizer.eos_id,
+            bos_id=self.tokenizer.bos_id)
         return {"tokens": tokens, "index": batch["index"], "mask": batch["mask"]}
 
     def score_predictions(self, outputs: list[dict], log) -> dict[str, float]:
