@@ -76,6 +76,10 @@ class TranslationTask(Task):
         self.model = Transformer(self.model_config)
         self.d_model = self.model_config.d_model
 
+    @staticmethod
+    def datasets(config) -> tuple[str, ...]:
+        return (config.data.name,) if config.data.source == "local" else ()
+
     def _check_lengths(self) -> None:
         """Sequences must fit the position table (issue: a row longer than the table would read
         past it: silently clamped by a gather)."""
