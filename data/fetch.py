@@ -53,6 +53,8 @@ class Source:
     # More packages of the same registry (current versions), unpacked beside `package`: for a
     # dataset split over several packages. `extract` and `expected` cover all of them.
     extra_packages: tuple[str, ...] = ()
+    # What reads the raw files, for a source no TFDS builder prepares (data/builders/).
+    use: str = ""
 
     def spec(self) -> str:
         """Package as its registry client writes it, e.g. 'dataset-fashion-mnist' or 'x==1.0'."""
@@ -187,6 +189,9 @@ SOURCES: dict[str, Source] = {
             license="Apache-2.0",
             description="all-MiniLM-L6-v2: a pretrained 6-layer BERT (H 384, 12 heads, uncased "
                         "WordPiece), HF safetensors; model weights, not a dataset",
+            use=f"pretrained weights and vocabulary ({MINILM_DIR}/), read as they are by "
+                "fine-tuning with init=minilm (configs/bert/finetune.py, data/pretrained.py); "
+                "no TFDS dataset is needed",
         ),
         Source(
             name="spam",
@@ -361,8 +366,8 @@ def _prepare(name: str, *, force: bool) -> None:
     """Builds the TFDS dataset of `name` when one of our builders reads it."""
     from data import builders  # Imports TFDS; kept out of `--list`.
 
-    if name not in builders.LOCAL_BUILDERS:
-        print(f"{name}: no TFDS builder for it yet; raw files only")
+    if name not in builders.LOCAL_BUILDERS:  # a source of this kind says what reads it
+        print(f"{name}: {get_source(name).use}")
         return
     start = time.perf_counter()
     was_prepared = builders.get_builder(name).is_prepared()
@@ -376,10 +381,18 @@ def _prepare(name: str, *, force: bool) -> None:
               f"({sizes}; {time.perf_counter() - start:.1f} s)")
 
 
+def _catalog() -> str:
+    """The NAMEs `main` takes, one line each (--list adds their state and registry package)."""
+    width = max(map(len, SOURCES))
+    return "datasets:\n" + "\n".join(f"  {s.name:{width}s}  {s.description}"
+                                      for s in SOURCES.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m data.fetch",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="*", metavar="NAME", help="datasets to fetch")
+                                     description=__doc__.split("\n")[0], epilog=_catalog(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", metavar="NAME", help="datasets to fetch (below)")
     parser.add_argument("--force", action="store_true", help="fetch and prepare again")
     parser.add_argument("--list", action="store_true", help="list the datasets and their state")
     args = parser.parse_args(argv)

@@ -72,6 +72,7 @@ class FinetuneDataset:
     source: str = "local"  # where its data comes from by default: 'local' | 'tfds'
     num_choices: int = 0  # multiple_choice only
     description: str = ""
+    fetched: tuple[str, ...] = ()  # what its local source reads: `python -m data.fetch` names
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -271,13 +272,16 @@ def _builtin() -> dict[str, FinetuneDataset]:
     splits = ("train", "validation", "test")
     return {d.name: d for d in (
         FinetuneDataset("spam", "classify", spam.LABELS, splits, _read_tfds_text("spam"),
-                        description="SpamAssassin emails: ham or spam"),
+                        description="SpamAssassin emails: ham or spam", fetched=("spam",)),
         FinetuneDataset("tweets", "classify", tweets.LABELS, splits, _read_tfds_text("tweets"),
-                        description="tweets: negative, neutral or positive"),
+                        description="tweets: negative, neutral or positive",
+                        fetched=("tweets",)),
         FinetuneDataset("brown_genre", "classify", GENRE_NAMES, splits, _read_brown_genre,
-                        description="Brown paragraphs: the genre of their document"),
+                        description="Brown paragraphs: the genre of their document",
+                        fetched=("brown",)),
         FinetuneDataset("brown_pos", "tag", COARSE_TAGS, splits, _read_brown_pos,
-                        description="Brown sentences: 12 coarse POS tags per word"),
+                        description="Brown sentences: 12 coarse POS tags per word",
+                        fetched=("brown",)),
         FinetuneDataset("squad", "span", (), ("train", "validation"), _read_squad,
                         source="tfds", description="SQuAD v1.1 (TFDS 'squad')"),
         FinetuneDataset("swag", "multiple_choice", (), ("train", "validation"),

@@ -8,7 +8,7 @@ temporary folder), default `~/.cache/papers-jax`:
   <root>/vocab/        vocabularies trained on them (SentencePiece, WordPiece), cached
 
 `file_lock` serialises writers of one of these (a fetch, a vocabulary training) between the
-processes of this machine; `write_atomically` puts a file in place whole or not at all, so a
+processes of this machine, through a lock file that exists only while held; `write_atomically` puts a file in place whole or not at all, so a
 reader never sees a half-written one and needs no lock.
 """
 
@@ -42,14 +42,34 @@ def tfds_dir() -> pathlib.Path:
 
 @contextlib.contextmanager
 def file_lock(lock_path: pathlib.Path) -> Iterator[None]:
-    """Holds an exclusive lock on `lock_path` (created, with its folder, if missing)."""
+    """Holds an exclusive lock on `lock_path`, a file that exists only while the lock is held.
+
+    The file (and its folder, if missing) is created to take the lock and removed before the
+    lock is released, so a finished or failed writer leaves no lock file behind. A waiter may
+    have opened the file before its holder removed it, and then locks a file that is no longer
+    at `lock_path`: so after locking it checks that the path still names the file it locked,
+    and starts over if not.
+    """
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                held = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+            except FileNotFoundError:  # removed by the holder we waited for
+                held = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if held:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        lock_path.unlink(missing_ok=True)  # still held: a waiter on it then starts over
+        os.close(fd)  # releases the lock
 
 
 def write_atomically(path: pathlib.Path, data: bytes) -> None:

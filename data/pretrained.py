@@ -21,6 +21,7 @@ from data import fetch, paths
 from data.errors import DataError
 
 MINILM = "minilm"
+CHECKPOINTS = {MINILM: fetch.MINILM_DIR}  # fetch name -> the checkpoint's folder in its raw dir
 
 
 def _checked_dir(name: str, subdir: str) -> pathlib.Path:
@@ -48,7 +49,14 @@ def _checked_dir(name: str, subdir: str) -> pathlib.Path:
     return raw / subdir
 
 
+def checkpoint_dir(name: str) -> pathlib.Path:
+    """The folder of the fetched checkpoint `name` (a key of CHECKPOINTS); DataError with the
+    fetch command when it was not fetched (or a file was truncated since)."""
+    if name not in CHECKPOINTS:
+        raise DataError(f"unknown pretrained checkpoint {name!r}; known: {sorted(CHECKPOINTS)}")
+    return _checked_dir(name, CHECKPOINTS[name])
+
+
 def minilm_dir() -> pathlib.Path:
-    """The folder of the fetched all-MiniLM-L6-v2 checkpoint; DataError with the fetch command
-    when it was not fetched (or a file was truncated since)."""
-    return _checked_dir(MINILM, fetch.MINILM_DIR)
+    """The folder of the fetched all-MiniLM-L6-v2 checkpoint (`checkpoint_dir`)."""
+    return checkpoint_dir(MINILM)

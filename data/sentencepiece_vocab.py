@@ -22,10 +22,10 @@ so a different setting never reuses a stale file. What the name cannot see is a 
 texts themselves under the same dataset name: delete the file then (a training run keeps its own
 copy in its workdir, so this never changes a run already started: train/vocabulary.py). A new
 model is trained into a temporary file in the same folder and renamed into place (atomic) while
-holding a lock file (`.<name>.lock`), so two processes never train the same model twice or see
-half a file; a file is never rewritten once in place. A file that does not load, or whose special
-ids or size differ from what its name says, raises DataError naming it (delete it to train
-again).
+holding a lock file (`.<name>.lock`, there only while held), so two processes never train the
+same model twice or see half a file; a file is never rewritten once in place. A file that does
+not load, or whose special ids or size differ from what its name says, raises DataError naming it
+(delete it to train again); a model just trained passes the same check before it is written.
 
 Determinism. Training reads the texts in the order `texts_fn` yields them (capped at
 `max_sentences`), with SentencePiece's own sentence sampling and shuffling switched off
@@ -163,16 +163,25 @@ def load_model_file(path: str | os.PathLike, *, vocab_size: int | None = None,
     except (RuntimeError, OSError) as e:
         raise DataError(f"the SentencePiece model file {path} is corrupt or unreadable "
                         f"({type(e).__name__}: {str(e).strip()[:200]}); {fix}") from e
+    problem = _mismatch(tokenizer, vocab_size)
+    if problem:
+        raise DataError(f"the SentencePiece model file {path} has {problem}; it is corrupt or "
+                        f"not ours: {fix}")
+    return tokenizer
+
+
+def _mismatch(tokenizer: Tokenizer, vocab_size: int | None) -> str | None:
+    """None when `tokenizer` has our special ids (and `vocab_size` pieces, if given), else what
+    it has instead."""
     sp = tokenizer._sp
     found = (sp.pad_id(), sp.eos_id(), sp.unk_id(), sp.bos_id())
     wanted = (PAD_ID, EOS_ID, UNK_ID, BOS_ID)
     if vocab_size is not None:
         found, wanted = found + (sp.get_piece_size(),), wanted + (vocab_size,)
-    if found != wanted:
-        names = "(pad, eos, unk, bos" + (", size)" if vocab_size is not None else ")")
-        raise DataError(f"the SentencePiece model file {path} has {names} = {found}, expected "
-                        f"{wanted}; it is corrupt or not ours: {fix}")
-    return tokenizer
+    if found == wanted:
+        return None
+    names = "(pad, eos, unk, bos" + (", size)" if vocab_size is not None else ")")
+    return f"{names} = {found}, expected {wanted}"
 
 
 def _train_model(texts: Iterable[str], *, vocab_size: int, model_type: str,
@@ -186,8 +195,14 @@ def _train_model(texts: Iterable[str], *, vocab_size: int, model_type: str,
             vocab_size=vocab_size, character_coverage=character_coverage, **_TRAINER_OPTIONS)
     except RuntimeError as e:
         message = str(e).strip()
-        hint = (" (the texts are too few for this vocabulary: lower vocab_size)"
-                if "Vocabulary size too high" in message else "")
+        hint = ""
+        if "Vocabulary size too high" in message:
+            hint = " (the texts are too few for this vocabulary: lower vocab_size)"
+        too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+        if too_small:  # every character kept (character_coverage) needs a piece of its own
+            hint = (f" (vocab_size={vocab_size} is below the {too_small[1]} pieces that the "
+                    "special pieces and the characters of the texts need: raise vocab_size to "
+                    f"at least {too_small[1]}, or lower character_coverage)")
         raise DataError(f"SentencePiece training failed{hint}: {message}") from e
     return buffer.getvalue()
 
@@ -227,8 +242,12 @@ def load_or_train(name: str, texts_fn: Callable[[], Iterable[str | bytes]], *,
                   f"{name} -> {path}", flush=True)
         proto = _train_model(texts, vocab_size=vocab_size, model_type=model_type,
                              character_coverage=character_coverage)
+        problem = _mismatch(Tokenizer(proto), vocab_size)
+        if problem:  # the cache's own check, before writing: never a file called corrupt
+            raise RuntimeError(f"the SentencePiece model just trained for {path} has {problem}: "
+                               "a bug in data/sentencepiece_vocab.py (the file was not written)")
         paths.write_atomically(path, proto)
-    return load_model_file(path, vocab_size=vocab_size)
+    return Tokenizer(proto, path)
 
 
 # ------------------------------------------------------------------------- from a data source

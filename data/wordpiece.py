@@ -31,7 +31,10 @@ same text give different vocabularies: huggingface/tokenizers#1794), so we run i
 trainer, which sorts its alphabet, on words whose continuation characters are mapped to
 private-use code points, and map them back: two trainings on the same texts give byte-identical
 files. Every character seen gets both its forms ('e' and '##e'), so a known character never
-makes a word [UNK] only because it was not seen at that place in a word during training.
+makes a word [UNK] only because it was not seen at that place in a word during training. Those
+and the special tokens are the smallest vocabulary of the texts (`minimum_size`: 3,103 tokens for
+the spam emails' 1,549 characters): a smaller `vocab_size` gets exactly them, characters only,
+and `load_or_train` says so.
 
 The cache. A trained vocabulary is a `tokenizer.json` (loadable by any HF `tokenizers`) under
 `cache_dir` (default `data.paths.data_root()/vocab/`) whose name encodes the datasets, split,
@@ -39,10 +42,12 @@ vocabulary size, casing and `FORMAT` (bumped when the training procedure changes
     brown+austen+sotu.train.wordpiece.v8000.uncased.wp1.json
 A different setting never reuses a stale file; a change of the texts under the same names is not
 seen: delete the file then (a training run keeps its own copy in its workdir, so deleting or
-retraining the cache never changes a run already started: train/vocabulary.py). A new file is written to a temporary file in the same folder and
-renamed into place while holding a lock file (`.<name>.lock`), so two processes never train it
-twice or read half a file. A file that does not load, or does not match its name, raises
-DataError naming it.
+retraining the cache never changes a run already started: train/vocabulary.py). A new file is
+written to a temporary file in the same folder and renamed into place while holding a lock file
+(`.<name>.lock`, there only while held), so two processes never train it twice or read half a
+file. A file that does not load, or does not match its name, raises DataError naming it; a
+vocabulary just trained passes the same check before it is written (failing it is a bug here,
+and nothing is written).
 
 Worker processes. A `WordPieceTokenizer` holds its serialized JSON and pickles as it.
 """
@@ -266,11 +271,20 @@ def word_counts(texts: Iterable[str], *, lowercase: bool) -> collections.Counter
     return counts
 
 
+def minimum_size(tok: WordPieceTokenizer) -> int:
+    """The special tokens plus every single character, as a word start or a '##' continuation:
+    the size of a vocabulary trained with a `vocab_size` too small for any longer piece."""
+    single = sum(len(t) == 1 or (t.startswith(tok.prefix) and len(t) == len(tok.prefix) + 1)
+                 for t in tok.tokens)
+    return len(SPECIAL_TOKENS) + single
+
+
 def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool,
                     min_frequency: int = MIN_FREQUENCY) -> WordPieceTokenizer:
     """A WordPiece vocabulary of at most `vocab_size` tokens learned from `texts` (module
     docstring: BPE merges with continuation symbols; deterministic). It has fewer tokens when
-    the texts run out of pairs seen `min_frequency` times."""
+    the texts run out of pairs seen `min_frequency` times, and more (`minimum_size`: the special
+    tokens and every character in both forms, nothing longer) when `vocab_size` is smaller."""
     if not isinstance(vocab_size, (int, np.integer)) or vocab_size <= len(SPECIAL_TOKENS):
         raise DataError(f"vocab_size={vocab_size!r} must be an integer > {len(SPECIAL_TOKENS)}")
     counts = word_counts(texts, lowercase=lowercase)
@@ -294,7 +308,8 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool,
 
     scratch = Tokenizer(models.BPE())
     scratch.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.BpeTrainer(vocab_size=int(vocab_size), min_frequency=min_frequency,
+    size = max(int(vocab_size), len(SPECIAL_TOKENS) + 2 * len(alphabet))  # module docstring
+    trainer = trainers.BpeTrainer(vocab_size=size, min_frequency=min_frequency,
                                   special_tokens=list(SPECIAL_TOKENS), show_progress=False,
                                   initial_alphabet=alphabet + [to_cont[c] for c in alphabet])
     scratch.train_from_iterator(lines(), trainer=trainer)
@@ -342,19 +357,38 @@ def _lock(path: pathlib.Path):
     return paths.file_lock(path.parent / f".{path.name}.lock")
 
 
+def _mismatch(tok: WordPieceTokenizer, vocab_size: int, lowercase: bool) -> str | None:
+    """None when `tok` is what `train_wordpiece` gives for these settings, else how it differs."""
+    ids = (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id)
+    limit = max(vocab_size, minimum_size(tok))
+    if ids == tuple(range(len(SPECIAL_TOKENS))) and tok.vocab_size <= limit and (
+            tok.lowercase == lowercase):
+        return None
+    return (f"special ids {ids}, {tok.vocab_size} tokens, lowercase={tok.lowercase}; expected "
+            f"(0..4), <= {limit}, lowercase={lowercase}")
+
+
 def _load_cached(path: pathlib.Path, vocab_size: int, lowercase: bool) -> WordPieceTokenizer:
     fix = f"delete {path} and run again to train a new one"
     try:
         tok = load_tokenizer_json(path)
     except DataError as e:
         raise DataError(f"{e}; {fix}") from e
-    ids = (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id)
-    if ids != tuple(range(len(SPECIAL_TOKENS))) or tok.vocab_size > vocab_size or (
-            tok.lowercase != lowercase):
-        raise DataError(f"the WordPiece cache file {path} has special ids {ids}, "
-                        f"{tok.vocab_size} tokens, lowercase={tok.lowercase}; expected (0..4), "
-                        f"<= {vocab_size}, lowercase={lowercase}: it is corrupt or not ours; {fix}")
+    problem = _mismatch(tok, vocab_size, lowercase)
+    if problem:
+        raise DataError(f"the WordPiece cache file {path} has {problem}: it is corrupt or not "
+                        f"ours; {fix}")
     return tok
+
+
+def _note_size(tok: WordPieceTokenizer, vocab_size: int) -> None:
+    if tok.vocab_size > vocab_size:
+        characters = minimum_size(tok) - len(SPECIAL_TOKENS)
+        print(f"note: vocab_size={vocab_size} is below the {tok.vocab_size} tokens these texts "
+              f"need at least ({len(SPECIAL_TOKENS)} special tokens and {characters // 2} "
+              f"characters, each as a word start and as a '##' continuation): the vocabulary "
+              f"holds those {tok.vocab_size}, characters only; a vocab_size above "
+              f"{tok.vocab_size} also learns longer word pieces", flush=True)
 
 
 def load_or_train(datasets: str | Sequence[str], split: str,
@@ -364,22 +398,41 @@ def load_or_train(datasets: str | Sequence[str], split: str,
     """The cached vocabulary of `datasets`/`split`, trained on `texts_fn()` when missing.
 
     `texts_fn()` yields the training texts (e.g. every sentence of the training split, in a fixed
-    order) and is called only when the vocabulary must be trained.
+    order) and is called only when the vocabulary must be trained. A `vocab_size` below the
+    texts' `minimum_size` gives that many tokens (a note says so when `verbose`).
     """
     path = cache_path(datasets, split, vocab_size=vocab_size, lowercase=lowercase,
                       cache_dir=cache_dir)
     if path.exists():  # files appear only by an atomic rename: no lock needed to read
-        return _load_cached(path, vocab_size, lowercase)
-    with _lock(path):
-        if path.exists():  # another process trained it while we waited
-            return _load_cached(path, vocab_size, lowercase)
-        if verbose:
-            print(f"training a WordPiece vocabulary of {vocab_size} tokens "
-                  f"({'uncased' if lowercase else 'cased'}) on {_names(datasets)} {split} -> "
-                  f"{path}", flush=True)
-        tok = train_wordpiece(texts_fn(), vocab_size=vocab_size, lowercase=lowercase)
-        paths.write_atomically(path, tok.tokenizer_json.encode("utf-8"))
-    return _load_cached(path, vocab_size, lowercase)
+        tok = _load_cached(path, vocab_size, lowercase)
+    else:
+        with _lock(path):
+            if path.exists():  # another process trained it while we waited
+                tok = _load_cached(path, vocab_size, lowercase)
+            else:
+                tok = _train_into(path, texts_fn, datasets=datasets, split=split,
+                                  vocab_size=vocab_size, lowercase=lowercase, verbose=verbose)
+    if verbose:
+        _note_size(tok, vocab_size)
+    return tok
+
+
+def _train_into(path: pathlib.Path, texts_fn: Callable[[], Iterable[str]], *, datasets, split,
+                vocab_size: int, lowercase: bool, verbose: bool) -> WordPieceTokenizer:
+    """Trains the vocabulary and writes it to `path` (under the lock). It is checked as the cache
+    checks a file before it is written: a vocabulary this code just trained that fails the check
+    is a bug here, never a corrupt file left for the user to delete."""
+    if verbose:
+        print(f"training a WordPiece vocabulary of {vocab_size} tokens "
+              f"({'uncased' if lowercase else 'cased'}) on {_names(datasets)} {split} -> "
+              f"{path}", flush=True)
+    tok = train_wordpiece(texts_fn(), vocab_size=vocab_size, lowercase=lowercase)
+    problem = _mismatch(tok, vocab_size, lowercase)
+    if problem:
+        raise RuntimeError(f"the WordPiece vocabulary just trained for {path} has {problem}: a "
+                           "bug in data/wordpiece.py (the file was not written)")
+    paths.write_atomically(path, tok.tokenizer_json.encode("utf-8"))
+    return WordPieceTokenizer(tok.tokenizer_json, path)
 
 
 def document_texts(documents) -> Iterator[str]:

@@ -46,6 +46,48 @@ def test_file_lock_is_exclusive_and_creates_its_folder(tmp_path):
     assert try_lock() is True
 
 
+def test_file_lock_leaves_no_lock_file_and_hands_over_to_a_waiter(tmp_path):
+    """A lock file exists only while held: a run that fails (or finishes) leaves none. A waiter
+    that opened the file before its holder removed it must not hold a lock on the removed file
+    (where a third process could lock a new file at the same path beside it): it takes the lock
+    on the file at the path, which exists while it holds it."""
+    import fcntl
+    import threading
+    import time
+
+    lock = tmp_path / "vocab" / ".x.lock"
+    with pytest.raises(RuntimeError):
+        with paths.file_lock(lock):
+            raise RuntimeError("training failed")
+    assert not lock.exists()
+
+    waiter_holds, release_waiter = threading.Event(), threading.Event()
+    seen = {}
+
+    def waiter():
+        with paths.file_lock(lock):
+            waiter_holds.set()
+            release_waiter.wait(10)
+
+    with paths.file_lock(lock):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.3)  # the waiter has opened the file and waits in flock
+        assert not waiter_holds.is_set()
+    assert waiter_holds.wait(10)
+    seen["exists"] = lock.is_file()
+    with open(lock, "a") as other:  # another process locking the path now must wait
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            seen["other_locked"] = True
+        except BlockingIOError:
+            seen["other_locked"] = False
+    release_waiter.set()
+    thread.join(10)
+    assert seen == {"exists": True, "other_locked": False}
+    assert not lock.exists()
+
+
 def test_write_atomically_replaces_whole_files(tmp_path):
     target = tmp_path / "vocab.model"
     paths.write_atomically(target, b"first")

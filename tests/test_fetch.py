@@ -100,6 +100,33 @@ def test_fetch_cli_lists_and_rejects_unknown_names(tmp_path, monkeypatch, capsys
     assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
 
 
+def test_fetch_cli_help_lists_every_dataset(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        fetch.main(["--help"])
+    assert exit_.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    for source in fetch.SOURCES.values():
+        assert any(line.split()[:1] == [source.name] and line.endswith(source.description)
+                   for line in lines), source.name
+
+
+def test_fetching_pretrained_weights_says_what_reads_them(tmp_path, monkeypatch, capsys):
+    """minilm has no TFDS builder, and needs none: the fetch says what reads the weights
+    instead of reporting a missing builder."""
+    from data import builders
+
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    monkeypatch.setattr(fetch, "fetch", lambda name, force=False: False)  # fetched before
+    assert fetch.main(["minilm"]) == 0
+    out = capsys.readouterr().out
+    assert out == (f"minilm: pretrained weights and vocabulary ({fetch.MINILM_DIR}/), read as "
+                   "they are by fine-tuning with init=minilm (configs/bert/finetune.py, "
+                   "data/pretrained.py); no TFDS dataset is needed\n")
+    # Every source is prepared by a builder or says what reads it.
+    assert [name for name, source in fetch.SOURCES.items()
+            if name not in builders.LOCAL_BUILDERS and not source.use] == []
+
+
 def test_verify_names_each_kind_of_damage(fake_package):
     """verify() must notice, and name, each way a fetched folder can go stale: a file deleted,
     a file of another size, an expected file the marker never recorded, a source that changed

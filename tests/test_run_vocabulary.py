@@ -174,7 +174,11 @@ def test_a_resumed_run_and_fine_tuning_keep_the_run_s_vocabulary(brown_data_root
     apply_override(config, "data.vocab_size", str(config.data.vocab_size + 100))
     with pytest.raises(ConfigError, match=r"config.data.vocab_size=\d+, the vocabulary's"):
         Trainer(config, workdir)
-    # A workdir of another task: the task's own message, not a list of absent settings.
+    # A workdir of another task: the task's own message, not a list of absent settings (its
+    # data is there: a run without it stops earlier, data/fetched.py).
+    from data.testing import install_fashion_mnist_fixture
+
+    install_fashion_mnist_fixture(root)
     with pytest.raises(ConfigError, match="used by a text task, not image classification"):
         Trainer(load_config_file("configs/vit/fashion_mnist.py:smoke"), workdir)
     # Only what decided the vocabulary is recorded: fine-tuning from the workdir has none.

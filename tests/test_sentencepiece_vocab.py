@@ -169,6 +169,38 @@ def test_too_large_vocabulary_is_a_data_error(tmp_path):
     assert not list(tmp_path.glob("*.model"))
 
 
+def test_too_small_vocabulary_names_the_smallest_and_leaves_nothing(tmp_path):
+    """SentencePiece refuses a vocab_size below its special pieces plus the texts' characters
+    (it never writes a model that the cache would then call corrupt); the error says the
+    smallest size, which then trains, and a failed training leaves no lock file behind."""
+    with pytest.raises(DataError, match=r"vocab_size=20 is below the (\d+) pieces.*at least "
+                                        r"\1, or lower character_coverage") as error:
+        sv.load_or_train("pairs.train.en+es", texts_fn, vocab_size=20, cache_dir=tmp_path,
+                         verbose=False)
+    assert list(tmp_path.iterdir()) == []
+    smallest = int(re.search(r"at least (\d+)", str(error.value))[1])
+    tok = sv.load_or_train("pairs.train.en+es", texts_fn, vocab_size=smallest,
+                           cache_dir=tmp_path, verbose=False)
+    assert tok.vocab_size == smallest
+    assert [p.name for p in tmp_path.iterdir()] == [tok.path.name]
+
+
+def test_a_trained_model_failing_the_cache_check_is_a_bug_not_a_corrupt_file(tmp_path,
+                                                                            monkeypatch):
+    """A model the run itself just trained is never reported as corrupt (with advice to delete
+    it): one that fails the cache's check is a bug here, and is not written."""
+    train = sv._train_model
+
+    def one_short(texts, *, vocab_size, **kwargs):  # a bug: trains another size than asked
+        return train(texts, vocab_size=vocab_size - 1, **kwargs)
+
+    monkeypatch.setattr(sv, "_train_model", one_short)
+    with pytest.raises(RuntimeError, match="a bug in data/sentencepiece_vocab.py"):
+        sv.load_or_train("pairs.train.en+es", texts_fn, vocab_size=VOCAB, cache_dir=tmp_path,
+                         verbose=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_training_reads_the_first_max_sentences_non_empty_texts(tmp_path, monkeypatch):
     """The trainer gets the first `max_sentences` texts of `texts_fn()` that are not empty, as
     str (bytes decoded), in order: empty texts neither reach it nor count towards the cap."""

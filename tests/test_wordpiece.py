@@ -3,6 +3,7 @@ training, the cache, and vocab.txt files (ours and Google's layout)."""
 
 from __future__ import annotations
 
+import pathlib
 import pickle
 
 import numpy as np
@@ -89,6 +90,56 @@ def test_vocab_cache_reuse_name_and_corrupt_file(tmp_path, monkeypatch):
         wp.vocab_for_documents(documents, **kwargs)
     with pytest.raises(DataError, match="does not exist"):
         wp.load_tokenizer(tmp_path / "missing.json")
+
+
+SPAM_EMAILS = pathlib.Path(__file__).parent / "fixtures" / "spam" / "package" / "data"
+
+
+def _spam_texts() -> list[str]:
+    from data import spam
+
+    return [e.text for e in spam.read_emails(SPAM_EMAILS)]
+
+
+def test_a_vocab_size_below_the_alphabet_gives_the_alphabet(tmp_path, capsys):
+    """Emails use many characters (the real spam corpus 1,549, so 3,103 tokens with both forms
+    and the specials): a smaller vocab_size gets exactly those, and says so. The cache took
+    its own fresh file for corrupt (more tokens than its name's size) and left it there."""
+    texts = _spam_texts()
+    alphabet = {c for word in wp.word_counts(texts, lowercase=True) for c in word}
+    smallest = len(wp.SPECIAL_TOKENS) + 2 * len(alphabet)
+    kwargs = dict(split="train", vocab_size=100, lowercase=True, cache_dir=tmp_path)
+    assert smallest > 100
+    tok = wp.load_or_train("spam", texts_fn=lambda: texts, **kwargs)
+    assert tok.vocab_size == wp.minimum_size(tok) == smallest
+    assert set(tok.tokens[5:]) == alphabet | {"##" + c for c in alphabet}  # characters only
+    assert f"vocab_size=100 is below the {smallest} tokens" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == [tok.path.name]  # no lock file left
+    again = wp.load_or_train("spam", texts_fn=lambda: pytest.fail("must not train again"),
+                             **kwargs)
+    assert again.tokens == tok.tokens
+    assert "vocab_size=100 is below" in capsys.readouterr().out  # said at every run
+    # Above the alphabet, merges fill the vocabulary as asked.
+    larger = wp.load_or_train("spam", texts_fn=lambda: texts,
+                              **{**kwargs, "vocab_size": smallest + 50})
+    assert larger.vocab_size == smallest + 50 and wp.minimum_size(larger) == smallest
+    assert "is below" not in capsys.readouterr().out
+
+
+def test_a_trained_vocabulary_failing_the_cache_check_is_a_bug_not_a_corrupt_file(
+        tmp_path, monkeypatch):
+    """A file the run itself just trained is never reported as corrupt (with advice to delete
+    it): a vocabulary that fails the cache's check is a bug here, and is not written."""
+    train = wp.train_wordpiece
+
+    def cased_instead(texts, *, vocab_size, lowercase):  # a bug: ignores the casing asked for
+        return train(texts, vocab_size=vocab_size, lowercase=not lowercase)
+
+    monkeypatch.setattr(wp, "train_wordpiece", cased_instead)
+    with pytest.raises(RuntimeError, match="lowercase=False.*a bug in data/wordpiece.py"):
+        wp.load_or_train("brown", "train", lambda: wp.document_texts(DOCS[:10]),
+                         vocab_size=200, lowercase=True, cache_dir=tmp_path, verbose=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_vocab_txt_loading(tok, tmp_path):

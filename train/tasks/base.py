@@ -30,6 +30,9 @@ Optional, with the defaults below:
                                                pipeline (examples, dropped, truncated); the
                                                trainer sums them over the processes and logs them
   derived_data_metrics(totals) -> metrics      values computed from those sums (epochs)
+  datasets(config) -> names (static)           the `python -m data.fetch` names a run of
+                                               `config` reads; get_task checks them all before
+                                               building the task (data/fetched.py)
   flops_per_example_at(step) -> float          FLOPs of one example at train step `step`, for
                                                tasks whose cost changes during a run (BERT's
                                                longer phase 2); flops_per_example() otherwise
@@ -79,3 +82,7 @@ class Task:
 
     def derived_data_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         return {}
+
+    @staticmethod
+    def datasets(config) -> tuple[str, ...]:
+        return ()

@@ -69,6 +69,10 @@ class BertPretrainingTask(Task):
         self.model = BertForPreTraining(self.model_config)
         self.d_model = self.model_config.hidden_size
 
+    @staticmethod
+    def datasets(config) -> tuple[str, ...]:
+        return tuple(config.data.names)
+
     @property
     def phase2_steps(self) -> int:
         return int(round(self.config.train.num_steps * self.config.data.phase2_fraction))

@@ -50,6 +50,10 @@ class ClassificationTask(Task):
         self.image_shape = shape
         self.d_model = self.model_config.hidden_size
 
+    @staticmethod
+    def datasets(config) -> tuple[str, ...]:
+        return (config.data.name,) if config.data.source == "local" else ()
+
     # ---- model -----------------------------------------------------------------------------
     def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
         return {"image": np.zeros((batch_size, *self.image_shape), np.float32)}

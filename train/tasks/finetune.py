@@ -34,6 +34,7 @@ import ml_collections
 import numpy as np
 
 from data import finetune as ft_data
+from data import pretrained
 from data import text as text_data
 from data.errors import DataError
 from data.finetune_datasets import get_dataset
@@ -58,10 +59,7 @@ class FinetuneTask(Task):
         check_choice(config, "task.features", bert_heads.FEATURE_MODES)
         check_choice(config, "task.feature_head", bert_heads.TOKEN_FEATURE_HEADS)
         self.config = config
-        try:
-            self.dataset = get_dataset(config.data.name)
-        except DataError as error:
-            raise ConfigError(f"config.data.name: {error}") from error
+        self.dataset = _dataset(config)
         self.kind = self.dataset.kind
         task = config.task
         if task.features != "none":
@@ -107,6 +105,12 @@ class FinetuneTask(Task):
             raise ConfigError(f"config.data: {error}") from error
         self.d_model = self.model_config.hidden_size
         self._num_train_examples = 0
+
+    @staticmethod
+    def datasets(config) -> tuple[str, ...]:
+        """The dataset's fetched files (source 'local') and config.init's checkpoint."""
+        local = _dataset(config).fetched if config.data.source == "local" else ()
+        return (*local, *((pretrained.MINILM,) if config.init == pretrained.MINILM else ()))
 
     def _head(self):
         cfg, task, n = self.model_config, self.config.task, self.dataset.num_labels
@@ -256,3 +260,10 @@ class FinetuneTask(Task):
         if not self._num_train_examples:
             return {}
         return {"epochs": totals["examples"] / self._num_train_examples}
+
+
+def _dataset(config):
+    try:
+        return get_dataset(config.data.name)
+    except DataError as error:
+        raise ConfigError(f"config.data.name: {error}") from error

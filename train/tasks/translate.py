@@ -79,6 +79,10 @@ class TranslationTask(Task):
         self.model = Transformer(self.model_config)
         self.d_model = self.model_config.d_model
 
+    @staticmethod
+    def datasets(config) -> tuple[str, ...]:
+        return (config.data.name,) if config.data.source == "local" else ()
+
     def _decode_width(self, cap: int) -> int:
         """The length of the decoded arrays: the longest any sentence may run (each stops at its
         own input length + task.extra_decode_length, Sec. 6.1), at most `cap` (if > 0) and the

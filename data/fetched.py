@@ -1,0 +1,60 @@
+"""Whether the datasets a run reads are in the data root, checked before the run does any work.
+
+    require(["brown", "austen", "sotu"])   # DataError naming every missing one, and the one
+                                           # `python -m data.fetch ...` command for them all
+
+A run reads its data late: a vocabulary is trained on the first corpus before the second is
+opened, and the model is compiled before the first batch. So the trainer asks the task for every
+name it reads and checks them all here first (train/tasks/__init__.py), and a run that lacks data
+stops before writing anything (no vocabulary trained, no lock file left).
+
+A dataset is there when its raw files are (what its TFDS builder checks: the committed test
+fixtures, which have no fetch marker, count too) or its TFDS dataset is already prepared (it is
+then read without them); a pretrained checkpoint when its files are (data/pretrained.py). The full
+sha256 check of a fetch is `data.fetch.verify`, which `python -m data.fetch` runs.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from data import builders, fetch, paths, pretrained
+from data.errors import DataError
+
+
+def _problem(name: str) -> str | None:
+    """None when dataset `name` (a `python -m data.fetch` name) can be read, else why not."""
+    source = fetch.get_source(name)  # DataError naming the known ones
+    if name in pretrained.CHECKPOINTS:
+        try:
+            pretrained.checkpoint_dir(name)
+        except DataError as error:
+            return str(error)
+        return None
+    if name not in builders.LOCAL_BUILDERS:
+        return fetch.verify(source)
+    try:
+        builders.builder_class(name).check_raw_files()
+    except DataError as error:
+        return None if builders.is_prepared(name) else str(error)
+    return None
+
+
+def missing(names: Iterable[str]) -> dict[str, str]:
+    """{name: why} for each of `names` that is not in the data root, in the order given."""
+    problems = {name: _problem(name) for name in dict.fromkeys(names)}
+    return {name: why for name, why in problems.items() if why is not None}
+
+
+def require(names: Iterable[str]) -> None:
+    """DataError naming each of `names` that is not in the data root, with the one command that
+    fetches them all (and why, for one whose folder is there but incomplete)."""
+    absent = missing(names)
+    if not absent:
+        return
+    damaged = "".join(f"\n  {name}: {why}" for name, why in absent.items()
+                      if paths.raw_dir(name).exists())
+    them = "it" if len(absent) == 1 else "them"
+    raise DataError(f"not fetched into the data root {paths.data_root()} ({paths.ENV_VAR}): "
+                    f"{', '.join(absent)}; fetch {them} with\n"
+                    f"    python -m data.fetch {' '.join(absent)}{damaged}")
