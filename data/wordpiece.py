@@ -391,6 +391,17 @@ def _note_size(tok: WordPieceTokenizer, vocab_size: int) -> None:
               f"{tok.vocab_size} also learns longer word pieces", flush=True)
 
 
+def cached(datasets: str | Sequence[str], split: str, *, vocab_size: int, lowercase: bool,
+           cache_dir: str | os.PathLike | None = None) -> WordPieceTokenizer | None:
+    """The cached vocabulary of `datasets`/`split` and these settings, or None when it has not
+    been trained: nothing is trained here (what `python -m train --print_config` reads)."""
+    path = cache_path(datasets, split, vocab_size=vocab_size, lowercase=lowercase,
+                      cache_dir=cache_dir)
+    if path.exists():  # files appear only by an atomic rename: no lock needed to read
+        return _load_cached(path, vocab_size, lowercase)
+    return None
+
+
 def load_or_train(datasets: str | Sequence[str], split: str,
                   texts_fn: Callable[[], Iterable[str]], *, vocab_size: int, lowercase: bool,
                   cache_dir: str | os.PathLike | None = None,

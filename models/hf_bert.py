@@ -1,6 +1,7 @@
 """Hugging Face BERT checkpoints in and out: safetensors files, config.json, parameter names.
 
     cfg, params = load_hf_checkpoint("path/to/hf_model_dir")   # config.json + model.safetensors
+    cfg = load_hf_config("path/to/hf_model_dir")              # its sizes only, no weights read
     sequence_output, pooled = BertModel(cfg).apply({"params": params}, ids, types, mask)
     save_hf_checkpoint("out_dir", cfg, params)                # loadable by HF BertModel
 
@@ -338,6 +339,33 @@ def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- directories
 
 
+def _require_files(directory: pathlib.Path, names: Iterable[str]) -> None:
+    for path in (directory / name for name in names):
+        if not path.is_file():
+            others = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else None
+            hint = ("" if others is None else
+                    f" (the folder holds {others}; sharded checkpoints and pytorch_model.bin "
+                    "are not read: save the model with safe_serialization=True, unsharded)")
+            raise CheckpointError(f"{path} does not exist{hint}")
+
+
+def _read_config_json(directory: pathlib.Path) -> dict[str, Any]:
+    config_path = directory / CONFIG_FILE
+    try:
+        return json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{config_path}: unreadable config ({e})") from e
+
+
+def load_hf_config(directory: str | os.PathLike, **overrides) -> BertConfig:
+    """The BertConfig of an HF BERT directory from its ``config.json`` alone: the model's sizes
+    without reading its weights (``load_hf_checkpoint`` gives the same, but ``nsp``, which a
+    pre-training checkpoint's tensors decide there)."""
+    directory = pathlib.Path(directory)
+    _require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
+    return config_from_hf(_read_config_json(directory), **overrides)
+
+
 def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
                        **overrides) -> tuple[BertConfig, dict]:
     """(cfg, params) of an HF BERT directory (``config.json`` + ``model.safetensors``).
@@ -346,18 +374,9 @@ def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
     checkpoint without ``cls.seq_relationship.*`` gives ``cfg.nsp=False`` unless overridden.
     """
     directory = pathlib.Path(directory)
-    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
-    for path in (config_path, weights_path):
-        if not path.is_file():
-            others = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else None
-            hint = ("" if others is None else
-                    f" (the folder holds {others}; sharded checkpoints and pytorch_model.bin "
-                    "are not read: save the model with safe_serialization=True, unsharded)")
-            raise CheckpointError(f"{path} does not exist{hint}")
-    try:
-        config_json = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{config_path}: unreadable config ({e})") from e
+    _require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
+    config_json = _read_config_json(directory)
+    weights_path = directory / WEIGHTS_FILE
     tensors = read_safetensors(weights_path)
     if head == "auto":
         head = _detect_head(tensors)

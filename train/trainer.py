@@ -69,11 +69,6 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
                           "(0: measure a matmul here)")
 
 
-def _has_checkpoint(directory: Path) -> bool:
-    """Whether `directory` holds an orbax step folder (named by its step number)."""
-    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
-
-
 def _numeric(batch: dict) -> dict:
     """The arrays of a host batch that go to the devices; strings (references) stay here."""
     return {k: v for k, v in batch.items() if np.asarray(v).dtype.kind in "biuf"}
@@ -143,8 +138,7 @@ class Trainer:
         """The config's task, given the vocabulary its checkpoints were trained with when the
         workdir has one (train/vocabulary.py): a resumed run never depends on the cache; before
         the first checkpoint the vocabulary is built again from the config."""
-        has_checkpoint = _has_checkpoint(self.workdir / "checkpoints")
-        self.saved_vocabulary = vocabulary.load(self.workdir) if has_checkpoint else None
+        self.saved_vocabulary = vocabulary.for_start(self.workdir)
         task = get_task(self.config, self.saved_vocabulary)
         if self.saved_vocabulary is not None:
             vocabulary.check_settings(self.workdir, vocabulary.settings_of(

@@ -12,9 +12,9 @@ The cache can change under a run: deleted and retrained, retrained on another ve
 texts, or read from another data root. A vocabulary of the same size but other tokens fits the
 checkpoint's embedding table and would be accepted without a word, every id now meaning another
 piece. So the trainer writes the vocabulary here when the run starts (process 0) and gives it to
-the task at every later start of the same workdir (`load` -> `get_task(config, saved_vocabulary)`,
-`choose` in the task), and fine-tuning from a pretraining workdir reads it here too
-(train/finetune_init.py). The workdir must be one folder seen by every process, as the
+the task at every later start of the same workdir (`for_start` -> `get_task(config,
+saved_vocabulary)`, `choose` in the task), and fine-tuning from a pretraining workdir reads it
+here too (train/finetune_init.py). The workdir must be one folder seen by every process, as the
 checkpoints already require; the trainer checks that all processes hold the same vocabulary.
 
 Once the workdir holds a checkpoint (before it nothing is bound to the vocabulary, which is built
@@ -121,6 +121,16 @@ def load(workdir: str | os.PathLike, *, fix: str | None = None) -> Any | None:
         except DataError as error:
             raise DataError(f"{error}; {fix}") from error
     return tokenizer
+
+
+def for_start(workdir: str | os.PathLike) -> Any | None:
+    """The saved vocabulary a start of `workdir` gives its task (`get_task(config, it)`): once
+    the workdir holds a checkpoint (an orbax step folder, named by its step), whose embeddings
+    were trained with it; None before, when the task builds the vocabulary again."""
+    checkpoints = pathlib.Path(workdir) / "checkpoints"
+    if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
+        return load(workdir)
+    return None
 
 
 def check_settings(workdir: str | os.PathLike, current: dict[str, Any]) -> None:
