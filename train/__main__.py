@@ -1,10 +1,13 @@
 """python -m train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]
 
-Trains the experiment a config file describes. The resolved config is written to
-DIR/config.json; logs go to DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to
-DIR/checkpoints/. Starting again with the same workdir resumes from the latest checkpoint; a
-workdir that holds a different config is refused (with the differing keys) unless
---allow_config_change is given.
+Trains the experiment a config file describes. DIR/config.json records the resolved config,
+the model that ran (a pretrained model's sizes, the vocabulary's size), and
+DIR/requested_config.json the config as given (train/run_config.py); logs go to
+DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to DIR/checkpoints/. Starting again with the
+same workdir resumes from the latest checkpoint; a workdir that holds a different (requested)
+config is refused (with the differing keys) unless --allow_config_change is given.
+--print_config prints the resolved config without training (--workdir optional: with one, as a
+start there would resolve it).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from train import run_config
 from train.config import ConfigError, apply_override, load_config_file, to_json
 
 
@@ -21,10 +25,13 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/vit/fashion_mnist.py:smoke")
-    parser.add_argument("--workdir", required=True, help="logs, checkpoints and config.json go here")
+    parser.add_argument("--workdir", help="logs, checkpoints and config.json go here (required "
+                                          "but with --print_config)")
     parser.add_argument("--allow_config_change", action="store_true",
                         help="resume in a workdir whose saved config differs from this one")
-    parser.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--print_config", action="store_true",
+                        help="print the resolved config (what the run would use; \"<...>\" for "
+                             "a value only training a vocabulary would tell) and exit")
     group = parser.add_argument_group("multi-process (otherwise read from JAX_COORDINATOR_ADDRESS, "
                                       "JAX_NUM_PROCESSES and JAX_PROCESS_ID, a TPU pod / SLURM / "
                                       "MPI / Kubernetes environment, or a single process)")
@@ -32,6 +39,9 @@ def parse_args(argv):
     group.add_argument("--num_processes", type=int, help="how many processes take part")
     group.add_argument("--process_id", type=int, help="this process's index, 0..num_processes-1")
     args, rest = parser.parse_known_args(argv)
+    if args.workdir is None and not args.print_config:
+        parser.error("--workdir is required (logs, checkpoints and config.json go there); only "
+                     "--print_config runs without one")
     overrides = []
     for item in rest:
         if not item.startswith("--config.") or "=" not in item:
@@ -59,11 +69,13 @@ PLACEMENT_PREFIXES = ("mesh.",)
 
 def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> list[str]:
     """Refuses to mix two different experiments in one workdir; returns the placement keys
-    (the mesh) that changed, as lines to report."""
-    saved_path = workdir / "config.json"
-    if not saved_path.exists():
+    (the mesh) that changed, as lines to report. `config_json` is the requested config, compared
+    with the one the workdir's run requested (run_config.saved_request: cheap, and in the keys
+    the command line sets; config.json holds the resolved one)."""
+    saved = run_config.saved_request(workdir)
+    if saved is None:
         return []
-    saved = _flatten(json.loads(saved_path.read_text()))
+    saved = _flatten(saved)
     current = _flatten(json.loads(config_json))
     changed = [key for key in sorted(set(saved) | set(current))
                if saved.get(key) != current.get(key)]
@@ -89,8 +101,13 @@ def main(argv=None) -> int:
         for key, value in overrides:
             apply_override(config, key, value)
         config_json = to_json(config)
-        if args.print_config:
-            print(config_json)
+        if args.print_config:  # nothing trained, loaded or compiled: the task's `plan`
+            from train.tasks import plan_task
+
+            resolution = plan_task(config, Path(args.workdir) if args.workdir else None)
+            for note in resolution.notes:
+                print(note, file=sys.stderr)
+            print(run_config.to_text(run_config.resolved(config, resolution)))
             return 0
         workdir = Path(args.workdir)
         if workdir.exists() and not workdir.is_dir():

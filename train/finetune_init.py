@@ -2,6 +2,7 @@
 
     init = resolve_init(config, scratch_vocab=...)   # Pretrained(model_config, tokenizer, params)
     variables = replace_encoder(variables, init.params)   # inside the task's init_variables
+    plan = resolve_init(config, scratch_vocab=..., build=False)  # --print_config: the sizes only
 
   'scratch'   a random encoder of config.model's dimensions; the WordPiece vocabulary is
               config.data.vocab_file, or one trained on the task's training texts (cached);
@@ -16,9 +17,12 @@
               data.vocab_file, or the cached WordPiece vocabulary of its data.names /
               train_split / vocab_size / lowercase), as the run's own resume did.
 Settings that are not dimensions (dropout rates, dtype, attention implementation, remat,
-scan_layers) always come from config.model, so fine-tuning chooses them; the encoder's parameters
-are converted to the model's layer layout (models.bert.with_layer_layout). `replace_encoder`
-checks that every encoder parameter is there with its shape and names each difference.
+scan_layers, nsp) always come from config.model, so fine-tuning chooses them; the encoder's
+parameters are converted to the model's layer layout (models.bert.with_layer_layout).
+`replace_encoder` checks that every encoder parameter is there with its shape and names each
+difference. The resulting BertConfig, every field, is the model section of the fine-tuning run's
+config.json (train/run_config.py), and `description` the line the trainer prints: which weights,
+from where.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from train.config import ConfigError, to_dataclass
 INIT_NAMES = ("scratch", "minilm")  # or a path
 # BertConfig fields fine-tuning sets itself, whatever the pretrained model used.
 RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "attention_implementation", "dtype",
-                  "param_dtype", "remat", "scan_layers")
+                  "param_dtype", "remat", "scan_layers", "nsp")
 
 
 @dataclasses.dataclass
@@ -48,9 +52,11 @@ class Pretrained:
     """What `config.init` resolves to."""
 
     model_config: BertConfig
-    tokenizer: Any  # data.wordpiece.WordPieceTokenizer
-    params: Any  # the encoder's parameter tree (a BertModel's), NumPy; None for 'scratch'
-    description: str
+    tokenizer: Any  # data.wordpiece.WordPieceTokenizer; None in a plan, for one not trained yet
+    params: Any  # the encoder's parameter tree (a BertModel's), NumPy; None for 'scratch' / a plan
+    description: str  # the console line: 'encoder: <what> from <where> (<its sizes>)'
+    pending: str = ""  # a plan without its vocabulary: what decides the size (model_config's
+                       # vocab_size then stands in: the data.vocab_size asked for)
 
 
 def _model_section(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -64,45 +70,71 @@ def _runtime(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return {k: section[k] for k in RUNTIME_FIELDS if k in section}
 
 
-def resolve_init(config: ml_collections.ConfigDict,
-                 scratch_vocab: Callable[[], Any]) -> Pretrained:
+def _describe(what: str, cfg: BertConfig, tokenizer: Any) -> str:
+    tokens = f"{cfg.vocab_size:,} tokens" if tokenizer is not None else "vocabulary not trained yet"
+    layers = f"{cfg.num_layers} layer{'s' * (cfg.num_layers != 1)}"
+    return f"encoder: {what} ({layers}, hidden {cfg.hidden_size}, {tokens})"
+
+
+def resolve_init(config: ml_collections.ConfigDict, scratch_vocab: Callable[[], Any], *,
+                 build: bool = True) -> Pretrained:
     """The Pretrained of `config.init` (module docstring); `scratch_vocab()` gives the
-    vocabulary of init='scratch' when config.data.vocab_file is empty."""
+    vocabulary of init='scratch' when config.data.vocab_file is empty.
+
+    build=False plans (what `python -m train --print_config` shows): the same model config and
+    vocabulary from what is cheap to read, no encoder weights read (params None) and nothing
+    trained: `scratch_vocab()` may then return None for a vocabulary not trained yet, and the
+    cached vocabulary of a pretraining workdir that kept none may be missing (see `pending`)."""
     init = config.init
     if init == "scratch":
-        from data import wordpiece
-
-        data = config.data
-        tok = (wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
-               if data.vocab_file else scratch_vocab())
-        model_section = config.model.copy_and_resolve_references()
-        with model_section.unlocked():
-            del model_section["name"]
-        cfg = to_dataclass(BertConfig, model_section, "model", vocab_size=tok.vocab_size)
-        return Pretrained(cfg, tok, None, "a randomly initialised encoder")
+        return _scratch(config, scratch_vocab)
     if init == "minilm":
-        return _minilm(config)
+        return _minilm(config, build)
     if not init:
         raise ConfigError(f"config.init is empty; use one of {list(INIT_NAMES)} or the workdir "
                           "of a pretraining run")
-    return _workdir(config, pathlib.Path(init))
+    return _workdir(config, pathlib.Path(init), build)
 
 
-def _minilm(config) -> Pretrained:
+def _scratch(config, scratch_vocab) -> Pretrained:
+    from data import wordpiece
+
+    data = config.data
+    tok = (wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
+           if data.vocab_file else scratch_vocab())
+    model_section = config.model.copy_and_resolve_references()
+    with model_section.unlocked():
+        del model_section["name"]
+    cfg = to_dataclass(BertConfig, model_section, "model",
+                       vocab_size=data.vocab_size if tok is None else tok.vocab_size)
+    pending = "" if tok is not None else (
+        f"the size of the WordPiece vocabulary trained on the {data.train_split} texts of "
+        f"{data.name} when the run starts, config.data.vocab_size={data.vocab_size} asked for "
+        "(the texts may give fewer or more: data/wordpiece.py); not trained yet")
+    return Pretrained(cfg, tok, None, _describe("random, config.model's sizes", cfg, tok),
+                      pending)
+
+
+def _minilm(config, build: bool) -> Pretrained:
     from data import pretrained, wordpiece
-    from models.hf_bert import load_hf_checkpoint
+    from data.errors import DataError
+    from models.hf_bert import CheckpointError, load_hf_checkpoint, load_hf_config
 
     folder = pretrained.minilm_dir()
-    cfg, params = load_hf_checkpoint(folder)
-    cfg = dataclasses.replace(cfg, **_runtime(config))
+    try:
+        cfg = dataclasses.replace(load_hf_config(folder), **_runtime(config))
+        params = load_hf_checkpoint(folder)[1] if build else None
+    except CheckpointError as error:  # a file changed since the fetch checked it
+        raise DataError(f"config.init='minilm': {error}; run: python -m data.fetch minilm "
+                        "--force") from error
     tok = wordpiece.load_tokenizer(folder / "tokenizer.json")
     if tok.vocab_size != cfg.vocab_size:
         raise ConfigError(f"MiniLM's tokenizer has {tok.vocab_size} tokens, its config.json "
                           f"vocab_size={cfg.vocab_size}")
-    return Pretrained(cfg, tok, params, f"all-MiniLM-L6-v2 from {folder}")
+    return Pretrained(cfg, tok, params, _describe(f"all-MiniLM-L6-v2 from {folder}", cfg, tok))
 
 
-def _workdir(config, workdir: pathlib.Path) -> Pretrained:
+def _workdir(config, workdir: pathlib.Path, build: bool) -> Pretrained:
     from data import wordpiece
     from data.corpora.documents import read_documents
     from train import vocabulary
@@ -119,6 +151,7 @@ def _workdir(config, workdir: pathlib.Path) -> Pretrained:
         raise ConfigError(f"config.init={str(workdir)!r}: that run's task is {task!r}, not "
                           "'bert_pretrain'")
     data = saved["data"]
+    pending = ""
     tok = vocabulary.load(  # kept there since the run began (train/vocabulary.py)
         workdir, fix=f"it is the vocabulary of config.init={str(workdir)!r}: restore it from a copy")
     if tok is not None:
@@ -129,21 +162,36 @@ def _workdir(config, workdir: pathlib.Path) -> Pretrained:
         tok = wordpiece.load_tokenizer(data["vocab_file"], lowercase=data["lowercase"])
     else:  # the cached vocabulary the run trained (retrained identically when missing)
         names = tuple(data["names"])
-        tok = wordpiece.vocab_for_documents(
-            lambda: [d for name in names for d in read_documents(name, data["train_split"])],
-            datasets=names, split=data["train_split"], vocab_size=data["vocab_size"],
-            lowercase=data["lowercase"])
+        key = dict(datasets=names, split=data["train_split"], vocab_size=data["vocab_size"],
+                   lowercase=data["lowercase"])
+        if build:
+            tok = wordpiece.vocab_for_documents(
+                lambda: [d for name in names for d in read_documents(name, data["train_split"])],
+                **key)
+        else:
+            tok = wordpiece.cached(**key)
+            pending = "" if tok is not None else (
+                f"the size of the WordPiece vocabulary of the pretraining run in {workdir}, "
+                f"trained again on {'+'.join(names)} {data['train_split']} when the run starts "
+                f"(its data.vocab_size={data['vocab_size']} asked for); not trained yet")
+    # The model section of its config.json: the model that ran (train/run_config.py), or in a
+    # workdir written before, the requested one (whose vocab_size the vocabulary gives).
     fields = {f.name for f in dataclasses.fields(BertConfig)}
     dims = {k: v for k, v in saved["model"].items() if k in fields and k not in RUNTIME_FIELDS}
+    vocab_size = data["vocab_size"] if tok is None else tok.vocab_size
     try:
-        cfg = BertConfig(**{**dims, **_runtime(config), "vocab_size": tok.vocab_size})
+        cfg = BertConfig(**{**dims, **_runtime(config), "vocab_size": vocab_size})
     except (TypeError, ValueError) as error:
         raise ConfigError(f"the model of {saved_path} gives no valid BertConfig: {error}") from error
-    params = load_params(workdir)
-    if "bert" not in params:
-        raise ConfigError(f"the checkpoint in {workdir} has no 'bert' encoder (top-level "
-                          f"parameters {sorted(params)})")
-    return Pretrained(cfg, tok, params["bert"], f"the pretraining run in {workdir}")
+    params = None
+    if build:
+        params = load_params(workdir)
+        if "bert" not in params:
+            raise ConfigError(f"the checkpoint in {workdir} has no 'bert' encoder (top-level "
+                              f"parameters {sorted(params)})")
+        params = params["bert"]
+    return Pretrained(cfg, tok, params, _describe(
+        f"the pretraining run in {workdir}, its latest checkpoint", cfg, tok), pending)
 
 
 def replace_encoder(variables: dict, encoder_params: Any, *, where: str = "bert") -> dict:

@@ -27,9 +27,9 @@ import ml_collections
 import numpy as np
 
 from data.errors import DataError
-from train import partitioning, vocabulary
+from train import partitioning, run_config, vocabulary
 from train.checkpointing import Checkpointer
-from train.config import ConfigError, check_choice, to_json
+from train.config import ConfigError, check_choice
 from train.distributed import differing_processes, sum_over_processes
 from train.flops import measure_matmul_peak
 from train.metrics_writer import MetricsWriter, summarize
@@ -237,12 +237,13 @@ class Trainer:
         notes = []
         if checkpointer.latest_step() is None:
             state = self.init_state()
+            notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
         else:
             state, data_state, _ = checkpointer.restore_latest_good(self.abstract_state, notes.append)
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
-            (self.workdir / "config.json").write_text(to_json(self.config))
+            run_config.write(self.workdir, self.config, self.task.resolution())
             if self.task.tokenizer is not None and self.saved_vocabulary is None:
                 path = vocabulary.save(self.workdir, self.task.tokenizer, vocabulary.settings_of(
                     self.config, self.task.vocabulary_settings))

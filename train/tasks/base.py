@@ -19,6 +19,10 @@ Required (see train/tasks/classify.py for a complete example):
   train_iterator(batch_size, seed, process_index, process_count) -> grain iterator
   eval_batches(batch_size, process_index, process_count) -> (iterator, batches per process)
   d_model                                      width used by the inverse-sqrt schedule
+  model_config                                 the frozen dataclass the model is built from
+  plan(config, saved_vocabulary) -> Resolution a classmethod: what `resolution()` will be, from
+                                               what is cheap to read (no vocabulary trained, no
+                                               weights read): `python -m train --print_config`
 
 Optional, with the defaults below:
   derived_metrics(values)  metrics computed on the host from the averaged ones (perplexity)
@@ -40,6 +44,10 @@ Optional, with the defaults below:
                            which the trainer keeps in the workdir; None for image tasks
   vocabulary_settings      the config keys that decided it ('data.vocab_size', ...); () when it
                            came from a file or a pretrained model
+  resolution() -> Resolution   what the task decided beyond its config (train/run_config.py):
+                           the model that runs, other values set as it started, the lines the
+                           trainer prints (where the weights came from); the workdir's
+                           config.json records it. Default: `model_config` alone.
 Eval batches may carry non-numeric entries (reference strings); the trainer sends only numeric
 arrays to the devices.
 """
@@ -47,6 +55,8 @@ arrays to the devices.
 from __future__ import annotations
 
 import jax.numpy as jnp
+
+from train.run_config import Resolution
 
 
 def batch_objective(terms: dict, normalizers: dict):
@@ -64,6 +74,13 @@ class Task:
     decode_every: int | None = None
     tokenizer = None
     vocabulary_settings: tuple[str, ...] = ()
+
+    @classmethod
+    def plan(cls, config, saved_vocabulary=None) -> Resolution:
+        raise NotImplementedError(f"{cls.__name__} has no plan")
+
+    def resolution(self) -> Resolution:
+        return Resolution(self.model_config)
 
     def derived_metrics(self, values: dict[str, float]) -> dict[str, float]:
         return values

@@ -31,7 +31,33 @@ from models.bert_pretraining import BertForPreTraining
 from train import flops, vocabulary
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
+from train.run_config import Resolution
 from train.tasks.base import Task
+
+
+def _model_config(config: ml_collections.ConfigDict, vocab_size: int) -> BertConfig:
+    model_section = config.model.copy_and_resolve_references()
+    with model_section.unlocked():
+        del model_section["name"]
+    return to_dataclass(BertConfig, model_section, "model", vocab_size=vocab_size)
+
+
+def _vocabulary(config: ml_collections.ConfigDict, saved, documents_fn):
+    """config.data.vocab_file, or one trained on `documents_fn()` (the corpora's training
+    documents; cached); at a resumed run's start the one saved in its workdir
+    (train/vocabulary.py). `documents_fn=None` (a plan): None for one not trained yet."""
+    data = config.data
+    if data.vocab_file:
+        requested = wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
+        return vocabulary.choose(saved, lambda: requested, kind="wordpiece",
+                                 requested=requested,
+                                 where=f"config.data.vocab_file={data.vocab_file!r}")
+    key = dict(datasets=tuple(data.names), split=data.train_split, vocab_size=data.vocab_size,
+               lowercase=data.lowercase)
+    if documents_fn is None:
+        return vocabulary.choose(saved, lambda: wordpiece.cached(**key), kind="wordpiece")
+    return vocabulary.choose(
+        saved, lambda: wordpiece.vocab_for_documents(documents_fn, **key), kind="wordpiece")
 
 
 class BertPretrainingTask(Task):
@@ -53,12 +79,11 @@ class BertPretrainingTask(Task):
         if not 0.0 <= data.phase2_fraction < 1.0:
             raise ConfigError(f"config.data.phase2_fraction={data.phase2_fraction} must be in "
                               "[0, 1)")
-        self.tokenizer = self._vocabulary(saved_vocabulary)
-        model_section = config.model.copy_and_resolve_references()
-        with model_section.unlocked():
-            del model_section["name"]
-        self.model_config = to_dataclass(BertConfig, model_section, "model",
-                                         vocab_size=self.tokenizer.vocab_size)
+        if not data.vocab_file:
+            self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
+        self.tokenizer = _vocabulary(config, saved_vocabulary,
+                                     lambda: self._documents(data.train_split))
+        self.model_config = _model_config(config, self.tokenizer.vocab_size)
         for key in ("max_seq_length",) + (("phase2_max_seq_length",) if self.phase2_steps else ()):
             try:
                 self.model_config.check_length(data[key])
@@ -77,22 +102,19 @@ class BertPretrainingTask(Task):
     def phase2_steps(self) -> int:
         return int(round(self.config.train.num_steps * self.config.data.phase2_fraction))
 
-    def _vocabulary(self, saved):
-        """config.data.vocab_file, or one trained on the corpora (cached); at a resumed run's
-        start the one saved in its workdir (train/vocabulary.py)."""
-        data = self.config.data
-        if not data.vocab_file:
-            self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
-        if data.vocab_file:
-            requested = wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
-            return vocabulary.choose(saved, lambda: requested, kind="wordpiece",
-                                     requested=requested,
-                                     where=f"config.data.vocab_file={data.vocab_file!r}")
-        return vocabulary.choose(
-            saved, lambda: wordpiece.vocab_for_documents(
-                lambda: self._documents(data.train_split), datasets=tuple(data.names),
-                split=data.train_split, vocab_size=data.vocab_size, lowercase=data.lowercase),
-            kind="wordpiece")
+    @classmethod
+    def plan(cls, config, saved_vocabulary=None) -> Resolution:
+        """The model with the vocabulary's size when it needs no training (a vocab_file, a
+        saved or cached one); else the size is pending."""
+        data = config.data
+        tokenizer = _vocabulary(config, saved_vocabulary, None)
+        if tokenizer is not None:
+            return Resolution(_model_config(config, tokenizer.vocab_size))
+        return Resolution(_model_config(config, data.vocab_size), pending={
+            "model.vocab_size": f"the size of the WordPiece vocabulary trained on "
+                                f"{'+'.join(data.names)} {data.train_split} when the run starts, "
+                                f"config.data.vocab_size={data.vocab_size} asked for (the texts "
+                                "may give fewer or more: data/wordpiece.py); not trained yet"})
 
     def _masking(self, max_predictions: int) -> MaskingConfig:
         data = self.config.data

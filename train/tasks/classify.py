@@ -18,9 +18,18 @@ from models.vit import ViT, ViTConfig
 from train import flops
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
+from train.run_config import Resolution
 from train.tasks.base import Task
 
 MODELS = {"vit": (ViT, ViTConfig)}
+
+
+def _model_config(config: ml_collections.ConfigDict):
+    check_choice(config, "model.name", MODELS)
+    model_section = config.model.copy_and_resolve_references()
+    with model_section.unlocked():
+        del model_section["name"]
+    return to_dataclass(MODELS[config.model.name][1], model_section, "model")
 
 
 class ClassificationTask(Task):
@@ -30,15 +39,10 @@ class ClassificationTask(Task):
         if saved_vocabulary is not None:
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
                               "used by a text task, not image classification; use a new --workdir")
-        check_choice(config, "model.name", MODELS)
         check_choice(config, "data.source", ("local", "tfds"))
         check_choice(config, "data.augment", image_data.AUGMENTATIONS)
-        module, model_config_cls = MODELS[config.model.name]
-        model_section = config.model.copy_and_resolve_references()
-        with model_section.unlocked():
-            del model_section["name"]
-        self.model_config = to_dataclass(model_config_cls, model_section, "model")
-        self.model = module(self.model_config)
+        self.model_config = _model_config(config)
+        self.model = MODELS[config.model.name][0](self.model_config)
         self.config = config
         self.label_smoothing = float(config.task.label_smoothing)
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -53,6 +57,11 @@ class ClassificationTask(Task):
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
         return (config.data.name,) if config.data.source == "local" else ()
+
+    @classmethod
+    def plan(cls, config, saved_vocabulary=None) -> Resolution:
+        """The model of config.model: nothing is decided at run time."""
+        return Resolution(_model_config(config))
 
     # ---- model -----------------------------------------------------------------------------
     def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:

@@ -19,7 +19,8 @@ pieces rather than the official script's normalised words). Sums with counts, as
 
 Initialisation (`config.init`, train/finetune_init.py): 'scratch', 'minilm' or the workdir of a
 pretraining run; the pretrained encoder replaces the random `params['bert']` in
-`init_variables`, which the trainer calls to build its state.
+`init_variables`, which the trainer calls to build its state. Its sizes replace config.model's:
+the run's config.json records the model that ran (`resolution`, train/run_config.py).
 
 Feature-based mode (`task.features` != 'none'): the encoder runs without dropout and its
 outputs are cut from the gradient (stop_gradient), so its parameters get exactly zero
@@ -44,10 +45,17 @@ from train import flops, vocabulary
 from train.config import ConfigError, check_choice
 from train.finetune_init import replace_encoder, resolve_init
 from train.losses import cross_entropy
+from train.run_config import Resolution
 from train.span_metrics import exact_match_and_f1
 from train.tasks.base import Task
 
 FEATURE_KINDS = ("classify", "pair_classify", "tag")
+
+
+def _scratch_vocab_key(data: ml_collections.ConfigDict) -> dict:
+    """The cache entry (data/wordpiece.py) of the vocabulary trained on a task's texts."""
+    return dict(datasets=f"finetune-{data.name}", split=data.train_split,
+                vocab_size=data.vocab_size, lowercase=data.lowercase)
 
 
 class FinetuneTask(Task):
@@ -112,6 +120,22 @@ class FinetuneTask(Task):
         local = _dataset(config).fetched if config.data.source == "local" else ()
         return (*local, *((pretrained.MINILM,) if config.init == pretrained.MINILM else ()))
 
+    @classmethod
+    def plan(cls, config, saved_vocabulary=None) -> Resolution:
+        """`resolve_init` without building: the sizes of config.init's model and vocabulary,
+        pending for a vocabulary trained on the task's texts that is not cached yet."""
+        from data import wordpiece
+
+        check_choice(config, "model.name", ("bert",))
+        init = resolve_init(config, scratch_vocab=lambda: vocabulary.choose(
+            saved_vocabulary, lambda: wordpiece.cached(**_scratch_vocab_key(config.data)),
+            kind="wordpiece"), build=False)
+        return Resolution(init.model_config, notes=(init.description,),
+                          pending={"model.vocab_size": init.pending} if init.pending else {})
+
+    def resolution(self) -> Resolution:
+        return Resolution(self.model_config, notes=(self.init.description,))
+
     def _head(self):
         cfg, task, n = self.model_config, self.config.task, self.dataset.num_labels
         if self.kind in ("classify", "pair_classify"):
@@ -130,10 +154,9 @@ class FinetuneTask(Task):
 
         data = self.config.data
         return wordpiece.load_or_train(
-            f"finetune-{data.name}", data.train_split,
-            lambda: (t for e in self._examples(data.train_split)
-                     for t in ft_data.texts_of(e, self.kind)),
-            vocab_size=data.vocab_size, lowercase=data.lowercase)
+            texts_fn=lambda: (t for e in self._examples(data.train_split)
+                              for t in ft_data.texts_of(e, self.kind)),
+            **_scratch_vocab_key(data))
 
     # ---- model -----------------------------------------------------------------------------
     def _shape(self, batch_size: int) -> tuple[int, ...]:

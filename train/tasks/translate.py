@@ -22,10 +22,18 @@ from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_rig
 from train import flops, vocabulary
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
+from train.run_config import Resolution
 from train.tasks.base import Task
 
 # Position encodings that read a table with `model.max_length` rows.
 TABLE_POSEMBS = ("sinusoidal", "learned")
+
+
+def _model_config(config: ml_collections.ConfigDict, vocab_size: int) -> TransformerConfig:
+    model_section = config.model.copy_and_resolve_references()
+    with model_section.unlocked():
+        del model_section["name"]
+    return to_dataclass(TransformerConfig, model_section, "model", vocab_size=vocab_size)
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
@@ -70,11 +78,7 @@ class TranslationTask(Task):
                 vocab_size=config.data.vocab_size, model_type=config.data.vocab_model_type),
             kind="sentencepiece")
         self.vocabulary_settings = ("data.vocab_size", "data.vocab_model_type")
-        model_section = config.model.copy_and_resolve_references()
-        with model_section.unlocked():
-            del model_section["name"]
-        self.model_config = to_dataclass(TransformerConfig, model_section, "model",
-                                         vocab_size=self.tokenizer.vocab_size)
+        self.model_config = _model_config(config, self.tokenizer.vocab_size)
         self.max_decode_length = self._decode_width(int(task.max_decode_length))
         self.model = Transformer(self.model_config)
         self.d_model = self.model_config.d_model
@@ -82,6 +86,15 @@ class TranslationTask(Task):
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
         return (config.data.name,) if config.data.source == "local" else ()
+
+    @classmethod
+    def plan(cls, config, saved_vocabulary=None) -> Resolution:
+        """The vocabulary's size needs no training: a SentencePiece model has exactly
+        data.vocab_size pieces (sentencepiece_vocab.load_model_file checks it), and a saved one
+        was trained with the same setting (train/vocabulary.py checks it)."""
+        saved = vocabulary.choose(saved_vocabulary, lambda: None, kind="sentencepiece")
+        vocab_size = config.data.vocab_size if saved is None else saved.vocab_size
+        return Resolution(_model_config(config, vocab_size))
 
     def _decode_width(self, cap: int) -> int:
         """The length of the decoded arrays: the longest any sentence may run (each stops at its

@@ -1,0 +1,96 @@
+"""What a run's workdir records of its config: the config that ran, and the one that was asked for.
+
+    DIR/config.json            the resolved config: the requested one with every value decided
+                               when the run starts filled in. Its model section is the model
+                               that ran, every field of the frozen dataclass it was built from
+                               (the dimensions of MiniLM or of a pretraining run given as
+                               config.init, vocab_size from the vocabulary); the task adds its
+                               own (translation: task.max_decode_length). Sweeps, reports and
+                               fine-tuning from this workdir (config.init=DIR) read it.
+    DIR/requested_config.json  the config as the command gave it (file, :arg, overrides)
+
+Why both. A start in a workdir that holds a run compares the command's config with the saved
+one before anything is built (train/__main__.py `check_workdir`): the comparison must stay cheap
+(no vocabulary trained, no weights read) and its errors must name keys the command can change.
+So the requested config is compared with requested_config.json, like with like. The resolved
+values need no comparison of their own: they follow from the requested ones and from what the
+workdir keeps (its vocabulary, checked by train/vocabulary.py; its checkpoint, whose shapes the
+restore checks). A workdir written before runs kept both has only config.json, which then was
+the requested config, and is compared as such.
+
+`--print_config` shows the resolved config without building anything expensive: a task's
+`plan` (train/tasks/base.py) gives what it knows cheaply, and a value that only building
+something would tell (a vocabulary not trained yet) is printed as a "<...>" string naming what
+decides it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Mapping
+
+import ml_collections
+
+from train.config import ConfigError
+
+RESOLVED_FILE = "config.json"
+REQUESTED_FILE = "requested_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """What a task decides from more than its config (train/tasks/base.py)."""
+
+    model_config: Any                                    # the model's frozen dataclass
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # ^ other keys decided at the start: {'task.max_decode_length': 82}
+    pending: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # ^ plans only: keys known once something expensive is built -> what decides them
+    notes: tuple[str, ...] = ()                          # where the weights came from, printed
+
+
+def resolved(config: ml_collections.ConfigDict, resolution: Resolution) -> dict[str, Any]:
+    """`config` as a dict, its model section replaced by every field of the model that runs
+    (`name` kept) and the resolution's other values set; a pending one reads "<what decides
+    it>", never a number that would be wrong."""
+    tree = config.to_dict()
+    tree["model"] = {"name": config.model.name, **dataclasses.asdict(resolution.model_config)}
+    pending = {key: f"<{note}>" for key, note in resolution.pending.items()}
+    for key, value in {**resolution.values, **pending}.items():
+        *sections, name = key.split(".")
+        node = tree
+        for section in sections:
+            node = node[section]
+        node[name] = value
+    return tree
+
+
+def to_text(tree: Mapping[str, Any]) -> str:
+    """The JSON a workdir stores (as train.config.to_json writes a config)."""
+    return json.dumps(tree, indent=2, sort_keys=True, default=list)
+
+
+def write(workdir: str | pathlib.Path, config: ml_collections.ConfigDict,
+          resolution: Resolution) -> None:
+    """Writes requested_config.json, then config.json (so a workdir with the new config.json
+    always has the requested one beside it)."""
+    workdir = pathlib.Path(workdir)
+    (workdir / REQUESTED_FILE).write_text(to_text(config.to_dict()))
+    (workdir / RESOLVED_FILE).write_text(to_text(resolved(config, resolution)))
+
+
+def saved_request(workdir: str | pathlib.Path) -> dict[str, Any] | None:
+    """The requested config of the run in `workdir` (module docstring), None for a new one."""
+    workdir = pathlib.Path(workdir)
+    for name in (REQUESTED_FILE, RESOLVED_FILE):  # config.json: a workdir written before
+        path = workdir / name
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except (OSError, ValueError) as error:
+                raise ConfigError(f"{path} is unreadable ({type(error).__name__}: {error}); it "
+                                  "records the config of the run in this workdir: restore it "
+                                  "from a copy, or use another --workdir") from error
+    return None
