@@ -4,10 +4,11 @@ Every task's eval pipeline pads the split's last global batch with mask-0 rows, 
 stay static and every process runs the same number of steps (data/images.py, data/text.py,
 data/pretraining.py, data/finetune.py). The padding must count for nothing. For each task, and
 each fine-tuning data kind, the metric sums and counts of the whole split in one unpadded batch
-equal those of batches that leave a padded last batch, fed by one, two or three processes (each
+equal those of batches that leave a padded last batch, fed by two or three processes (each
 process's batches from the task's `eval_batches`, concatenated in process order into the global
-batch, as `jax.make_array_from_process_local_data` does); and the trainer's own `evaluate`
-(BLEU included, for translation) gives the same metrics with a padded last batch.
+batch, as `jax.make_array_from_process_local_data` does); and the trainer's own `evaluate` in
+one process (BLEU and the number of translations included, for translation) gives the same
+metrics with a padded last batch.
 
 Planted, the image eval dividing by every row of a batch, padding included, passed every other
 test: the real Fashion-MNIST test split, 10,000 images in batches of 500, is never padded.
@@ -121,7 +122,8 @@ def test_eval_metrics_do_not_depend_on_the_padding_of_the_last_batch(name, reque
 
     expected = task.derived_metrics(summarize(whole))
     decode = task.decode_every is not None
-    if decode:  # BLEU and the number of translations of one unpadded batch
+    if decode:  # BLEU and the number of translations of one unpadded batch (the BLEU of random
+        # parameters is 0: a padding row translated and scored shows in the number)
         (batch,) = _global_batches(task, batch_size=num_examples, processes=1)
         outputs = jax.device_get(jax.jit(task.predict_fn)(params, batch))
         expected.update(task.score_predictions([outputs], log=lambda _: None))
