@@ -63,7 +63,7 @@ def _load(cls, folder, unused: tuple[str, ...] = ()):
     return model
 
 
-def _random_params(module, cfg, *args, **kwargs):
+def _random_params(module, *args, **kwargs):
     """The module's parameters moved off their init (zero biases and unit scales would hide a
     swapped tensor)."""
     variables = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), *args, **kwargs))
@@ -74,7 +74,7 @@ def _random_params(module, cfg, *args, **kwargs):
 def test_exported_bert_model_runs_in_transformers(tmp_path):
     cfg = tiny()
     ids, types, mask = inputs()                      # the second row ends in 3 padding tokens
-    params = _random_params(BertModel(cfg), cfg, ids)
+    params = _random_params(BertModel(cfg), ids)
     folder = save_hf_checkpoint(tmp_path / "bert", cfg, params)
     hf = _load(transformers.FlaxBertModel, folder)(
         np.asarray(ids), attention_mask=np.asarray(mask), token_type_ids=np.asarray(types))
@@ -89,7 +89,7 @@ def test_exported_bert_for_pretraining_runs_in_transformers(tmp_path, nsp):
     ids, types, mask = inputs()
     every_position = jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape)
     model = BertForPreTraining(cfg)
-    params = _random_params(model, cfg, ids, masked_positions=every_position)
+    params = _random_params(model, ids, masked_positions=every_position)
     folder = save_hf_checkpoint(tmp_path / "bert", cfg, params)
     if nsp:
         hf = _load(transformers.FlaxBertForPreTraining, folder)
