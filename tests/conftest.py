@@ -151,3 +151,23 @@ def bible_env(bible_data_root, monkeypatch) -> Path:
     """PAPERS_JAX_DATA pointing at the prepared Bible fixture for the duration of one test."""
     monkeypatch.setenv("PAPERS_JAX_DATA", str(bible_data_root))
     return bible_data_root
+
+
+@pytest.fixture(scope="session")
+def spam_data_root(tmp_path_factory) -> Path:
+    """A data root holding the 100 real SpamAssassin emails of tests/fixtures/spam, laid
+    out as `python -m data.fetch spam` would leave it, already prepared."""
+    import shutil
+
+    def install(root: Path) -> None:
+        shutil.copytree(REPO / "tests" / "fixtures" / "spam" / "package",
+                        root / "raw" / "spam" / "package")
+
+    return _prepared_root(tmp_path_factory, "spam_root", install, "spam")
+
+
+@pytest.fixture
+def spam_env(spam_data_root, monkeypatch) -> Path:
+    """PAPERS_JAX_DATA pointing at the prepared spam fixture for the duration of one test."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(spam_data_root))
+    return spam_data_root

@@ -17,63 +17,11 @@ from flax import linen as nn
 from flax import traverse_util
 
 from conftest import run_python
-from data import finetune_datasets as fd
+from finetune_examples import register, sentence
 from train.config import ConfigError, apply_override, load_config_file
 
 SMOKE = "configs/bert/finetune.py:smoke,init=scratch"
-WORDS = ("red blue green black white small large quick slow happy sad north south east west "
-         "river stone cloud tree house").split()
 SPAM_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spam"
-
-
-# ----------------------------------------------------------------------------- generated data
-
-
-def _sentence(rng, low=4, high=10, pool=WORDS):
-    return " ".join(rng.choice(pool, rng.integers(low, high)))
-
-
-POOLS = (WORDS[:10], WORDS[10:])  # a label shows in which words a text is made of
-
-
-def _generate(kind: str, n: int, seed: int) -> list[dict]:
-    """Small learnable examples of each kind: the label shows in the words used."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        label = int(rng.integers(2))
-        if kind == "classify":
-            out.append({"text": _sentence(rng, pool=POOLS[label]), "label": label})
-        elif kind == "pair_classify":
-            out.append({"text_a": _sentence(rng), "text_b": _sentence(rng, pool=POOLS[label]),
-                        "label": label})
-        elif kind == "tag":
-            words = list(rng.choice(WORDS, rng.integers(3, 9)))
-            out.append({"words": words, "tags": [WORDS.index(w) % 3 for w in words]})
-        elif kind == "span":
-            words = list(rng.choice(WORDS, rng.integers(5, 12)))
-            words.insert(int(rng.integers(len(words) + 1)), "zebra")
-            context = " ".join(words)
-            out.append({"question": "where is the zebra", "context": context,
-                        "answers": [(context.index("zebra"), "zebra")]})
-        else:
-            right = int(rng.integers(3))
-            choices = [_sentence(rng, 2, 5, POOLS[int(i == right)]) for i in range(3)]
-            out.append({"context": _sentence(rng), "choices": choices, "label": right})
-    return out
-
-
-NUM_LABELS = {"classify": 2, "pair_classify": 2, "tag": 3, "span": 0, "multiple_choice": 0}
-
-
-def _register(kind: str, n_train: int = 96, n_eval: int = 32) -> str:
-    name = f"generated_{kind}"
-    data = {"train": _generate(kind, n_train, 0), "validation": _generate(kind, n_eval, 1)}
-    fd.register(fd.FinetuneDataset(
-        name, kind, tuple(f"label{i}" for i in range(NUM_LABELS[kind])),
-        ("train", "validation"), lambda split, source, data_dir: data[split],
-        num_choices=3 if kind == "multiple_choice" else 0), replace=True)
-    return name
 
 
 @pytest.fixture
@@ -114,7 +62,7 @@ def _nll(logits, labels):
 
 @pytest.mark.parametrize("kind", ["classify", "pair_classify", "tag", "span", "multiple_choice"])
 def test_head_losses_match_numpy(kind, data_root):
-    task = _task(smoke_config(_register(kind), **{"model.dropout_rate": 0.0,
+    task = _task(smoke_config(register(kind), **{"model.dropout_rate": 0.0,
                                                   "model.attention_dropout_rate": 0.0}))
     params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
     batch = next(task.train_iterator(batch_size=8, seed=0, process_index=0, process_count=1))
@@ -166,7 +114,7 @@ def _lowers_loss(config, tmp_path, metric: str):
 @pytest.mark.parametrize("kind,metric", [("pair_classify", "accuracy"), ("span", "exact_match"),
                                          ("multiple_choice", "accuracy")])
 def test_smoke_fine_tuning_on_generated_data(kind, metric, data_root, tmp_path):
-    config = smoke_config(_register(kind), **LEARN)
+    config = smoke_config(register(kind), **LEARN)
     _, _, after = _lowers_loss(config, tmp_path, metric)
     if kind == "span":
         assert "f1" in after
@@ -305,7 +253,7 @@ def test_init_minilm_loads_its_weights_vocabulary_and_dimensions(minilm_root, br
 def test_feature_based_mode_never_changes_the_encoder(kind, features, data_root, tmp_path):
     from train.trainer import Trainer
 
-    config = smoke_config(_register(kind), f"features={features}", **{"train.num_steps": 5})
+    config = smoke_config(register(kind), f"features={features}", **{"train.num_steps": 5})
     assert config.optimizer.weight_decay == 0.0
     task = _task(config)
     params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
@@ -329,13 +277,13 @@ def test_feature_based_mode_never_changes_the_encoder(kind, features, data_root,
 
 
 def test_feature_mode_checks(data_root):
-    name = _register("classify")
+    name = register("classify")
     with pytest.raises(ConfigError, match="weight_decay"):
         _task(smoke_config(name, "features=last", **{"optimizer.weight_decay": 0.01}))
     with pytest.raises(ConfigError, match="needs at least 4 encoder layers"):
         _task(smoke_config(name, "features=concat_last_four", **{"model.num_layers": 3}))
     with pytest.raises(ConfigError, match="feature-based mode exists for"):
-        _task(smoke_config(_register("span"), "features=last"))
+        _task(smoke_config(register("span"), "features=last"))
 
 
 def test_config_variants():
@@ -362,7 +310,7 @@ def test_baselines_on_tiny_data():
     def texts(n):
         labels = rng.integers(3, size=n)
         cue = np.array(["alpha", "beta", "gamma"])
-        return ([f"{_sentence(rng)} {cue[y]} {_sentence(rng)}" for y in labels],
+        return ([f"{sentence(rng)} {cue[y]} {sentence(rng)}" for y in labels],
                 labels.astype(np.int32))
 
     train, validation, test = texts(120), texts(30), texts(30)
