@@ -389,6 +389,16 @@ def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
         raise CheckpointError(f"{weights_path}: {e}") from e
 
 
+def _architecture(tensors: Mapping) -> str:
+    """The HF class whose weights `tensors` are: with the NSP head BertForPreTraining, with the
+    MLM head alone BertForMaskedLM (AutoModel then builds no random NSP head), else BertModel."""
+    if any(n.startswith("cls.seq_relationship.") for n in tensors):
+        return "BertForPreTraining"
+    if any(n.startswith("cls.") for n in tensors):
+        return "BertForMaskedLM"
+    return "BertModel"
+
+
 def save_hf_checkpoint(directory: str | os.PathLike, cfg: BertConfig, params: Mapping, *,
                        overwrite: bool = False) -> pathlib.Path:
     """Writes ``config.json`` + ``model.safetensors`` (loadable by HF ``BertModel`` /
@@ -401,8 +411,7 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: BertConfig, params: Ma
     directory = pathlib.Path(directory)
     tensors = params_to_hf(params, cfg)
     config = config_to_hf(cfg)
-    config["architectures"] = [
-        "BertForPreTraining" if any(n.startswith("cls.") for n in tensors) else "BertModel"]
+    config["architectures"] = [_architecture(tensors)]
 
     def occupied() -> bool:
         if directory.is_dir():

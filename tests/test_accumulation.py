@@ -27,11 +27,11 @@ ACCUM = 4
 
 @pytest.fixture
 def tag_env(tmp_path, monkeypatch):
-    """Generated tagging data (test_finetune.py) and an empty data root for its vocabulary."""
-    from test_finetune import _register
+    """Generated tagging data (finetune_examples.py) and an empty data root for its vocabulary."""
+    from finetune_examples import register
 
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path / "data_root"))
-    return _register("tag")
+    return register("tag")
 
 
 def _config(spec, overrides, accum, data_name=None):

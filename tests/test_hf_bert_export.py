@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import json
 import logging
 
 import flax.linen as nn
@@ -91,6 +92,9 @@ def test_exported_bert_for_pretraining_runs_in_transformers(tmp_path, nsp):
     model = BertForPreTraining(cfg)
     params = _random_params(model, ids, masked_positions=every_position)
     folder = save_hf_checkpoint(tmp_path / "bert", cfg, params)
+    # The class transformers' Auto* classes build: no random NSP head for an MLM-only model.
+    architecture = json.loads((folder / "config.json").read_text())["architectures"]
+    assert architecture == ["BertForPreTraining" if nsp else "BertForMaskedLM"]
     if nsp:
         hf = _load(transformers.FlaxBertForPreTraining, folder)
     else:  # HF's masked LM has no pooler
