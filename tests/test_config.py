@@ -131,8 +131,12 @@ def test_overrides_are_typed():
     ("--config.train.peak_flops=-1.0",
      "config.train.peak_flops=-1.0 must be >= 0 (0: measure a matmul here)"),
     ("--config.optimizer.warmup_steps=-1", "config.optimizer.warmup_steps=-1 must be >= 0"),
-    ("--config.optimizer.warmup_steps=1000", "config.optimizer.total_steps=20 must be larger "
-     "than optimizer.warmup_steps=1000 for optimizer.schedule='cosine'"),
+    ("--config.optimizer.warmup_steps=1000", "config.train.num_steps=20 must be larger than "
+     "config.optimizer.warmup_steps=1000: schedule 'cosine' warms up for 1000 steps, then decays "
+     "until the run ends (config.optimizer.total_steps=-1). Set config.train.num_steps to 1001 or "
+     "more, or config.optimizer.warmup_steps to 19 or less"),
+    ("--config.optimizer.learning_rate=-0.001", "config.optimizer.learning_rate=-0.001 must be >= 0"),
+    ("--config.optimizer.b2=1.0", "config.optimizer.b2=1.0 must be in [0, 1)"),
     ("--config.model.image_size=(56,56)", "config.model.image_size=(56, 56) does not match config.data.image_shape"),
     ("--config.optimizer.schedule=step", "config.optimizer.schedule='step' is not one of"),
     ("--config.optimizer.weight_decay=-1.0", "config.optimizer.weight_decay"),

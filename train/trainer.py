@@ -98,11 +98,9 @@ class Trainer:
         validate_batching(config, self.mesh)
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
         self.task = self._make_task()
-        optimizer_cfg = config.optimizer.copy_and_resolve_references()
-        if optimizer_cfg.total_steps == -1:  # the decay ends with the run
-            optimizer_cfg.total_steps = config.train.num_steps
         try:
-            self.optimizer, self.schedule = make_optimizer(optimizer_cfg, d_model=self.task.d_model)
+            self.optimizer, self.schedule = make_optimizer(
+                config.optimizer, d_model=self.task.d_model, num_steps=config.train.num_steps)
         except ValueError as error:
             message = str(error)
             raise ConfigError(message if message.startswith("config.") else f"config.{message}") from error
