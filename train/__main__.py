@@ -122,7 +122,8 @@ def main(argv=None) -> int:
         return 3
     if trainer.interrupted:
         return 0  # checkpointed on SIGTERM/SIGINT; the same command resumes
-    summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items())
+    from train.metrics_writer import format_value
+    summary = ", ".join(f"{k} {format_value(v, '.4f')}" for k, v in final.items())
     print(f"final eval ({config.data.eval_split} split): {summary}")
     print(f"logs: {workdir / 'metrics.jsonl'}, {workdir / 'tensorboard'}; "
           f"checkpoints: {workdir / 'checkpoints'}")

@@ -269,7 +269,7 @@ class Trainer:
         final_eval: dict[str, float] = {}
         pending, flags, timer_start, timer_steps = None, [], time.perf_counter(), 0
         timer_flops = 0.0  # model FLOPs of the steps since the last log (for MFU)
-        skipped_total = 0.0
+        skipped_total = 0  # a count: logged as a whole number
         try:
             for step in range(start, stop):
                 state, metrics = self.train_step(state, next(train_iter))
@@ -284,7 +284,7 @@ class Trainer:
                     sums = jax.device_get(pending)  # waits for the steps to finish
                     for flag in ("finite_loss", "finite_grads"):
                         del sums[flag]
-                    skipped_total += float(sums.pop("nonfinite_steps")[0])
+                    skipped_total += int(sums.pop("nonfinite_steps")[0])
                     values = self.task.derived_metrics(summarize(sums))
                     data_counts = sum_over_processes(self.task.data_metrics(train_iter))
                     values.update(data_counts)
