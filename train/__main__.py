@@ -2,28 +2,34 @@
 
 Trains the experiment a config file describes. The resolved config is written to
 DIR/config.json; logs go to DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to
-DIR/checkpoints/. Starting again with the same workdir resumes from the latest checkpoint; a
-workdir that holds a different config is refused (with the differing keys) unless
---allow_config_change is given.
+DIR/checkpoints/. Starting again with the same workdir resumes from the latest checkpoint. A
+workdir that holds another config is refused, naming the keys that differ: where they leave the
+train state as saved (train.*, learning rates, evaluation and data settings)
+--allow_config_change resumes anyway; another task or model needs a new --workdir
+(train/workdir.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from train.config import ConfigError, apply_override, load_config_file, to_json
+import configs
+from train.config import ConfigError, apply_override, describe_configs, load_config_file, to_json
+from train.workdir import check_workdir
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m train", description=__doc__,
+        epilog=describe_configs(Path(configs.__path__[0]), Path.cwd()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/vit/fashion_mnist.py:smoke")
     parser.add_argument("--workdir", required=True, help="logs, checkpoints and config.json go here")
     parser.add_argument("--allow_config_change", action="store_true",
-                        help="resume in a workdir whose saved config differs from this one")
+                        help="resume in a workdir whose saved config differs from this one in "
+                             "keys that keep the train state (train.*, learning rates, eval, data)")
     parser.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
     group = parser.add_argument_group("multi-process (otherwise read from JAX_COORDINATOR_ADDRESS, "
                                       "JAX_NUM_PROCESSES and JAX_PROCESS_ID, a TPU pod / SLURM / "
@@ -39,42 +45,6 @@ def parse_args(argv):
         key, _, value = item[len("--config."):].partition("=")
         overrides.append((key, value))
     return args, overrides
-
-
-def _flatten(tree, prefix=""):
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-# Where a run computes, not what: the same experiment may resume on another mesh (the
-# checkpoint restores into the new shardings; the global batch stays the same), so these keys
-# may differ from the workdir's without --allow_config_change.
-PLACEMENT_PREFIXES = ("mesh.",)
-
-
-def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> list[str]:
-    """Refuses to mix two different experiments in one workdir; returns the placement keys
-    (the mesh) that changed, as lines to report."""
-    saved_path = workdir / "config.json"
-    if not saved_path.exists():
-        return []
-    saved = _flatten(json.loads(saved_path.read_text()))
-    current = _flatten(json.loads(config_json))
-    changed = [key for key in sorted(set(saved) | set(current))
-               if saved.get(key) != current.get(key)]
-    lines = {key: f"  {key}: {saved.get(key, '<absent>')!r} in the workdir, "
-                  f"{current.get(key, '<absent>')!r} now" for key in changed}
-    placement = [key for key in changed if key.startswith(PLACEMENT_PREFIXES)]
-    diff = [lines[key] for key in changed if key not in placement]
-    if diff and not allow_change:
-        raise ConfigError(f"workdir {workdir} holds a run with a different config:\n" + "\n".join(diff)
-                          + "\nUse another --workdir, or pass --allow_config_change to resume anyway.")
-    return [lines[key] for key in placement]
 
 
 def main(argv=None) -> int:

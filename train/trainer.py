@@ -36,6 +36,7 @@ from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
 from train.tasks import get_task
 from train.train_step import TrainState, make_train_step
+from train.workdir import has_checkpoints
 
 
 def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
@@ -67,11 +68,6 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
     if config.train.peak_flops < 0:
         raise ConfigError(f"config.train.peak_flops={config.train.peak_flops} must be >= 0 "
                           "(0: measure a matmul here)")
-
-
-def _has_checkpoint(directory: Path) -> bool:
-    """Whether `directory` holds an orbax step folder (named by its step number)."""
-    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
 def _numeric(batch: dict) -> dict:
@@ -141,7 +137,7 @@ class Trainer:
         """The config's task, given the vocabulary its checkpoints were trained with when the
         workdir has one (train/vocabulary.py): a resumed run never depends on the cache; before
         the first checkpoint the vocabulary is built again from the config."""
-        has_checkpoint = _has_checkpoint(self.workdir / "checkpoints")
+        has_checkpoint = has_checkpoints(self.workdir)
         self.saved_vocabulary = vocabulary.load(self.workdir) if has_checkpoint else None
         task = get_task(self.config, self.saved_vocabulary)
         if self.saved_vocabulary is not None:
