@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import configs
 from configs.common import parse_arg
 from train.__main__ import check_workdir, main
-from train.config import ConfigError, apply_override, load_config_file, to_json
+from train.config import ConfigError, apply_override, experiment_configs, load_config_file, to_json
 
 CONFIG = "configs/vit/fashion_mnist.py"
 
@@ -175,3 +176,12 @@ def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_pat
         check_workdir(tmp_path, to_json(moved), allow_change=False)
     assert "mesh" not in str(error.value)  # only what changes the experiment is listed
     assert len(check_workdir(tmp_path, to_json(moved), allow_change=True)) == 2
+
+
+def test_smoke_variants_measure_the_peak_their_mfu_is_computed_against():
+    """A smoke run's MFU is a measurement like any other run's: no config fixes a made-up peak
+    (train.peak_flops=0: measured by train/flops.py measure_matmul_peak in the run)."""
+    smoke = [c.path for c in experiment_configs(Path(configs.__path__[0])) if "smoke" in c.variants]
+    assert len(smoke) >= 4
+    for path in smoke:
+        assert load_config_file(f"{path}:smoke").train.peak_flops == 0.0, path

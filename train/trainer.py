@@ -31,7 +31,7 @@ from train import partitioning, vocabulary
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice, to_json
 from train.distributed import differing_processes, sum_over_processes
-from train.flops import measure_matmul_peak
+from train.flops import measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
 from train.tasks import get_task
@@ -193,9 +193,12 @@ class Trainer:
             values.update(self.task.score_predictions(jax.device_get(outputs), log))
         return values
 
-    def _peak_flops(self) -> float:
+    def _peak_flops(self) -> tuple[float, str]:
+        """(per-device peak FLOP/s, where it comes from): the config's, or measured here."""
         configured = self.config.train.peak_flops
-        return configured if configured > 0 else measure_matmul_peak()
+        if configured > 0:
+            return configured, "config.train.peak_flops"
+        return measured_peak_flops(), "measured here by train/flops.py measure_matmul_peak"
 
     # ---- the loop ---------------------------------------------------------------------------
     def _check_finite(self, pending_flags: list, checkpointer) -> None:
@@ -254,9 +257,11 @@ class Trainer:
         for note in notes:
             writer.message(note)
         flops_per_step = self.task.flops_per_example_at(start) * global_batch
-        peak = self._peak_flops() * jax.device_count()
+        peak, peak_source = self._peak_flops()
+        peak *= jax.device_count()
         writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
-                       f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s")
+                       f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
+                       f"({peak_source})")
 
         received = []
         handler = lambda signum, frame: received.append(signal.Signals(signum).name)  # noqa: E731
