@@ -4,12 +4,17 @@ train step."""
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 import configs
-from train.__main__ import parse_args
+from train.__main__ import main, parse_args
 from train.config import ConfigError, apply_override, describe_configs, load_config_file, to_json
 from train.workdir import LISTED, check_workdir, keeps_train_state
 
@@ -158,3 +163,47 @@ def test_the_resumable_keys_are_those_that_keep_the_train_state(fashion_mnist_en
 
     resumable = keeps_train_state(key, _value(saved, key), _value(changed, key))
     assert resumable == (state_of(saved) == state_of(changed))
+
+
+def _interrupt_at_start(workdir: Path, sig: int, *overrides: str) -> tuple[int, list[str]]:
+    """Starts `python -m train` on the ViT smoke config, sends `sig` as soon as it prints the
+    start-up line that precedes the first train step (it then traces and compiles that step for
+    a second or more), and returns the exit status and the stderr lines after that line."""
+    command = [sys.executable, "-m", "train", "--config", "configs/vit/fashion_mnist.py:smoke",
+               "--workdir", str(workdir), *overrides]
+    process = subprocess.Popen(command, cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    before = []
+    for line in process.stderr:
+        before.append(line)
+        if " parameters; mesh " in line:
+            process.send_signal(sig)
+            break
+    else:
+        pytest.fail(f"no start-up line: {''.join(before)[-3000:]}")
+    _, after = process.communicate(timeout=300)
+    return process.returncode, after.splitlines()
+
+
+def test_ctrl_c_before_the_first_step_ends_with_one_line_and_130(fashion_mnist_env, tmp_path):
+    """No traceback, no checkpoint of a step nobody asked for, no empty checkpoints/ folder."""
+    code, lines = _interrupt_at_start(tmp_path / "w", signal.SIGINT)
+    assert (code, lines) == (130, [
+        "interrupted by SIGINT before the first train step: no checkpoint was written (those "
+        "already in the workdir are kept); the same command starts again"])
+    assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+def test_sigterm_before_a_resumed_runs_first_step_leaves_its_checkpoints(fashion_mnist_env,
+                                                                         tmp_path):
+    workdir = tmp_path / "w"
+    assert main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(workdir),
+                 "--config.train.num_steps=10", "--allow_config_change"]) == 0
+    saved = {p.relative_to(workdir): p.stat().st_mtime_ns
+             for p in (workdir / "checkpoints").rglob("*")}
+    code, lines = _interrupt_at_start(workdir, signal.SIGTERM, "--config.train.num_steps=20",
+                                      "--allow_config_change")
+    assert code == 128 + signal.SIGTERM and len(lines) == 1, lines
+    assert lines[0].startswith("interrupted by SIGTERM before the first train step")
+    assert {p.relative_to(workdir): p.stat().st_mtime_ns
+            for p in (workdir / "checkpoints").rglob("*")} == saved

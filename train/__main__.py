@@ -12,6 +12,8 @@ train state as saved (train.*, learning rates, evaluation and data settings)
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -47,8 +49,42 @@ def parse_args(argv):
     return args, overrides
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM before the trainer handles them (from its first train step on, a signal
+    checkpoints the step reached instead: train/trainer.py)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
 def main(argv=None) -> int:
+    """Exit status: 0 trained to the end, or stopped by SIGINT/SIGTERM during training with the
+    step reached checkpointed (the same command resumes: nothing is lost, which is what 0 says
+    to a scheduler that preempts with SIGTERM); 2 a config or data error, 3 a non-finite loss
+    or an unusable checkpoint, both before anything is overwritten; 128 + the signal's number
+    (130 for Ctrl-C, 143 for SIGTERM) when a signal stops the run before its first train step,
+    with nothing saved (and a workdir's checkpoints as they were)."""
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    previous = {sig: signal.signal(sig, _raise_interrupted)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _train(args, overrides)
+    except Interrupted as stop:
+        print(f"interrupted by {stop} before the first train step: no checkpoint was written "
+              "(those already in the workdir are kept); the same command starts again",
+              file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _train(args, overrides) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
@@ -101,4 +137,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code >= 128:  # stopped inside a library (an XLA compile, orbax starting its threads):
+        sys.stdout.flush()  # its native threads can crash the interpreter's shutdown (seen:
+        sys.stderr.flush()  # SIGSEGV), and nothing is left to save, so leave at once
+        os._exit(code)
+    sys.exit(code)

@@ -225,8 +225,10 @@ class Trainer:
         """Trains from the latest checkpoint (or from scratch) to train.num_steps, or only up to
         `until_step` (checkpointed there, so a later run() continues), and returns the last eval.
 
-        SIGTERM / SIGINT: the current step is checkpointed (waiting until it is committed) and
-        run() returns early with `self.interrupted` set to the signal's name.
+        SIGTERM / SIGINT from the first train step on (once it is compiled and dispatched): the
+        current step is checkpointed (waiting until it is committed) and run() returns early with
+        `self.interrupted` set to the signal's name. Before it the caller's handlers apply
+        (Python's KeyboardInterrupt; `python -m train` exits 130 or 143), with nothing saved.
         """
         cfg = self.config.train
         stop = cfg.num_steps if until_step is None else min(until_step, cfg.num_steps)
@@ -234,7 +236,6 @@ class Trainer:
         train_iter = self.task.train_iterator(  # data errors surface before anything is written
             batch_size=global_batch // self.process_count, seed=self.config.seed,
             process_index=self.process_index, process_count=self.process_count)
-        self.workdir.mkdir(parents=True, exist_ok=True)
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
         notes = []
@@ -244,6 +245,7 @@ class Trainer:
             state, data_state, _ = checkpointer.restore_latest_good(self.abstract_state, notes.append)
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
+        self.workdir.mkdir(parents=True, exist_ok=True)  # only now: no empty one if stopped
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
             (self.workdir / "config.json").write_text(to_json(self.config))
             if self.task.tokenizer is not None and self.saved_vocabulary is None:
@@ -263,9 +265,8 @@ class Trainer:
                        f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
                        f"({peak_source})")
 
-        received = []
+        received, previous = [], {}
         handler = lambda signum, frame: received.append(signal.Signals(signum).name)  # noqa: E731
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
         self.interrupted = None
         final_eval: dict[str, float] = {}
         pending, flags, timer_start, timer_steps = None, [], time.perf_counter(), 0
@@ -274,6 +275,9 @@ class Trainer:
         try:
             for step in range(start, stop):
                 state, metrics = self.train_step(state, next(train_iter))
+                if not previous:  # compiled and running: from now on a signal saves the step
+                    previous = {sig: signal.signal(sig, handler)
+                                for sig in (signal.SIGTERM, signal.SIGINT)}
                 flags.append((step, (metrics["finite_loss"], metrics["finite_grads"])))
                 pending = metrics if pending is None else _sum_metrics(pending, metrics)
                 timer_steps += 1
