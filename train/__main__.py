@@ -17,15 +17,18 @@ import signal
 import sys
 from pathlib import Path
 
-import configs
 from train.config import ConfigError, apply_override, describe_configs, load_config_file, to_json
 from train.workdir import check_workdir
+
+# The experiment configs --help lists: the configs package beside this one (in a checkout and
+# in an installed site-packages alike).
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m train", description=__doc__,
-        epilog=describe_configs(Path(configs.__path__[0]), Path.cwd()),
+        epilog=describe_configs(CONFIGS, Path.cwd()),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/vit/fashion_mnist.py:smoke")
     parser.add_argument("--workdir", required=True, help="logs, checkpoints and config.json go here")
