@@ -67,11 +67,11 @@ def _raise_interrupted(signum, frame):
 
 def main(argv=None) -> int:
     """Exit status: 0 trained to the end, or stopped by SIGINT/SIGTERM during training with the
-    step reached checkpointed (the same command resumes: nothing is lost, which is what 0 says
-    to a scheduler that preempts with SIGTERM); 2 a config or data error, 3 a non-finite loss
-    or an unusable checkpoint, both before anything is overwritten; 128 + the signal's number
-    (130 for Ctrl-C, 143 for SIGTERM) when a signal stops the run before its first train step,
-    with nothing saved (and a workdir's checkpoints as they were)."""
+    step reached checkpointed (nothing trained is lost; the same command resumes); 2 a config
+    or data error, 3 a non-finite loss or an unusable checkpoint, both before anything is
+    overwritten; 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) when a signal
+    stops the run before its first train step, with nothing saved (the shell's convention for
+    a command a signal ended; a workdir's checkpoints stay as they were)."""
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     previous = {sig: signal.signal(sig, _raise_interrupted)
                 for sig in (signal.SIGINT, signal.SIGTERM)}
