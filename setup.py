@@ -2,6 +2,7 @@
 
 Install for development: `pip install -c constraints.txt -e '.[test]'` (what `make` does;
 it includes Hugging Face transformers, the benchmarks' peer, which `.[bench]` installs alone).
+To view runs in TensorBoard: `pip install -c constraints.txt -e '.[tensorboard]'`.
 """
 
 from setuptools import find_packages, setup
@@ -40,5 +41,8 @@ setup(
         # with Flax models; it needs tokenizers <= 0.23.0 and huggingface-hub < 1.0, which
         # constraints.txt pins for everyone).
         "bench": ["transformers==4.57.6"],
+        # TensorBoard itself, to view the event files runs write in WORKDIR/tensorboard
+        # (tensorboardX writes them without it): tensorboard --logdir workdirs
+        "tensorboard": ["tensorboard"],
     },
 )

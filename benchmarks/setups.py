@@ -39,11 +39,8 @@ def _config(module: str, arg: str):
 
 
 def _optimizer(config, d_model: int):
-    """The config's optax chain, with total_steps resolved as the trainer does."""
-    optimizer_cfg = config.optimizer.copy_and_resolve_references()
-    if optimizer_cfg.total_steps == -1:
-        optimizer_cfg.total_steps = config.train.num_steps
-    return make_optimizer(optimizer_cfg, d_model=d_model)
+    """The config's optax chain, as the trainer builds it."""
+    return make_optimizer(config.optimizer, d_model=d_model, num_steps=config.train.num_steps)
 
 
 def _write_vocab(directory: str, vocab_size: int) -> str:

@@ -244,9 +244,9 @@ class TextIterator(grain.DatasetIterator):
 # ------------------------------------------------------------------------------- pipelines
 
 
-def long_example_counts(iterator: TextIterator) -> dict[str, float]:
+def long_example_counts(iterator: TextIterator) -> dict[str, int]:
     """What a trainer logs about the data so far: examples taken, truncated, dropped."""
-    return {name: float(value) for name, value in iterator.stats.items()}
+    return {name: int(value) for name, value in iterator.stats.items()}
 
 
 def _check(source, tokenizer: Tokenizer, source_key: str, target_key: str, batch_size: int,

@@ -224,11 +224,15 @@ def test_restore_specific_step_and_resume(tmp_path):
 def test_empty_directory(tmp_path):
     with Checkpointer(tmp_path / "new", save_every=1, keep=1) as ckpt:
         assert ckpt.latest_step() is None and ckpt.all_steps() == []
-        assert os.path.isdir(tmp_path / "new")
+        assert not os.path.exists(tmp_path / "new")  # the first save makes it: a run stopped
+                                                     # before one leaves no empty folder
         with pytest.raises(FileNotFoundError, match=str(tmp_path / "new")):
             ckpt.restore({"x": jax.ShapeDtypeStruct((2,), jnp.float32)})
         with pytest.raises(TypeError, match="JSON"):
             ckpt.save(1, {"x": jnp.zeros(2)}, {"bad": object()})
+        ckpt.save(2, {"x": jnp.zeros(2)}, {"epoch": 0}, force=True)
+        ckpt.wait()
+        assert ckpt.all_steps() == [2] and os.listdir(tmp_path / "new") == ["2"]
 
 
 def test_bad_arguments(tmp_path):

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import configs
 from configs.common import parse_arg
 from train.__main__ import check_workdir, main
-from train.config import ConfigError, apply_override, load_config_file, to_json
+from train.config import ConfigError, apply_override, experiment_configs, load_config_file, to_json
 
 CONFIG = "configs/vit/fashion_mnist.py"
 
@@ -131,8 +132,12 @@ def test_overrides_are_typed():
     ("--config.train.peak_flops=-1.0",
      "config.train.peak_flops=-1.0 must be >= 0 (0: measure a matmul here)"),
     ("--config.optimizer.warmup_steps=-1", "config.optimizer.warmup_steps=-1 must be >= 0"),
-    ("--config.optimizer.warmup_steps=1000", "config.optimizer.total_steps=20 must be larger "
-     "than optimizer.warmup_steps=1000 for optimizer.schedule='cosine'"),
+    ("--config.optimizer.warmup_steps=1000", "config.train.num_steps=20 must be larger than "
+     "config.optimizer.warmup_steps=1000: schedule 'cosine' warms up for 1000 steps, then decays "
+     "until the run ends (config.optimizer.total_steps=-1). Set config.train.num_steps to 1001 or "
+     "more, or config.optimizer.warmup_steps to 19 or less"),
+    ("--config.optimizer.learning_rate=-0.001", "config.optimizer.learning_rate=-0.001 must be >= 0"),
+    ("--config.optimizer.b2=1.0", "config.optimizer.b2=1.0 must be in [0, 1)"),
     ("--config.model.image_size=(56,56)", "config.model.image_size=(56, 56) does not match config.data.image_shape"),
     ("--config.optimizer.schedule=step", "config.optimizer.schedule='step' is not one of"),
     ("--config.optimizer.weight_decay=-1.0", "config.optimizer.weight_decay"),
@@ -171,3 +176,12 @@ def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_pat
         check_workdir(tmp_path, to_json(moved), allow_change=False)
     assert "mesh" not in str(error.value)  # only what changes the experiment is listed
     assert len(check_workdir(tmp_path, to_json(moved), allow_change=True)) == 2
+
+
+def test_smoke_variants_measure_the_peak_their_mfu_is_computed_against():
+    """A smoke run's MFU is a measurement like any other run's: no config fixes a made-up peak
+    (train.peak_flops=0: measured by train/flops.py measure_matmul_peak in the run)."""
+    smoke = [c.path for c in experiment_configs(Path(configs.__path__[0])) if "smoke" in c.variants]
+    assert len(smoke) >= 4
+    for path in smoke:
+        assert load_config_file(f"{path}:smoke").train.peak_flops == 0.0, path

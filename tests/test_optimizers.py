@@ -281,3 +281,69 @@ def test_missing_and_unknown_keys():
         optimizers.make_optimizer(cfg)
     with pytest.raises(ValueError, match=r"unknown keys \['momentum'\]"):
         optimizers.make_optimizer(_cfg(momentum=0.9))
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(learning_rate=-1e-3), r"config.optimizer.learning_rate=-0.001 must be >= 0"),
+    (dict(learning_rate=float("inf")), r"config.optimizer.learning_rate=inf must be a finite"),
+    (dict(end_learning_rate=-1e-5), r"config.optimizer.end_learning_rate=-1e-05 must be >= 0"),
+    (dict(schedule="cosine", end_learning_rate=1e-2),
+     r"config.optimizer.end_learning_rate=0.01 must not exceed config.optimizer.learning_rate="
+     r"0.001: schedule 'cosine' decays"),
+    (dict(schedule="linear", end_learning_rate=1e-2), r"end_learning_rate=0.01 must not exceed"),
+    (dict(b1=1.0), r"config.optimizer.b1=1.0 must be in \[0, 1\)"),
+    (dict(b1=-0.1), r"config.optimizer.b1=-0.1 must be in \[0, 1\)"),
+    (dict(b2=1.5), r"config.optimizer.b2=1.5 must be in \[0, 1\)"),
+    (dict(eps=0.0), r"config.optimizer.eps=0.0 must be > 0"),
+    (dict(eps=-1e-8), r"config.optimizer.eps=-1e-08 must be > 0"),
+    (dict(name="adamw", weight_decay=-0.1), r"config.optimizer.weight_decay=-0.1 must be >= 0"),
+    (dict(clip_norm=-1.0), r"config.optimizer.clip_norm=-1.0 must be >= 0 \(0 disables"),
+    (dict(warmup_steps=-1), r"config.optimizer.warmup_steps=-1 must be >= 0"),
+    (dict(total_steps=-5), r"config.optimizer.total_steps=-5 must be -1 \(the decay ends with "
+                           r"the run, at train.num_steps\) or >= 1"),
+    (dict(total_steps=0), r"config.optimizer.total_steps=0 must be -1"),
+    (dict(schedule="cosine", warmup_steps=50, total_steps=40),
+     r"config.optimizer.total_steps=40 must be larger than config.optimizer.warmup_steps=50 for "
+     r"config.optimizer.schedule='cosine' .*set total_steps to 51 or more .* or warmup_steps to "
+     r"39 or less"),
+])
+def test_every_number_out_of_its_range_is_named_with_the_range(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        optimizers.make_optimizer(_cfg(**overrides), num_steps=100)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(learning_rate=0.0),                        # a reference run that does not move
+    dict(b1=0.0, b2=0.0, eps=1e-12, clip_norm=0.0),
+    dict(schedule="cosine", end_learning_rate=1e-3, total_steps=-1),  # end == peak: flat
+    dict(schedule="linear", warmup_steps=99, total_steps=-1),
+])
+def test_the_edges_of_the_ranges_are_allowed(overrides):
+    optimizers.make_optimizer(_cfg(**overrides), num_steps=100)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_a_run_shorter_than_its_warmup_names_the_keys_to_change(schedule):
+    """total_steps=-1 stands for train.num_steps: the message names that key (the one the user
+    set), not total_steps, with values that work."""
+    cfg = _cfg(schedule=schedule, warmup_steps=300, total_steps=-1)
+    with pytest.raises(ValueError) as error:
+        optimizers.make_optimizer(cfg, num_steps=40)
+    message = str(error.value)
+    assert message.startswith("config.train.num_steps=40 must be larger than "
+                              "config.optimizer.warmup_steps=300")
+    assert "total_steps=40" not in message
+    assert "config.train.num_steps to 301 or more" in message
+    assert "config.optimizer.warmup_steps to 39 or less (e.g. 4, a tenth of the run)" in message
+    for fixed in (dict(num_steps=301), dict(num_steps=40, warmup_steps=39)):  # both fixes work
+        cfg.warmup_steps = fixed.get("warmup_steps", 300)
+        _, lr = optimizers.make_optimizer(cfg, num_steps=fixed["num_steps"])
+        assert float(lr(fixed["num_steps"])) == pytest.approx(0.0)  # decayed at the run's end
+
+
+def test_total_steps_minus_one_is_the_runs_length():
+    cfg = _cfg(schedule="linear", warmup_steps=0, total_steps=-1, learning_rate=1.0)
+    _, lr = optimizers.make_optimizer(cfg, num_steps=10)
+    np.testing.assert_allclose(_values(lr, [0, 5, 10, 20]), [1.0, 0.5, 0.0, 0.0], atol=1e-6)
+    with pytest.raises(ValueError, match=r"total_steps=-1 ends the decay with the run.*num_steps="):
+        optimizers.make_optimizer(cfg)

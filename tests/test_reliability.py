@@ -347,8 +347,9 @@ def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashio
 
 
 def test_records_a_restart_redoes_move_to_the_superseded_log(tmp_path):
-    """Resuming from step 10 takes the records after it (and a line cut short by a kill) out of
-    metrics.jsonl; the whole records are appended to metrics.superseded.jsonl, not lost."""
+    """Resuming from step 10 takes the records after it out of metrics.jsonl; they are appended
+    to metrics.superseded.jsonl, not lost (a line cut short by a kill goes to
+    metrics.damaged.jsonl: tests/test_metrics_writer.py)."""
     log = tmp_path / "metrics.jsonl"
     records = [json.dumps({"step": step, "split": "train"}) + "\n" for step in (5, 10, 15, 20)]
     log.write_text("".join(records) + '{"step": 25, "spl')

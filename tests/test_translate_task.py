@@ -38,12 +38,15 @@ def test_smoke_training_lowers_the_loss_and_reports_bleu(bible_env, tmp_path):
     assert final["perplexity"] == pytest.approx(np.exp(final["nll"]), rel=1e-6)
     assert 0.0 <= final["bleu"] <= 100.0
     assert final["decoded"] == len(trainer.task._source("test"))  # every test verse translated
+    assert isinstance(final["decoded"], int)  # a count: printed as one ("decoded 575")
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["split"] == "train"]
     assert [r["step"] for r in train_records] == [10, 20, 30]
     # The pipeline's counters are logged with the train metrics (cumulative over the run).
     assert all({"examples", "truncated", "dropped"} <= r.keys() for r in train_records)
     assert train_records[-1]["examples"] > train_records[0]["examples"] > 0
+    assert all(isinstance(r[name], int) for r in train_records
+               for name in ("examples", "truncated", "dropped"))
 
 
 def test_packed_rows_give_the_same_loss_as_unpacked_examples(bible_env):

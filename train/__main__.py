@@ -4,31 +4,42 @@ Trains the experiment a config file describes. DIR/config.json records the resol
 the model that ran (a pretrained model's sizes, the vocabulary's size), and
 DIR/requested_config.json the config as given (train/run_config.py); logs go to
 DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to DIR/checkpoints/. Starting again with the
-same workdir resumes from the latest checkpoint; a workdir that holds a different (requested)
-config is refused (with the differing keys) unless --allow_config_change is given.
---print_config prints the resolved config without training (--workdir optional: with one, as a
-start there would resolve it).
+same workdir resumes from the latest checkpoint. A workdir that holds another (requested)
+config is refused, naming the keys that differ: where they leave the train state as saved
+(train.*, learning rates, evaluation and data settings) --allow_config_change resumes anyway;
+another task or model needs a new --workdir (train/workdir.py). --print_config prints the
+resolved config without training (--workdir optional: with one, as a start there would
+resolve it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 from train import run_config
-from train.config import ConfigError, apply_override, load_config_file, to_json
+from train.config import ConfigError, apply_override, describe_configs, load_config_file, to_json
+from train.workdir import check_workdir
+
+# The experiment configs --help lists: the configs package beside this one (in a checkout and
+# in an installed site-packages alike).
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m train", description=__doc__,
+        epilog=describe_configs(CONFIGS, Path.cwd()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/vit/fashion_mnist.py:smoke")
     parser.add_argument("--workdir", help="logs, checkpoints and config.json go here (required "
                                           "but with --print_config)")
     parser.add_argument("--allow_config_change", action="store_true",
-                        help="resume in a workdir whose saved config differs from this one")
+                        help="resume in a workdir whose saved config differs from this one in "
+                             "keys that keep the train state (train.*, learning rates, eval, data)")
     parser.add_argument("--print_config", action="store_true",
                         help="print the resolved config (what the run would use; \"<...>\" for "
                              "a value only training a vocabulary would tell) and exit")
@@ -51,46 +62,42 @@ def parse_args(argv):
     return args, overrides
 
 
-def _flatten(tree, prefix=""):
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM before the trainer handles them (from its first train step on, a signal
+    checkpoints the step reached instead: train/trainer.py)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
-# Where a run computes, not what: the same experiment may resume on another mesh (the
-# checkpoint restores into the new shardings; the global batch stays the same), so these keys
-# may differ from the workdir's without --allow_config_change.
-PLACEMENT_PREFIXES = ("mesh.",)
-
-
-def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> list[str]:
-    """Refuses to mix two different experiments in one workdir; returns the placement keys
-    (the mesh) that changed, as lines to report. `config_json` is the requested config, compared
-    with the one the workdir's run requested (run_config.saved_request: cheap, and in the keys
-    the command line sets; config.json holds the resolved one)."""
-    saved = run_config.saved_request(workdir)
-    if saved is None:
-        return []
-    saved = _flatten(saved)
-    current = _flatten(json.loads(config_json))
-    changed = [key for key in sorted(set(saved) | set(current))
-               if saved.get(key) != current.get(key)]
-    lines = {key: f"  {key}: {saved.get(key, '<absent>')!r} in the workdir, "
-                  f"{current.get(key, '<absent>')!r} now" for key in changed}
-    placement = [key for key in changed if key.startswith(PLACEMENT_PREFIXES)]
-    diff = [lines[key] for key in changed if key not in placement]
-    if diff and not allow_change:
-        raise ConfigError(f"workdir {workdir} holds a run with a different config:\n" + "\n".join(diff)
-                          + "\nUse another --workdir, or pass --allow_config_change to resume anyway.")
-    return [lines[key] for key in placement]
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
 
 
 def main(argv=None) -> int:
+    """Exit status: 0 trained to the end, or stopped by SIGINT/SIGTERM during training with the
+    step reached checkpointed (nothing trained is lost; the same command resumes); 2 a config
+    or data error, 3 a non-finite loss or an unusable checkpoint, both before anything is
+    overwritten; 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) when a signal
+    stops the run before its first train step, with nothing saved (the shell's convention for
+    a command a signal ended; a workdir's checkpoints stay as they were)."""
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    previous = {sig: signal.signal(sig, _raise_interrupted)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _train(args, overrides)
+    except Interrupted as stop:
+        print(f"interrupted by {stop} before the first train step: no checkpoint was written "
+              "(those already in the workdir are kept); the same command starts again",
+              file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _train(args, overrides) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
@@ -139,7 +146,8 @@ def main(argv=None) -> int:
         return 3
     if trainer.interrupted:
         return 0  # checkpointed on SIGTERM/SIGINT; the same command resumes
-    summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items())
+    from train.metrics_writer import format_value
+    summary = ", ".join(f"{k} {format_value(v, '.4f')}" for k, v in final.items())
     print(f"final eval ({config.data.eval_split} split): {summary}")
     print(f"logs: {workdir / 'metrics.jsonl'}, {workdir / 'tensorboard'}; "
           f"checkpoints: {workdir / 'checkpoints'}")
@@ -147,4 +155,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code >= 128:  # stopped inside a library (an XLA compile, orbax starting its threads):
+        sys.stdout.flush()  # its native threads can crash the interpreter's shutdown (seen:
+        sys.stderr.flush()  # SIGSEGV), and nothing is left to save, so leave at once
+        os._exit(code)
+    sys.exit(code)

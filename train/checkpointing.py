@@ -112,7 +112,8 @@ class Checkpointer:
             max_to_keep=keep,
             save_interval_steps=save_every,
             enable_async_checkpointing=async_save,
-            create=True,
+            create=False,  # the first save makes the directory: a run stopped before it
+                           # leaves none, empty, behind
             cleanup_tmp_directories=True,  # half-written steps of a killed run never count
             # Orbax's default policy also saves the first step it is offered in an empty
             # directory; we save on multiples of save_every only (or on preemption, or forced).

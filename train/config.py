@@ -11,6 +11,8 @@ import dataclasses
 import difflib
 import importlib.util
 import json
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,75 @@ def check_choice(config: ml_collections.ConfigDict, key: str, allowed) -> None:
 
 def to_json(config: ml_collections.ConfigDict) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFile:
+    """An experiment config file as `--help` lists it, read from its source (never run)."""
+    path: Path
+    summary: str                # the first sentence after the command in its docstring
+    variants: dict[str, Any]    # its `:arg` names and their defaults (common.parse_arg's)
+
+
+def _summary(docstring: str) -> str:
+    """The first sentence of the paragraph after the command that opens a config's docstring."""
+    paragraphs = [" ".join(p.split()) for p in docstring.split("\n\n") if p.strip()]
+    text = paragraphs[1] if len(paragraphs) > 1 else (paragraphs or [""])[0]
+    sentence = re.match(r"(.+?[.!?])(?=\s+[A-Z`(]|$)", text)
+    return sentence.group(1) if sentence else text
+
+
+def _literal(node: ast.expr) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:  # an expression: shown as written
+        return ast.unparse(node)
+
+
+def _variants(get_config: ast.FunctionDef) -> dict[str, Any]:
+    """The keywords of the `parse_arg(arg, name=default, ...)` call in get_config."""
+    for node in ast.walk(get_config):
+        name = getattr(node, "func", None)
+        if isinstance(node, ast.Call) and getattr(name, "attr", getattr(name, "id", "")) == "parse_arg":
+            return {k.arg: _literal(k.value) for k in node.keywords}
+    return {}
+
+
+def experiment_configs(root: Path) -> list[ConfigFile]:
+    """The files under `root` that define get_config (sweep files define get_sweep and helper
+    modules neither), in path order."""
+    found = []
+    for path in sorted(Path(root).rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError) as error:  # --help still lists the others
+            found.append(ConfigFile(path, f"(cannot be read: {error})", {}))
+            continue
+        get_config = next((node for node in tree.body if isinstance(node, ast.FunctionDef)
+                           and node.name == "get_config"), None)
+        if get_config is not None:
+            found.append(ConfigFile(path, _summary(ast.get_docstring(tree) or ""),
+                                    _variants(get_config)))
+    return found
+
+
+def describe_configs(root: Path, shown_from: Path) -> str:
+    """The experiment configs under `root`, for `python -m train --help`: each file's path
+    (relative to `shown_from`), its summary and its `:arg` variants with their defaults."""
+    lines = ["experiment configs (--config FILE[:ARG], ARG: comma-separated variants, defaults",
+             "shown; each file's docstring explains them; ablation sweeps: python -m train.sweep):"]
+    for config in experiment_configs(root):
+        try:
+            shown = config.path.relative_to(shown_from)
+        except ValueError:
+            shown = config.path
+        lines.append(f"  {shown}")
+        lines += textwrap.wrap(config.summary, width=96, initial_indent=" " * 6,
+                               subsequent_indent=" " * 6)
+        variants = ", ".join(name if default is False else f"{name}={default!r}"
+                             if default == "" else f"{name}={default}"
+                             for name, default in config.variants.items())
+        if variants:
+            lines += textwrap.wrap(f"variants: {variants}", width=96, initial_indent=" " * 6,
+                                   subsequent_indent=" " * 16)
+    return "\n".join(lines)

@@ -103,7 +103,7 @@ def _use_gloo_on_cpu() -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 
-def sum_over_processes(counts: dict[str, float]) -> dict[str, float]:
+def sum_over_processes(counts: dict[str, int]) -> dict[str, int]:
     """{name: the sum over all processes of each one's whole-number `counts[name]`}. Every
     process must call it at the same point with the same names (it is a collective); with one
     process it returns `counts` as they are."""
@@ -120,7 +120,7 @@ def sum_over_processes(counts: dict[str, float]) -> dict[str, float]:
     halves = np.stack([values >> 31, values & (2 ** 31 - 1)]).astype(np.int32)
     gathered = np.asarray(multihost_utils.process_allgather(halves)).astype(np.int64)
     totals = ((gathered[:, 0] << 31) + gathered[:, 1]).sum(axis=0)
-    return {name: float(total) for name, total in zip(names, totals)}
+    return {name: int(total) for name, total in zip(names, totals)}
 
 
 def differing_processes(digest: str) -> list[int]:

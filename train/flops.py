@@ -10,6 +10,7 @@ A training step costs 3x the forward pass: the backward pass multiplies by each 
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -66,6 +67,14 @@ def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32) -
         matmul(a, b).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2 * size ** 3 / best
+
+
+@functools.cache
+def measured_peak_flops() -> float:
+    """`measure_matmul_peak()` once per process: the peak a run's MFU is computed against when
+    the config gives none. Runs in one process (tests, notebooks) share the measurement; a
+    benchmark that tracks the machine's load calls measure_matmul_peak itself."""
+    return measure_matmul_peak()
 
 
 # Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, matched in order against

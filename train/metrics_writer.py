@@ -26,32 +26,74 @@ def summarize(metric_sums: dict) -> dict[str, float]:
     return out
 
 
+def format_value(value, float_format: str = ".4g") -> str:
+    """A count (an int: examples, decoded sentences, skipped steps) as the whole number it is;
+    any other metric (a float) in `float_format`. metrics.jsonl keeps both as JSON numbers."""
+    return str(value) if isinstance(value, int) else format(value, float_format)
+
+
 SUPERSEDED = "metrics.superseded.jsonl"
+DAMAGED = "metrics.damaged.jsonl"
 
 
-def _drop_records_after(path: Path, step: int) -> None:
+def _damage(line: str) -> str | None:
+    """Why a line of metrics.jsonl is not a record, or None if it is one."""
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        if not line.endswith("\n"):
+            return "cut short: the last line, without its newline (the run was killed writing it)"
+        return f"not JSON ({error})"
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        return "a JSON value without an integer 'step'"
+    return None
+
+
+def _append(path: Path, lines: list[str]) -> None:
+    with open(path, "a", encoding="utf-8") as aside:
+        aside.write("".join(lines))
+        aside.flush()
+        os.fsync(aside.fileno())
+
+
+def _drop_records_after(path: Path, step: int) -> list[str]:
     """A run killed after its last checkpoint logged steps it will now redo: take them out of
     the log, so it continues without repeats. They are appended to `metrics.superseded.jsonl`
     beside it (a run that restarts from scratch moves the whole log there: nothing logged is
-    lost). The log is replaced atomically, after the superseded records are on disk."""
+    lost). Lines that are not records (a line cut short by a kill, a damaged one) go to
+    `metrics.damaged.jsonl` as {"line": number in the log, "reason": ..., "text": the line}.
+    The log is replaced atomically, after the moved lines are on disk. Returns what was moved,
+    as sentences for the console."""
     if not path.exists():
-        return
+        return []
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept, superseded = [], []
-    for line in lines:
-        try:
-            (kept if json.loads(line)["step"] <= step else superseded).append(line)
-        except (ValueError, KeyError):  # a line cut short by the kill
-            continue
-    if len(kept) != len(lines):
-        if superseded:
-            with open(path.with_name(SUPERSEDED), "a", encoding="utf-8") as aside:
-                aside.write("".join(superseded))
-                aside.flush()
-                os.fsync(aside.fileno())
-        temporary = path.with_suffix(".jsonl.tmp")
-        temporary.write_text("".join(kept), encoding="utf-8")
-        temporary.replace(path)
+    kept, superseded, damaged = [], [], []
+    for number, line in enumerate(lines, start=1):
+        reason = _damage(line)
+        if reason is not None:
+            damaged.append((number, reason, line))
+        else:  # a whole record whose newline a kill cut off gets it back
+            record = line if line.endswith("\n") else line + "\n"
+            (kept if json.loads(line)["step"] <= step else superseded).append(record)
+    if kept == lines:
+        return []
+    notes = []
+    if superseded:
+        _append(path.with_name(SUPERSEDED), superseded)
+        notes.append(f"{path.name}: {len(superseded)} record(s) after step {step}, which this "
+                     f"run redoes, moved to {path.with_name(SUPERSEDED)}")
+    if damaged:
+        _append(path.with_name(DAMAGED), [
+            json.dumps({"line": number, "reason": reason, "text": line}) + "\n"
+            for number, reason, line in damaged])
+        listed = "; ".join(f"line {number}: {reason}" for number, reason, _ in damaged[:3])
+        more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+        notes.append(f"{path.name}: {len(damaged)} damaged line(s) moved to "
+                     f"{path.with_name(DAMAGED)} ({listed}{more})")
+    temporary = path.with_suffix(".jsonl.tmp")
+    temporary.write_text("".join(kept), encoding="utf-8")
+    temporary.replace(path)
+    return notes
 
 
 class MetricsWriter:
@@ -62,7 +104,7 @@ class MetricsWriter:
             return
         from tensorboardX import SummaryWriter
         path = Path(workdir) / "metrics.jsonl"
-        _drop_records_after(path, start_step)
+        moved = _drop_records_after(path, start_step)
         self._jsonl = open(path, "a", encoding="utf-8")
         # purge_step: TensorBoard hides events a killed run wrote after its last checkpoint.
         self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"), purge_step=start_step + 1)
@@ -70,6 +112,8 @@ class MetricsWriter:
             from tqdm import tqdm
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step",
                              dynamic_ncols=True, file=sys.stderr)
+        for note in moved:
+            self.message(note)
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
         if not self.enabled:
@@ -80,14 +124,15 @@ class MetricsWriter:
         for name, value in metrics.items():
             self._tb.add_scalar(f"{split}/{name}", value, step)
         self._tb.flush()
-        line = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+        line = " ".join(f"{k}={format_value(v)}" for k, v in metrics.items())
         self.message(f"[{split} step {step}] {line}")
 
     def advance(self, steps: int, **postfix) -> None:
         if self._bar is not None:
             self._bar.update(steps)
             if postfix:
-                self._bar.set_postfix({k: f"{v:.4g}" for k, v in postfix.items()}, refresh=False)
+                self._bar.set_postfix({k: format_value(v) for k, v in postfix.items()},
+                                      refresh=False)
 
     def message(self, text: str) -> None:
         if not self.enabled:

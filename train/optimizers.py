@@ -195,62 +195,118 @@ def _read_config(cfg) -> dict[str, Any]:
     return values
 
 
-def _make_schedule(c: dict[str, Any], d_model: int | None) -> optax.Schedule:
-    name, warmup, total = c["schedule"], int(c["warmup_steps"]), int(c["total_steps"])
+def _at_most(limit: int) -> str:
+    return f"{limit} or less" if limit > 0 else "0"
+
+
+def _check_ranges(c: dict[str, Any]) -> None:
+    """Every number of the optimizer config in its range, named with the allowed one."""
+    for key in ("learning_rate", "end_learning_rate", "b1", "b2", "eps", "weight_decay",
+                "clip_norm"):
+        if not math.isfinite(float(c[key])):
+            raise ValueError(f"config.optimizer.{key}={c[key]} must be a finite number.")
     lr, end = float(c["learning_rate"]), float(c["end_learning_rate"])
-    if warmup < 0:
-        raise ValueError(f"optimizer.warmup_steps={warmup} must be >= 0.")
-    if name in ("linear", "cosine") and total <= warmup:
-        raise ValueError(f"optimizer.total_steps={total} must be larger than "
-                         f"optimizer.warmup_steps={warmup} for optimizer.schedule='{name}'.")
+    ranges = (
+        ("learning_rate", lr >= 0, ">= 0 (the peak learning rate, or the 'inverse_sqrt' scale; "
+                                   "0 leaves the parameters as initialised)"),
+        ("end_learning_rate", end >= 0, ">= 0"),
+        ("b1", 0 <= float(c["b1"]) < 1, "in [0, 1) (Adam's first-moment decay, e.g. 0.9)"),
+        ("b2", 0 <= float(c["b2"]) < 1, "in [0, 1) (Adam's second-moment decay, e.g. 0.999)"),
+        ("eps", float(c["eps"]) > 0, "> 0 (Adam divides by sqrt(second moment) + eps, which is 0 "
+                                     "where a gradient is 0; e.g. 1e-8)"),
+        ("weight_decay", float(c["weight_decay"]) >= 0, ">= 0 (0: no decay)"),
+        ("clip_norm", float(c["clip_norm"]) >= 0, ">= 0 (0 disables clipping)"),
+        ("warmup_steps", int(c["warmup_steps"]) >= 0, ">= 0 (0: no warmup)"),
+        ("total_steps", int(c["total_steps"]) == -1 or int(c["total_steps"]) >= 1,
+         "-1 (the decay ends with the run, at train.num_steps) or >= 1"),
+    )
+    for key, ok, allowed in ranges:
+        if not ok:
+            raise ValueError(f"config.optimizer.{key}={c[key]} must be {allowed}.")
+    if c["schedule"] in ("linear", "cosine") and end > lr:
+        raise ValueError(f"config.optimizer.end_learning_rate={end} must not exceed "
+                         f"config.optimizer.learning_rate={lr}: schedule '{c['schedule']}' decays "
+                         "from the peak down to it.")
+
+
+def _decay_end(c: dict[str, Any], num_steps: int | None) -> int:
+    """The step where a 'linear' or 'cosine' decay ends: total_steps, or -1: the run's end."""
+    name, warmup, total = c["schedule"], int(c["warmup_steps"]), int(c["total_steps"])
+    if total != -1:
+        if total <= warmup:
+            raise ValueError(
+                f"config.optimizer.total_steps={total} must be larger than "
+                f"config.optimizer.warmup_steps={warmup} for config.optimizer.schedule='{name}' "
+                f"(it decays from the end of the warmup to total_steps): set total_steps to "
+                f"{warmup + 1} or more (-1: the run's train.num_steps), or warmup_steps to "
+                f"{_at_most(total - 1)}.")
+        return total
+    if num_steps is None:
+        raise ValueError("config.optimizer.total_steps=-1 ends the decay with the run: call "
+                         "make_optimizer(cfg, num_steps=config.train.num_steps).")
+    if num_steps <= warmup:
+        raise ValueError(
+            f"config.train.num_steps={num_steps} must be larger than "
+            f"config.optimizer.warmup_steps={warmup}: schedule '{name}' warms up for {warmup} "
+            "steps, then decays until the run ends (config.optimizer.total_steps=-1). Set "
+            f"config.train.num_steps to {warmup + 1} or more, or config.optimizer.warmup_steps to "
+            f"{_at_most(num_steps - 1)} (e.g. {num_steps // 10}, a tenth of the run).")
+    return num_steps
+
+
+def _make_schedule(c: dict[str, Any], d_model: int | None,
+                   num_steps: int | None) -> optax.Schedule:
+    name, warmup = c["schedule"], int(c["warmup_steps"])
+    lr, end = float(c["learning_rate"]), float(c["end_learning_rate"])
     if name == "inverse_sqrt":
         if d_model is None:
-            raise ValueError("optimizer.schedule='inverse_sqrt' needs the model width: call "
+            raise ValueError("config.optimizer.schedule='inverse_sqrt' needs the model width: call "
                              "make_optimizer(cfg, d_model=...).")
         if warmup < 1:
-            raise ValueError(f"optimizer.warmup_steps={warmup} must be >= 1 for "
-                             "optimizer.schedule='inverse_sqrt'.")
+            raise ValueError(f"config.optimizer.warmup_steps={warmup} must be >= 1 for "
+                             "config.optimizer.schedule='inverse_sqrt' (its peak is at the end of "
+                             "the warmup).")
         return inverse_sqrt_schedule(d_model, warmup, scale=lr)
     if name == "linear":
-        return linear_warmup_linear_decay(lr, warmup, total, end_value=end)
+        return linear_warmup_linear_decay(lr, warmup, _decay_end(c, num_steps), end_value=end)
     if name == "cosine":
-        return warmup_cosine(lr, warmup, total, end_value=end)
+        return warmup_cosine(lr, warmup, _decay_end(c, num_steps), end_value=end)
     return constant_with_warmup(lr, warmup)
 
 
-def make_optimizer(cfg, *, d_model: int | None = None
+def make_optimizer(cfg, *, d_model: int | None = None, num_steps: int | None = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """(optax transformation, learning-rate schedule) from an optimizer config.
 
-    Keys (all required, no others allowed when `cfg` has .keys()):
+    Keys (all required, no others allowed when `cfg` has .keys()), with their ranges:
       name           'adam' | 'adamw'
       schedule       'inverse_sqrt' | 'linear' | 'cosine' | 'constant'
-      learning_rate  peak lr; for 'inverse_sqrt' the scale multiplying d_model^-0.5 * min(...)
-      warmup_steps   linear warmup length in updates
-      total_steps    end of the decay ('linear', 'cosine')
-      end_learning_rate  lr at and after total_steps ('linear', 'cosine')
-      b1, b2, eps    Adam moments and epsilon (added outside the square root)
-      weight_decay   decoupled decay, 'adamw' only, masked by weight_decay_mask; optax multiplies
-                     it by the scheduled lr: p <- p - lr * (adam_update + weight_decay * p)
-      clip_norm      global-norm gradient clipping before Adam; 0 disables
-    `d_model` is required for 'inverse_sqrt'.
+      learning_rate  >= 0: peak lr; for 'inverse_sqrt' the scale multiplying
+                     d_model^-0.5 * min(...)
+      warmup_steps   >= 0 (>= 1 for 'inverse_sqrt'): linear warmup length in updates
+      total_steps    end of the decay ('linear', 'cosine'), > warmup_steps; -1: `num_steps`
+      end_learning_rate  0 <= it <= learning_rate: lr at and after total_steps ('linear', 'cosine')
+      b1, b2, eps    Adam moments' decays in [0, 1), epsilon > 0 (added outside the square root)
+      weight_decay   >= 0: decoupled decay, 'adamw' only, masked by weight_decay_mask; optax
+                     multiplies it by the scheduled lr: p <- p - lr * (adam_update + weight_decay * p)
+      clip_norm      >= 0: global-norm gradient clipping before Adam; 0 disables
+    `d_model` is required for 'inverse_sqrt'; `num_steps` (the run's train.num_steps) for a
+    decay with total_steps=-1. Errors name the config key, its value and the allowed range.
     """
     c = _read_config(cfg)
     if c["name"] not in OPTIMIZERS:
-        raise ValueError(f"optimizer.name={c['name']!r} is not one of {list(OPTIMIZERS)}.")
+        raise ValueError(f"config.optimizer.name={c['name']!r} is not one of {list(OPTIMIZERS)}.")
     if c["schedule"] not in SCHEDULES:
-        raise ValueError(f"optimizer.schedule={c['schedule']!r} is not one of {list(SCHEDULES)}.")
+        raise ValueError(f"config.optimizer.schedule={c['schedule']!r} is not one of "
+                         f"{list(SCHEDULES)}.")
+    _check_ranges(c)
     weight_decay, clip_norm = float(c["weight_decay"]), float(c["clip_norm"])
-    if weight_decay < 0:
-        raise ValueError(f"optimizer.weight_decay={weight_decay} must be >= 0.")
     if c["name"] == "adam" and weight_decay != 0.0:
-        raise ValueError(f"optimizer.weight_decay={weight_decay} is not applied by "
-                         "optimizer.name='adam'; use optimizer.name='adamw' for decoupled weight "
-                         "decay, or set optimizer.weight_decay=0.")
-    if clip_norm < 0:
-        raise ValueError(f"optimizer.clip_norm={clip_norm} must be >= 0 (0 disables clipping).")
+        raise ValueError(f"config.optimizer.weight_decay={weight_decay} is not applied by "
+                         "config.optimizer.name='adam'; use name='adamw' for decoupled weight "
+                         "decay, or set weight_decay=0.")
 
-    schedule = _make_schedule(c, d_model)
+    schedule = _make_schedule(c, d_model, num_steps)
     adam_args = dict(b1=float(c["b1"]), b2=float(c["b2"]), eps=float(c["eps"]))
     if c["name"] == "adam":
         tx = optax.adam(schedule, **adam_args)

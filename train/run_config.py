@@ -81,16 +81,24 @@ def write(workdir: str | pathlib.Path, config: ml_collections.ConfigDict,
     (workdir / RESOLVED_FILE).write_text(to_text(resolved(config, resolution)))
 
 
+def request_path(workdir: str | pathlib.Path) -> pathlib.Path | None:
+    """The file holding the requested config of the run in `workdir`: requested_config.json, or
+    config.json in a workdir written before runs kept both; None for a new workdir."""
+    workdir = pathlib.Path(workdir)
+    for name in (REQUESTED_FILE, RESOLVED_FILE):
+        if (workdir / name).exists():
+            return workdir / name
+    return None
+
+
 def saved_request(workdir: str | pathlib.Path) -> dict[str, Any] | None:
     """The requested config of the run in `workdir` (module docstring), None for a new one."""
-    workdir = pathlib.Path(workdir)
-    for name in (REQUESTED_FILE, RESOLVED_FILE):  # config.json: a workdir written before
-        path = workdir / name
-        if path.exists():
-            try:
-                return json.loads(path.read_text())
-            except (OSError, ValueError) as error:
-                raise ConfigError(f"{path} is unreadable ({type(error).__name__}: {error}); it "
-                                  "records the config of the run in this workdir: restore it "
-                                  "from a copy, or use another --workdir") from error
-    return None
+    path = request_path(workdir)
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path} is unreadable ({type(error).__name__}: {error}); it records "
+                          "the config of the run in this workdir: restore it from a copy, or "
+                          "use another --workdir") from error

@@ -31,11 +31,12 @@ from train import partitioning, run_config, vocabulary
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice
 from train.distributed import differing_processes, sum_over_processes
-from train.flops import measure_matmul_peak
+from train.flops import measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
 from train.tasks import get_task
 from train.train_step import TrainState, make_train_step
+from train.workdir import has_checkpoints
 
 
 def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
@@ -93,11 +94,9 @@ class Trainer:
         validate_batching(config, self.mesh)
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
         self.task = self._make_task()
-        optimizer_cfg = config.optimizer.copy_and_resolve_references()
-        if optimizer_cfg.total_steps == -1:  # the decay ends with the run
-            optimizer_cfg.total_steps = config.train.num_steps
         try:
-            self.optimizer, self.schedule = make_optimizer(optimizer_cfg, d_model=self.task.d_model)
+            self.optimizer, self.schedule = make_optimizer(
+                config.optimizer, d_model=self.task.d_model, num_steps=config.train.num_steps)
         except ValueError as error:
             message = str(error)
             raise ConfigError(message if message.startswith("config.") else f"config.{message}") from error
@@ -193,9 +192,12 @@ class Trainer:
             values.update(self.task.score_predictions(jax.device_get(outputs), log))
         return values
 
-    def _peak_flops(self) -> float:
+    def _peak_flops(self) -> tuple[float, str]:
+        """(per-device peak FLOP/s, where it comes from): the config's, or measured here."""
         configured = self.config.train.peak_flops
-        return configured if configured > 0 else measure_matmul_peak()
+        if configured > 0:
+            return configured, "config.train.peak_flops"
+        return measured_peak_flops(), "measured here by train/flops.py measure_matmul_peak"
 
     # ---- the loop ---------------------------------------------------------------------------
     def _check_finite(self, pending_flags: list, checkpointer) -> None:
@@ -222,8 +224,10 @@ class Trainer:
         """Trains from the latest checkpoint (or from scratch) to train.num_steps, or only up to
         `until_step` (checkpointed there, so a later run() continues), and returns the last eval.
 
-        SIGTERM / SIGINT: the current step is checkpointed (waiting until it is committed) and
-        run() returns early with `self.interrupted` set to the signal's name.
+        SIGTERM / SIGINT from the first train step on (once it is compiled and dispatched): the
+        current step is checkpointed (waiting until it is committed) and run() returns early with
+        `self.interrupted` set to the signal's name. Before it the caller's handlers apply
+        (Python's KeyboardInterrupt; `python -m train` exits 130 or 143), with nothing saved.
         """
         cfg = self.config.train
         stop = cfg.num_steps if until_step is None else min(until_step, cfg.num_steps)
@@ -231,7 +235,6 @@ class Trainer:
         train_iter = self.task.train_iterator(  # data errors surface before anything is written
             batch_size=global_batch // self.process_count, seed=self.config.seed,
             process_index=self.process_index, process_count=self.process_count)
-        self.workdir.mkdir(parents=True, exist_ok=True)
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
         notes = []
@@ -242,6 +245,7 @@ class Trainer:
             state, data_state, _ = checkpointer.restore_latest_good(self.abstract_state, notes.append)
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
+        self.workdir.mkdir(parents=True, exist_ok=True)  # only now: no empty one if stopped
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
             run_config.write(self.workdir, self.config, self.task.resolution())
             if self.task.tokenizer is not None and self.saved_vocabulary is None:
@@ -255,21 +259,25 @@ class Trainer:
         for note in notes:
             writer.message(note)
         flops_per_step = self.task.flops_per_example_at(start) * global_batch
-        peak = self._peak_flops() * jax.device_count()
+        peak, peak_source = self._peak_flops()
+        peak *= jax.device_count()
         writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
-                       f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s")
+                       f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
+                       f"({peak_source})")
 
-        received = []
+        received, previous = [], {}
         handler = lambda signum, frame: received.append(signal.Signals(signum).name)  # noqa: E731
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
         self.interrupted = None
         final_eval: dict[str, float] = {}
         pending, flags, timer_start, timer_steps = None, [], time.perf_counter(), 0
         timer_flops = 0.0  # model FLOPs of the steps since the last log (for MFU)
-        skipped_total = 0.0
+        skipped_total = 0  # a count: logged as a whole number
         try:
             for step in range(start, stop):
                 state, metrics = self.train_step(state, next(train_iter))
+                if not previous:  # compiled and running: from now on a signal saves the step
+                    previous = {sig: signal.signal(sig, handler)
+                                for sig in (signal.SIGTERM, signal.SIGINT)}
                 flags.append((step, (metrics["finite_loss"], metrics["finite_grads"])))
                 pending = metrics if pending is None else _sum_metrics(pending, metrics)
                 timer_steps += 1
@@ -281,7 +289,7 @@ class Trainer:
                     sums = jax.device_get(pending)  # waits for the steps to finish
                     for flag in ("finite_loss", "finite_grads"):
                         del sums[flag]
-                    skipped_total += float(sums.pop("nonfinite_steps")[0])
+                    skipped_total += int(sums.pop("nonfinite_steps")[0])
                     values = self.task.derived_metrics(summarize(sums))
                     data_counts = sum_over_processes(self.task.data_metrics(train_iter))
                     values.update(data_counts)

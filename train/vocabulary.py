@@ -127,10 +127,9 @@ def for_start(workdir: str | os.PathLike) -> Any | None:
     """The saved vocabulary a start of `workdir` gives its task (`get_task(config, it)`): once
     the workdir holds a checkpoint (an orbax step folder, named by its step), whose embeddings
     were trained with it; None before, when the task builds the vocabulary again."""
-    checkpoints = pathlib.Path(workdir) / "checkpoints"
-    if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
-        return load(workdir)
-    return None
+    from train.workdir import has_checkpoints
+
+    return load(workdir) if has_checkpoints(workdir) else None
 
 
 def check_settings(workdir: str | os.PathLike, current: dict[str, Any]) -> None:

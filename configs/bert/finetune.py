@@ -143,5 +143,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                            batch_size=8, eval_batch_size=16)
         config.optimizer.update(warmup_steps=2)
         config.train.update(num_steps=12, log_every=4, eval_every=0, checkpoint_every=12,
-                            progress_bar=False, peak_flops=1e11)
+                            progress_bar=False)
     return config

@@ -138,5 +138,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.task.update(beam_size=2, max_decode_length=40, num_samples=1)
         config.optimizer.warmup_steps = 5
         config.train.update(num_steps=12, log_every=4, eval_every=6, checkpoint_every=6,
-                            keep_checkpoints=2, progress_bar=False, peak_flops=1e11)
+                            keep_checkpoints=2, progress_bar=False)
     return config

@@ -80,6 +80,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.data.batch_size = 32
         config.data.eval_batch_size = 200
         config.train.update(num_steps=20, log_every=5, eval_every=10, checkpoint_every=10,
-                            keep_checkpoints=2, progress_bar=False, peak_flops=1e11)
+                            keep_checkpoints=2, progress_bar=False)
         config.optimizer.warmup_steps = 5
     return config

@@ -94,7 +94,7 @@ class Task:
     def flops_per_example_at(self, step: int) -> float:
         return self.flops_per_example()
 
-    def data_metrics(self, train_iterator) -> dict[str, float]:
+    def data_metrics(self, train_iterator) -> dict[str, int]:
         return {}
 
     def derived_data_metrics(self, totals: dict[str, float]) -> dict[str, float]:

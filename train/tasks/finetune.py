@@ -273,7 +273,7 @@ class FinetuneTask(Task):
         return iterator, ft_data.num_batches(len(examples), batch_size=batch_size,
                                              process_count=process_count)
 
-    def data_metrics(self, train_iterator) -> dict[str, float]:
+    def data_metrics(self, train_iterator) -> dict[str, int]:
         """Examples this process has fed so far, and how many were truncated / had their answer
         cut away."""
         return text_data.long_example_counts(train_iterator)

@@ -208,7 +208,7 @@ class TranslationTask(Task):
             log(f"sample {i}: source    {sources_text[i]}\n"
                 f"          reference {references[i]}\n"
                 f"          output    {hypotheses[i]}")
-        return {"bleu": bleu(hypotheses, references), "decoded": float(len(hypotheses))}
+        return {"bleu": bleu(hypotheses, references), "decoded": len(hypotheses)}
 
     # ---- data --------------------------------------------------------------------------------
     def _source(self, split: str):
@@ -227,7 +227,7 @@ class TranslationTask(Task):
             pack=data.pack, long_examples=data.long_examples, process_index=process_index,
             process_count=process_count, **self._pipeline_args())
 
-    def data_metrics(self, train_iterator) -> dict[str, float]:
+    def data_metrics(self, train_iterator) -> dict[str, int]:
         return text_data.long_example_counts(train_iterator)
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):

@@ -1,0 +1,129 @@
+"""Whether a workdir may be reused for a config: the same experiment resumes, another is refused.
+
+A workdir's config.json is the config its checkpoints were trained with. A config that differs
+from it is sorted by what the difference does to resuming:
+  placement (the mesh): where the run computes; the checkpoint restores onto the new mesh, so it
+      resumes without asking;
+  resumable (RESUMABLE below): how the run goes on, not the train state it restores; resumed
+      only with --allow_config_change, which the refusal recommends;
+  anything else (the task, the model's kind and dimensions, the optimizer's name, the
+      vocabulary, ...): another experiment, whose train state these checkpoints do not hold;
+      the refusal recommends a new --workdir.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from train import run_config
+from train.config import ConfigError
+
+# Where a run computes, not what: the same experiment may resume on another mesh (the
+# checkpoint restores into the new shardings; the global batch stays the same), so these keys
+# may differ from the workdir's without --allow_config_change.
+PLACEMENT_PREFIXES = ("mesh.",)
+
+# Keys that leave the train state as the checkpoints hold it (the parameters' shapes and the
+# optimizer state's structure): the loop's settings, the optimizer's numbers, dropout and how
+# the model is computed, evaluation and decoding, and how the data is read and batched. A key
+# ending in "." stands for its whole section. optimizer.clip_norm is resumable while it stays
+# on (> 0) or off (0); turning clipping on or off adds or removes a state in the optimizer chain.
+RESUMABLE = (
+    "seed", "train.",
+    "optimizer.schedule", "optimizer.learning_rate", "optimizer.end_learning_rate",
+    "optimizer.warmup_steps", "optimizer.total_steps", "optimizer.b1", "optimizer.b2",
+    "optimizer.eps", "optimizer.weight_decay",
+    "model.dropout_rate", "model.attention_dropout_rate", "model.attention_implementation",
+    "model.remat", "model.dtype",
+    "task.label_smoothing", "task.beam_size", "task.length_penalty", "task.max_decode_length",
+    "task.extra_decode_length", "task.decode_every", "task.num_samples", "task.max_answer_length",
+    "data.source", "data.train_split", "data.eval_split", "data.batch_size",
+    "data.eval_batch_size", "data.augment", "data.pack", "data.long_examples", "data.max_length",
+    "data.max_seq_length", "data.max_query_length", "data.max_predictions", "data.mask_prob",
+    "data.select_prob", "data.random_prob", "data.keep_prob", "data.whole_word",
+    "data.short_seq_prob", "data.dupe_factor", "data.input_format", "data.phase2_fraction",
+    "data.phase2_max_seq_length", "data.phase2_max_predictions",
+)
+
+# How many differing keys a refusal lists, those that decide the train state first (in this
+# order of sections, each one's `name` first); the rest are counted.
+LISTED = 8
+SECTIONS = ("task.", "model.", "optimizer.", "data.")
+
+
+def _importance(key: str) -> tuple:
+    section = next((i for i, prefix in enumerate(SECTIONS) if key.startswith(prefix)),
+                   len(SECTIONS))
+    return section, not key.endswith(".name"), key
+
+
+def has_checkpoints(workdir: Path) -> bool:
+    """Whether `workdir/checkpoints` holds an orbax step folder (named by its step number)."""
+    directory = Path(workdir) / "checkpoints"
+    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+
+
+def _flatten(tree, prefix=""):
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def keeps_train_state(key: str, saved, current) -> bool:
+    """Whether changing config `key` from `saved` to `current` leaves the train state a
+    checkpoint restores into as it was (see RESUMABLE)."""
+    if key == "optimizer.clip_norm":
+        return isinstance(saved, (int, float)) and isinstance(current, (int, float)) \
+            and (saved > 0) == (current > 0)
+    return any(key == name or (name.endswith(".") and key.startswith(name)) for name in RESUMABLE)
+
+
+def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> list[str]:
+    """Refuses to mix two different experiments in one workdir; returns the placement keys
+    (the mesh) that changed, as lines to report. `config_json` is the requested config, compared
+    with the one the workdir's run requested (run_config.saved_request: cheap, and in the keys
+    the command line sets; config.json holds the resolved one)."""
+    saved = run_config.saved_request(workdir)
+    if saved is None:
+        return []
+    saved_path = run_config.request_path(workdir)
+    saved = _flatten(saved)
+    current = _flatten(json.loads(config_json))
+    changed = [key for key in sorted(set(saved) | set(current))
+               if saved.get(key) != current.get(key)]
+    lines = {key: f"  {key}: {saved.get(key, '<absent>')!r} in the workdir, "
+                  f"{current.get(key, '<absent>')!r} now" for key in changed}
+    placement = [key for key in changed if key.startswith(PLACEMENT_PREFIXES)]
+    differ = [key for key in changed if key not in placement]
+    if differ and not allow_change:
+        state = sorted((key for key in differ
+                        if not keeps_train_state(key, saved.get(key), current.get(key))),
+                       key=_importance)
+        shown = (state + [key for key in differ if key not in state])[:LISTED]
+        listed = [lines[key] for key in shown]
+        if len(differ) > len(shown):
+            listed.append(f"  and {len(differ) - len(shown)} more (the workdir's config is "
+                          f"{saved_path}; --print_config shows this one)")
+        if state and has_checkpoints(workdir):
+            raise ConfigError(
+                f"workdir {workdir} holds another experiment: its checkpoints hold a train state "
+                "(model, optimizer) that this config does not build. It differs in:\n"
+                + "\n".join(listed) + f"\nUse a new --workdir for this config (or remove "
+                f"{workdir} to start over in it).")
+        if state:
+            raise ConfigError(
+                f"workdir {workdir} holds the config of another experiment, which saved no "
+                "checkpoint. It differs in:\n" + "\n".join(listed) + "\nUse a new --workdir "
+                "for this config, or pass --allow_config_change to start it in this one (the "
+                "old run's metrics.jsonl moves to metrics.superseded.jsonl).")
+        raise ConfigError(
+            f"workdir {workdir} holds a run with another config:\n" + "\n".join(listed)
+            + "\nThese keys leave the train state as its checkpoints hold it: pass "
+            "--allow_config_change to resume that run with the new values, or use another "
+            "--workdir to start a new run.")
+    return [lines[key] for key in placement]
