@@ -36,7 +36,6 @@ from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
 from train.tasks import get_task
 from train.train_step import TrainState, make_train_step
-from train.workdir import has_checkpoints
 
 
 def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
