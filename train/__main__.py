@@ -4,7 +4,9 @@ Trains the experiment a config file describes. The resolved config is written to
 DIR/config.json; logs go to DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to
 DIR/checkpoints/. Starting again with the same workdir resumes from the latest checkpoint; a
 workdir that holds a different config is refused (with the differing keys) unless
---allow_config_change is given.
+--allow_config_change is given. A damaged checkpoint is set aside as
+DIR/checkpoints/STEP.corrupt-TIME and the previous one resumed; a workdir left with only such
+set-aside checkpoints is refused unless --fresh_start is given.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ def parse_args(argv):
     parser.add_argument("--workdir", required=True, help="logs, checkpoints and config.json go here")
     parser.add_argument("--allow_config_change", action="store_true",
                         help="resume in a workdir whose saved config differs from this one")
+    parser.add_argument("--fresh_start", action="store_true",
+                        help="train from step 0 when every checkpoint in the workdir was set aside "
+                             "as damaged (checkpoints/STEP.corrupt-TIME; they are kept); without "
+                             "it such a workdir is refused. A usable checkpoint is still resumed")
     parser.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
     group = parser.add_argument_group("multi-process (otherwise read from JAX_COORDINATOR_ADDRESS, "
                                       "JAX_NUM_PROCESSES and JAX_PROCESS_ID, a TPU pod / SLURM / "
@@ -112,7 +118,7 @@ def main(argv=None) -> int:
         if moved and jax.process_index() == 0:
             print("the mesh differs from the workdir's; the checkpoint is restored onto the new "
                   "one:\n" + "\n".join(moved), file=sys.stderr)
-        trainer = Trainer(config, workdir)  # validates everything before compiling
+        trainer = Trainer(config, workdir, fresh_start=args.fresh_start)  # validates all first
         final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
