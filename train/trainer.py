@@ -79,8 +79,10 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
 
 
 def _has_checkpoint(directory: Path) -> bool:
-    """Whether `directory` holds an orbax step folder (named by its step number)."""
-    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+    """Whether `directory` holds an orbax step folder (named by its step number) or a damaged one
+    set aside (`<step>.corrupt-<time>`: a fresh start keeps the vocabulary it was trained with)."""
+    return directory.is_dir() and any(p.name.isdigit() or ".corrupt-" in p.name
+                                      for p in directory.iterdir())
 
 
 def _numeric(batch: dict) -> dict:
