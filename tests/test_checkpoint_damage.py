@@ -77,17 +77,28 @@ def _saved_weights(directory, steps=(1, 2, 3)):
 
 
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_damaged_steps_are_set_aside_newest_first_until_one_reads(tmp_path, damage):
+def test_damaged_steps_are_set_aside_newest_first_until_one_reads(tmp_path, monkeypatch,
+                                                                  damage):
     """restore_latest_good: a damaged newest step is reported with what is damaged, renamed to
-    <step>.corrupt-* and the previous step comes back exactly (state, data state, step); when
-    no step reads, all are set aside, nothing is restored, and a start from step 0 is refused
-    naming them unless asked for (then they stay where they are)."""
+    <step>.corrupt-* and the previous step comes back exactly (state, data state, step); orbax
+    does not read a step whose damage shows without decoding its arrays. When no step reads,
+    all are set aside, nothing is restored, and a start from step 0 is refused naming them
+    unless asked for (then they stay where they are)."""
     _saved_weights(tmp_path)
     DAMAGE[damage](tmp_path / "3")
-    warnings = []
+    warnings, read_by_orbax = [], []
+    orbax_restore = ocp.CheckpointManager.restore
+
+    def restore(manager, step, *args, **kwargs):
+        read_by_orbax.append(step)
+        return orbax_restore(manager, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
     with Checkpointer(tmp_path, save_every=1, keep=3) as ckpt:
         restored, data, step = ckpt.restore_latest_good(_abstract_weights(), warnings.append)
         assert (step, data) == (2, {"at": 2})
+        # Only bytes that decode wrong need orbax's failed read to be found.
+        assert read_by_orbax == ([3, 2] if damage == "undecodable array file" else [2])
         np.testing.assert_array_equal(restored["w"], _weights(2)["w"])
         assert len(warnings) == 1
         assert warnings[0].startswith(f"checkpoint {tmp_path / '3'} cannot be restored: ")
@@ -164,14 +175,18 @@ def test_damage_that_cannot_be_told_from_an_unreadable_file_stops_too(tmp_path, 
     failure = ValueError(status.format(path=tmp_path / "2" / "state" / "ocdbt.process_0"))
     real_open, real_dump = tensorstore.open, tensorstore.ocdbt.dump
 
+    class Failed:  # a tensorstore future: its result raises the read's status
+        def result(self):
+            raise failure
+
     def open_array(spec, *args, **kwargs):
         if isinstance(spec, dict) and spec.get("driver") == "zarr":
-            raise failure
+            return Failed()
         return real_open(spec, *args, **kwargs)
 
     def dump(base, node=None, **kwargs):
         if node is not None and node.startswith("value:"):
-            raise failure
+            return Failed()
         return real_dump(base, node, **kwargs)
 
     with Checkpointer(tmp_path, save_every=1, keep=2) as ckpt:
