@@ -307,14 +307,18 @@ class Checkpointer:
         return damage
 
     def _set_aside(self, step: int) -> str:
-        """Renames the damaged `step` (process 0 does, the others wait for it); its new path."""
+        """Renames the damaged `step`; its new path. Process 0 renames once every process has
+        judged the step (one still reading it would find it gone and stop), and the others
+        wait until it has."""
         path = os.path.join(self.directory, str(step))
         moved = f"{path}.corrupt-{int(time.time())}"
+        barrier = next(_barriers)
+        ocp.multihost.sync_global_processes(f"checkpoint_judged_{barrier}")
         if jax.process_index() == 0:
             epath.Path(path).rename(moved)
         else:
             moved = f"{path}.corrupt-* (renamed by process 0)"
-        ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{next(_barriers)}")
+        ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{barrier}")
         self._manager.reload()
         return moved
 

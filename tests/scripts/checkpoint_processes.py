@@ -7,13 +7,14 @@ run (rows on 'data'; VALUES at step 3, VALUES - 1 at step 2) and a step counter;
 data state is {"process": i, "next_index": 100 + i, "step": step}. `restore` restores the
 newest good step (`restore_latest_good`) and prints one JSON line per process: its data state,
 the step, the restored array (gathered whole), its sharding's mesh size, and the warnings the
-restore gave. The device count comes from XLA_FLAGS.
+restore gave; process 1 starts it 2 s after process 0. The device count comes from XLA_FLAGS.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -53,6 +54,8 @@ def main(action: str, directory: str, args: list[str]) -> None:
         abstract = {"w": jax.ShapeDtypeStruct(VALUES.shape, jnp.float32, sharding=sharding),
                     "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)}
         warnings: list[str] = []
+        if jax.process_index() == 1:
+            time.sleep(2)  # a slower host: process 0 must not set a step aside under its reads
         state, data_state, step = checkpointer.restore_latest_good(abstract, warnings.append)
     w = multihost_utils.process_allgather(state["w"], tiled=True)
     print(json.dumps({"process": jax.process_index(), "data": data_state, "step": step,
