@@ -16,7 +16,9 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from train import optimizers
-from train.checkpointing import Checkpointer, CheckpointMismatchError
+from train.checkpoint_damage import find_damage
+from train.checkpointing import (CheckpointDamagedError, Checkpointer,
+                                 CheckpointMismatchError)
 
 from conftest import json_report, run_python, run_two_processes, xla_flags
 
@@ -128,42 +130,6 @@ def test_a_checkpoint_of_another_state_is_refused_and_left_alone(tmp_path):
     assert step == 2
     for a, b in zip(_leaves(restored), _leaves(saved)):
         np.testing.assert_array_equal(a, b)
-
-
-def test_damaged_steps_are_set_aside_newest_first_until_one_reads(tmp_path):
-    """restore_latest_good: a truncated newest step is reported, renamed to <step>.corrupt-*
-    and the previous step comes back exactly (state, data state, step); when no step reads, a
-    CheckpointError names every damaged step and all of them are set aside."""
-    from train.checkpointing import CheckpointError
-
-    states = {step: {"w": jnp.full((64, 64), float(step))} for step in (1, 2, 3)}
-    abstract = {"w": jax.ShapeDtypeStruct((64, 64), jnp.float32, sharding=_replicated())}
-
-    def damage(step):
-        files = [p for p in (tmp_path / str(step) / "state").rglob("*") if p.is_file()]
-        victim = max(files, key=lambda p: p.stat().st_size)
-        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-
-    with Checkpointer(tmp_path, save_every=1, keep=3) as ckpt:
-        for step, state in states.items():
-            ckpt.save(step, state, {"at": step})
-        ckpt.wait()
-        damage(3)
-        warnings = []
-        restored, data, step = ckpt.restore_latest_good(abstract, warnings.append)
-        assert (step, data) == (2, {"at": 2})
-        np.testing.assert_array_equal(restored["w"], states[2]["w"])
-        assert len(warnings) == 1
-        assert warnings[0].startswith(f"checkpoint {tmp_path / '3'} cannot be restored")
-        assert ckpt.all_steps() == [1, 2] and len(list(tmp_path.glob("3.corrupt-*"))) == 1
-        damage(2)
-        damage(1)
-        with pytest.raises(CheckpointError, match="no readable checkpoint") as error:
-            ckpt.restore_latest_good(abstract, warnings.append)
-        assert f"{tmp_path / '2'}: " in str(error.value)
-        assert f"{tmp_path / '1'}: " in str(error.value)
-        assert ckpt.all_steps() == [] and len(warnings) == 3
-        assert sorted(p.name.split(".")[0] for p in tmp_path.glob("*.corrupt-*")) == ["1", "2", "3"]
 
 
 def test_async_save_copies_before_returning(tmp_path):
@@ -295,24 +261,37 @@ def test_restore_onto_a_different_mesh(tmp_path):
 def test_multi_host_checkpoint_keeps_each_process_data_state(tmp_path):
     """2 processes x 2 devices save one sharded state collectively and each its own data state;
     each gets its own back. One process with 4 devices restores the same arrays and, as its
-    process count differs, process 0's data state with a warning saying so."""
+    process count differs, process 0's data state with a warning saying so. A step that lacks
+    one process's data state is damaged for every process: process 0 sets it aside, and both
+    fall back to the previous step together."""
     script = "tests/scripts/checkpoint_processes.py"
     directory = str(tmp_path / "ckpt")
     run_two_processes([script, "save", directory])
     assert sorted(os.listdir(tmp_path / "ckpt" / "3" / "data")) == [
         "commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
+    assert find_damage(tmp_path / "ckpt" / "3") is None  # each process's OCDBT files
     want = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
     for index, (stdout, _) in enumerate(run_two_processes([script, "restore", directory])):
         report = json_report(stdout)
         assert report["process"] == index and report["step"] == 3
-        assert report["data"] == {"process": index, "next_index": 100 + index}
+        assert report["data"] == {"process": index, "next_index": 100 + index, "step": 3}
         assert report["mesh_size"] == 4 and report["warnings"] == []
         np.testing.assert_array_equal(report["w"], want)
     report = json_report(run_python([script, "restore", directory], devices=4).stdout)
-    assert report["data"] == {"process": 0, "next_index": 100}
+    assert report["data"] == {"process": 0, "next_index": 100, "step": 3}
     np.testing.assert_array_equal(report["w"], want)
     assert len(report["warnings"]) == 1
     assert "saved by 2 process(es) and this run has 1" in report["warnings"][0]
+    (tmp_path / "ckpt" / "3" / "data" / "process_1-of-2.json").unlink()
+    for index, (stdout, _) in enumerate(run_two_processes([script, "restore", directory])):
+        report = json_report(stdout)
+        assert report["step"] == 2 and report["data"]["process"] == index
+        np.testing.assert_array_equal(report["w"], want - 1)
+        warning, = report["warnings"]
+        assert "data/ lacks process_1-of-2.json beside the other files of its 2 processes" in (
+            warning)
+    assert sorted(p.name.split(".")[0] for p in (tmp_path / "ckpt").iterdir()) == ["2", "3"]
+    assert len(list((tmp_path / "ckpt").glob("3.corrupt-*"))) == 1
 
 
 def test_checkpoints_with_one_data_file_for_all_processes_still_restore(tmp_path):
@@ -329,5 +308,5 @@ def test_checkpoints_with_one_data_file_for_all_processes_still_restore(tmp_path
     assert step == 1 and data == {"at": 1}
     (data_dir / "metadata").unlink()
     with Checkpointer(tmp_path, save_every=1, keep=1) as ckpt:
-        with pytest.raises(FileNotFoundError, match="holds no data state for process 0 of 1"):
+        with pytest.raises(CheckpointDamagedError, match="data/ holds no data-state file"):
             ckpt.restore(_abstract(state, sharding))

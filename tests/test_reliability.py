@@ -141,8 +141,12 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_good_one(
     assert "at step 10" in err
     assert list((workdir / "checkpoints").glob("20.corrupt-*")), "the damaged step is kept aside"
     assert int(again.final_state.step) == 20
-    assert_bit_identical(jax.device_get(again.final_state.params),
+    assert_bit_identical(jax.device_get(again.final_state.params),  # the data resumed at step 10
                          jax.device_get(straight.final_state.params))
+    assert logged_train_steps(workdir) == [5, 10, 15, 20]  # the redone steps logged once
+    superseded = [json.loads(line) for line in (workdir / SUPERSEDED).read_text().splitlines()]
+    assert [(r["step"], r["split"]) for r in superseded] == [(15, "train"), (20, "train"),
+                                                             (20, "eval")]
 
 
 def poison_images_at(monkeypatch, bad_step: int) -> None:

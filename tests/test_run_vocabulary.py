@@ -165,6 +165,11 @@ def test_a_resumed_run_and_fine_tuning_keep_the_run_s_vocabulary(brown_data_root
     resumed.run()
     assert saved.read_bytes() != cache.read_bytes()  # the saved file was left as it was
     assert wordpiece.load_tokenizer(saved).tokens == original.tokens
+    # Only damaged checkpoints set aside: a fresh start keeps the vocabulary they were made with.
+    aside = tmp_path / "aside"
+    shutil.copytree(workdir / "vocabulary", aside / "vocabulary")
+    (aside / "checkpoints" / "8.corrupt-1790000000").mkdir(parents=True)
+    assert Trainer(config, aside, fresh_start=True).task.tokenizer.tokens == original.tokens
 
     finetune = load_config_file("configs/bert/finetune.py:smoke")
     for key, value in {"data.name": "brown_genre", "init": str(workdir)}.items():

@@ -9,7 +9,9 @@ config is refused, naming the keys that differ: where they leave the train state
 (train.*, learning rates, evaluation and data settings) --allow_config_change resumes anyway;
 another task or model needs a new --workdir (train/workdir.py). --print_config prints the
 resolved config without training (--workdir optional: with one, as a start there would
-resolve it).
+resolve it). A damaged checkpoint is set aside as DIR/checkpoints/STEP.corrupt-TIME and
+the previous one resumed; a workdir left with only such set-aside checkpoints is refused
+unless --fresh_start is given.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def parse_args(argv):
     parser.add_argument("--allow_config_change", action="store_true",
                         help="resume in a workdir whose saved config differs from this one in "
                              "keys that keep the train state (train.*, learning rates, eval, data)")
+    parser.add_argument("--fresh_start", action="store_true",
+                        help="train from step 0 when every checkpoint in the workdir was set aside "
+                             "as damaged (checkpoints/STEP.corrupt-TIME; they are kept); without "
+                             "it such a workdir is refused. A usable checkpoint is still resumed")
     parser.add_argument("--print_config", action="store_true",
                         help="print the resolved config (what the run would use; \"<...>\" for "
                              "a value only training a vocabulary would tell) and exit")
@@ -136,7 +142,7 @@ def _train(args, overrides) -> int:
         if moved and jax.process_index() == 0:
             print("the mesh differs from the workdir's; the checkpoint is restored onto the new "
                   "one:\n" + "\n".join(moved), file=sys.stderr)
-        trainer = Trainer(config, workdir)  # validates everything before compiling
+        trainer = Trainer(config, workdir, fresh_start=args.fresh_start)  # validates all first
         final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)

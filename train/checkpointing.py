@@ -24,10 +24,24 @@ shards), except `data_state`, which is each process's own. `restore` gives every
 data state it saved; with another number of processes than saved it, each process gets process
 0's, and `warn` says that the data order does not continue exactly. `latest_step()` reads a
 per-process cache of the directory, the same on every process.
+
+Damage (`restore_latest_good`): a step is set aside only when its files prove it damaged
+(train/checkpoint_damage.py reads them by itself, cheaply before every restore and in full
+after a failed one): a missing item; a missing, truncated or undecodable array file or index;
+metadata or a data state that is not JSON. It is renamed to `<step>.corrupt-<unix time>`, kept
+for inspection, and the previous step is tried (every process judges every process's files,
+so all agree; process 0 renames, the others wait for it). Any other failure stops the run with a
+CheckpointError that names the step, the error and what to do, and moves nothing: out of
+memory, a permission, an OSError such as EIO or ETIMEDOUT from a network filesystem, a timeout,
+files that cannot be read to judge them, anything not proven to be damage; KeyboardInterrupt
+goes through as it is. A step of another train state (CheckpointMismatchError) is refused and
+left alone. When every step was set aside nothing is restored, and `check_start_from_scratch`
+refuses to train again from step 0 over them unless asked to (a fresh start keeps them).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -41,16 +55,25 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
-STATE, DATA = "state", "data"
-_LEGACY_DATA_FILE = "metadata"  # earlier checkpoints: one JSON (process 0's) for all processes
+from train.checkpoint_damage import (DATA, LEGACY_DATA_FILE, PROCESS_FILE, STATE, find_damage,
+                                     process_file)
 
-
-def _process_file(index: int, count: int) -> str:
-    return f"process_{index}-of-{count}.json"
+_SET_ASIDE = re.compile(r"(\d+)\.corrupt-\d+")  # a damaged step's folder, renamed
+_barriers = itertools.count()  # set-aside renames, numbered alike on every process
 
 
 class CheckpointError(RuntimeError):
-    """No readable checkpoint although the directory holds some."""
+    """A checkpoint that cannot be restored, or a directory whose checkpoints cannot be used;
+    the message names the path, the cause and what to do."""
+
+
+class CheckpointDamagedError(CheckpointError):
+    """A checkpoint whose files prove it damaged (`damage` says what is); found before orbax
+    reads it."""
+
+    def __init__(self, path: str, damage: str):
+        super().__init__(f"checkpoint {path} is damaged: {damage}")
+        self.damage = damage
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -125,11 +148,12 @@ class Checkpointer:
         # The state's handler is named up front so its metadata reads before any restore. The
         # data item: every process writes its own file (primary_host=None: no single writer).
         data_handler = ocp.JsonCheckpointHandler(
-            filename=_process_file(jax.process_index(), jax.process_count()),
+            filename=process_file(jax.process_index(), jax.process_count()),
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=None))
         self._manager = ocp.CheckpointManager(directory, options=options, item_names=(STATE, DATA),
                                               item_handlers={STATE: ocp.StandardCheckpointHandler(),
                                                              DATA: data_handler})
+        self._set_aside_now: list[str] = []  # what restore_latest_good set aside, and why
 
     # ----- what is there ----------------------------------------------------------------
 
@@ -139,6 +163,13 @@ class Checkpointer:
 
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
+
+    def set_aside_folders(self) -> list[str]:
+        """The folders of the damaged steps set aside here (`<step>.corrupt-<time>`), by step."""
+        folder = epath.Path(self.directory)
+        found = [(int(m.group(1)), p.name) for p in (folder.iterdir() if folder.is_dir() else ())
+                 if (m := _SET_ASIDE.fullmatch(p.name))]
+        return [name for _, name in sorted(found)]
 
     # ----- save / restore ---------------------------------------------------------------
 
@@ -168,7 +199,9 @@ class Checkpointer:
         sharding=...) leaves (e.g. jax.eval_shape of the init, with the run's shardings): each
         array comes back with that sharding and dtype. Concrete arrays also work as targets.
         `data_state` is the one this process saved (see the module's note on multi-host).
-        Raises FileNotFoundError if the directory has no checkpoint (or not that step).
+        Raises FileNotFoundError if the directory has no checkpoint (or not that step), and
+        CheckpointDamagedError if the cheap check of its files (`find_damage` without reading
+        the arrays) finds damage.
         """
         self.wait()  # a step still being written is not readable yet
         steps = self.all_steps()
@@ -179,6 +212,10 @@ class Checkpointer:
         elif step not in steps:
             raise FileNotFoundError(f"No checkpoint of step {step} in {self.directory}; "
                                     f"saved steps: {steps}.")
+        path = os.path.join(self.directory, str(step))
+        damage = find_damage(path, read_arrays=False)
+        if damage is not None:
+            raise CheckpointDamagedError(path, damage)
         self._check_state_matches(step, abstract_state)
         data_state = self._read_data_state(step, warn)
         args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state)})
@@ -205,54 +242,101 @@ class Checkpointer:
 
     def _read_data_state(self, step: int, warn: Callable[[str], None]) -> dict:
         folder = epath.Path(self.directory) / str(step) / DATA
-        own = folder / _process_file(jax.process_index(), jax.process_count())
+        own = folder / process_file(jax.process_index(), jax.process_count())
         if own.exists():
             return json.loads(own.read_text())
         names = [p.name for p in folder.iterdir()] if folder.exists() else []
-        counts = {int(m.group(1)) for name in names
-                  if (m := re.fullmatch(r"process_\d+-of-(\d+)\.json", name))}
+        counts = {int(m.group(2)) for name in names if (m := PROCESS_FILE.fullmatch(name))}
         if len(counts) == 1:
             count = counts.pop()
             warn(f"{folder}: the data positions were saved by {count} process(es) and this run "
                  f"has {jax.process_count()}; every process resumes from process 0's position, "
                  "so the data order does not continue exactly where it stopped")
-            return json.loads((folder / _process_file(0, count)).read_text())
-        if (folder / _LEGACY_DATA_FILE).exists():
-            return json.loads((folder / _LEGACY_DATA_FILE).read_text())
+            return json.loads((folder / process_file(0, count)).read_text())
+        if (folder / LEGACY_DATA_FILE).exists():
+            return json.loads((folder / LEGACY_DATA_FILE).read_text())
         raise FileNotFoundError(f"{folder} holds no data state for process "
                                 f"{jax.process_index()} of {jax.process_count()} "
                                 f"(found: {sorted(names) or 'nothing'})")
 
     def restore_latest_good(self, abstract_state: Any, warn: Callable[[str], None] = print
-                            ) -> tuple[Any, dict, int]:
-        """Restores the newest checkpoint that reads back whole, newest first.
+                            ) -> tuple[Any, dict, int] | None:
+        """Restores the newest checkpoint that reads back whole, newest first; None when every
+        step was damaged and set aside.
 
-        A step that fails to restore (truncated or missing file, missing item) is reported with
-        its path through `warn`, renamed to `<step>.corrupt-<unix time>` (kept for inspection,
-        out of orbax's sight so the step can be saved again), and the previous one is tried.
-        A step that reads but holds another state (CheckpointMismatchError) is not damaged: the
-        error goes to the caller and nothing is renamed.
+        A step is set aside only when its files prove damage (`find_damage`: before the restore
+        cheaply, after a failed one fully): it is reported with its path and the damage through
+        `warn`, renamed to `<step>.corrupt-<unix time>` (kept for inspection, out of orbax's
+        sight so the step can be saved again) and the previous one is tried. A failed restore
+        whose files are not proven damaged raises CheckpointError, and nothing is renamed; so
+        does a step that reads but holds another state (CheckpointMismatchError).
         """
         self.wait()
-        failures = []
         for step in reversed(self.all_steps()):
+            path = os.path.join(self.directory, str(step))
             try:
                 return self.restore(abstract_state, step, warn)
             except CheckpointMismatchError:
                 raise
-            except Exception as error:  # noqa: BLE001 - any read failure means "not usable"
-                path = os.path.join(self.directory, str(step))
-                failures.append(f"{path}: {type(error).__name__}: {str(error)[:300]}")
-                warn(f"checkpoint {path} cannot be restored ({type(error).__name__}: "
-                     f"{str(error)[:300]}); trying the previous one")
-                self._set_aside(step)
-        raise CheckpointError(f"no readable checkpoint in {self.directory}:\n" + "\n".join(failures))
+            except CheckpointDamagedError as error:
+                damage = error.damage
+            except Exception as error:  # noqa: BLE001 - judged by the files, in _damage
+                if isinstance(error.__cause__, KeyboardInterrupt):  # orbax wraps Ctrl-C in a read
+                    raise error.__cause__
+                damage = self._damage(path, error)
+            moved = self._set_aside(step)
+            line = f"checkpoint {path} cannot be restored: {damage}"
+            self._set_aside_now.append(f"  {line} (now {moved})")
+            warn(f"{line}; it is set aside as {moved} (kept for inspection) and the previous "
+                 "checkpoint is tried")
+        return None
 
-    def _set_aside(self, step: int) -> None:
+    def _damage(self, path: str, error: Exception) -> str:
+        """What `find_damage` finds in the step whose restore raised `error`; CheckpointError
+        when the files are whole or cannot be read to tell."""
+        try:
+            damage = find_damage(path)
+        except Exception as unreadable:  # noqa: BLE001 - nothing is known about the files
+            raise CheckpointError(
+                f"checkpoint {path} could not be restored ({_describe(error)}), and its files "
+                f"could not be read to tell whether they are damaged ({_describe(unreadable)}); "
+                f"nothing was moved. {_RETRY}") from error
+        if damage is None:
+            raise CheckpointError(
+                f"checkpoint {path} could not be restored ({_describe(error)}), but its files "
+                f"read back whole: it is not damaged, and nothing was moved. {_RETRY}") from error
+        return damage
+
+    def _set_aside(self, step: int) -> str:
+        """Renames the damaged `step`; its new path. Process 0 renames once every process has
+        judged the step (one still reading it would find it gone and stop), and the others
+        wait until it has."""
         path = os.path.join(self.directory, str(step))
-        if os.path.isdir(path):
-            os.rename(path, f"{path}.corrupt-{int(time.time())}")
+        moved = f"{path}.corrupt-{int(time.time())}"
+        barrier = next(_barriers)
+        ocp.multihost.sync_global_processes(f"checkpoint_judged_{barrier}")
+        if jax.process_index() == 0:
+            epath.Path(path).rename(moved)
+        else:
+            moved = f"{path}.corrupt-* (renamed by process 0)"
+        ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{barrier}")
         self._manager.reload()
+        return moved
+
+    def check_start_from_scratch(self, fresh_start: bool) -> list[str]:
+        """Before a run starts at step 0 here (no usable checkpoint): CheckpointError naming the
+        damaged steps set aside, if there are any, unless `fresh_start`; the notes to print."""
+        names = self.set_aside_folders()
+        if names and not fresh_start:
+            now = "".join(f"\n{line}" for line in self._set_aside_now)
+            raise CheckpointError(
+                f"{self.directory} holds no usable checkpoint, only damaged ones set aside: "
+                f"{', '.join(names)}{now}\nThe run stops rather than train again from step 0. "
+                "Look at them (a good copy put back as checkpoints/<step> resumes from it), run "
+                "again with --fresh_start to train from step 0 in this workdir (they stay where "
+                "they are), or use a new --workdir.")
+        return [f"fresh start: training from step 0; the damaged checkpoints set aside stay in "
+                f"{self.directory}: {', '.join(names)}"] if names else []
 
     # ----- lifetime ---------------------------------------------------------------------
 
@@ -269,6 +353,17 @@ class Checkpointer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+_RETRY = ("Fix the cause (memory, file permissions, the filesystem or its network) and run the "
+          "same command again: it resumes from this checkpoint. Should the checkpoint itself be "
+          "unusable, move it out of the checkpoints folder: the previous one is then resumed.")
+
+
+def _describe(error: BaseException) -> str:
+    """'Type: first line' of an error and of its cause (orbax wraps tensorstore's errors)."""
+    return "; caused by ".join(f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+                               for e in (error, error.__cause__) if e is not None)
 
 
 def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:

@@ -85,9 +85,11 @@ class NonFiniteError(RuntimeError):
 class Trainer:
     """Builds everything a run needs from the config; `run()` trains and returns final evals."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path, *,
+                 fresh_start: bool = False):
         self.config = config
         self.workdir = Path(workdir).absolute()
+        self.fresh_start = fresh_start  # train from step 0 when every checkpoint was set aside
         self.mesh = partitioning.make_mesh(config.mesh)
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
@@ -237,11 +239,14 @@ class Trainer:
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
         notes = []
-        if checkpointer.latest_step() is None:
+        restored = (None if checkpointer.latest_step() is None else
+                    checkpointer.restore_latest_good(self.abstract_state, notes.append))
+        if restored is None:  # none usable: damaged ones set aside stop the run unless fresh_start
+            notes += checkpointer.check_start_from_scratch(self.fresh_start)
             state = self.init_state()
             notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
         else:
-            state, data_state, _ = checkpointer.restore_latest_good(self.abstract_state, notes.append)
+            state, data_state, _ = restored
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
         self.workdir.mkdir(parents=True, exist_ok=True)  # only now: no empty one if stopped

@@ -59,9 +59,12 @@ def _importance(key: str) -> tuple:
 
 
 def has_checkpoints(workdir: Path) -> bool:
-    """Whether `workdir/checkpoints` holds an orbax step folder (named by its step number)."""
+    """Whether `workdir/checkpoints` holds an orbax step folder (named by its step number) or a
+    damaged one set aside (`<step>.corrupt-<time>`, train/checkpointing.py): either way a run
+    trained there, with the vocabulary and train state it saved."""
     directory = Path(workdir) / "checkpoints"
-    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+    return directory.is_dir() and any(p.name.isdigit() or ".corrupt-" in p.name
+                                      for p in directory.iterdir())
 
 
 def _flatten(tree, prefix=""):

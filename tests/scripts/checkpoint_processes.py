@@ -2,16 +2,19 @@
 
     python tests/scripts/checkpoint_processes.py save|restore DIR [--process=I/N@HOST:PORT]
 
-The state is one [16, 8] array sharded over every device of the run (rows on 'data') and a
-step counter; process i's data state is {"process": i, "next_index": 100 + i}. `restore`
-prints one JSON line per process: its data state, the restored array (gathered whole), its
-sharding's mesh size, and the warnings the restore gave. The device count comes from XLA_FLAGS.
+`save` writes steps 2 and 3. The state is one [16, 8] array sharded over every device of the
+run (rows on 'data'; VALUES at step 3, VALUES - 1 at step 2) and a step counter; process i's
+data state is {"process": i, "next_index": 100 + i, "step": step}. `restore` restores the
+newest good step (`restore_latest_good`) and prints one JSON line per process: its data state,
+the step, the restored array (gathered whole), its sharding's mesh size, and the warnings the
+restore gave; process 1 starts it 2 s after process 0. The device count comes from XLA_FLAGS.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -40,15 +43,20 @@ def main(action: str, directory: str, args: list[str]) -> None:
     replicated = NamedSharding(mesh, P())
     with Checkpointer(directory, save_every=1, keep=2) as checkpointer:
         if action == "save":
-            w = jax.make_array_from_callback(VALUES.shape, sharding, lambda i: VALUES[i])
-            step = jax.device_put(jnp.int32(STEP), replicated)
-            data_state = {"process": jax.process_index(), "next_index": 100 + jax.process_index()}
-            assert checkpointer.save(STEP, {"w": w, "step": step}, data_state, force=True)
+            for saved in (STEP - 1, STEP):
+                values = VALUES + (saved - STEP)
+                w = jax.make_array_from_callback(VALUES.shape, sharding, lambda i: values[i])
+                step = jax.device_put(jnp.int32(saved), replicated)
+                data_state = {"process": jax.process_index(),
+                              "next_index": 100 + jax.process_index(), "step": saved}
+                assert checkpointer.save(saved, {"w": w, "step": step}, data_state, force=True)
             return
         abstract = {"w": jax.ShapeDtypeStruct(VALUES.shape, jnp.float32, sharding=sharding),
                     "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)}
         warnings: list[str] = []
-        state, data_state, step = checkpointer.restore(abstract, warn=warnings.append)
+        if jax.process_index() == 1:
+            time.sleep(2)  # a slower host: process 0 must not set a step aside under its reads
+        state, data_state, step = checkpointer.restore_latest_good(abstract, warnings.append)
     w = multihost_utils.process_allgather(state["w"], tiled=True)
     print(json.dumps({"process": jax.process_index(), "data": data_state, "step": step,
                       "w": np.asarray(w).tolist(), "mesh_size": state["w"].sharding.mesh.size,
