@@ -3,11 +3,12 @@
 Trains the experiment a config file describes. DIR/config.json records the resolved config,
 the model that ran (a pretrained model's sizes, the vocabulary's size), and
 DIR/requested_config.json the config as given (train/run_config.py); logs go to
-DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to DIR/checkpoints/. Starting again with the
-same workdir resumes from the latest checkpoint; a workdir that holds a different (requested)
-config is refused (with the differing keys) unless --allow_config_change is given.
---print_config prints the resolved config without training (--workdir optional: with one, as a
-start there would resolve it).
+DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to DIR/checkpoints/; what ran, on what and
+what it measured to DIR/record.json when the run ends or is stopped (train/run_record.py).
+Starting again with the same workdir resumes from the latest checkpoint; a workdir that holds a
+different (requested) config is refused (with the differing keys) unless --allow_config_change
+is given. --print_config prints the resolved config without training (--workdir optional: with
+one, as a start there would resolve it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from train import run_config
@@ -90,7 +92,9 @@ def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> list[s
 
 
 def main(argv=None) -> int:
-    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    started = time.time()  # the record's wall clock: the whole command
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, overrides = parse_args(argv)
     from data.errors import DataError
     from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
@@ -131,6 +135,8 @@ def main(argv=None) -> int:
                   "one:\n" + "\n".join(moved), file=sys.stderr)
         trainer = Trainer(config, workdir)  # validates everything before compiling
         final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
+        from train.run_record import write_train_record
+        write_train_record(trainer, command=["python", "-m", "train", *argv], started=started)
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
