@@ -14,7 +14,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from train import run_record
+from train import records, run_record
 from train.__main__ import main
 from train.config import load_config_file
 from train.run_record import RecordError
@@ -90,6 +90,9 @@ def test_a_stopped_run_is_recorded_unfinished_and_its_sessions_add_up(fashion_mn
     assert stopped["finished"] is False
     assert (stopped["sessions"][0]["end_step"], stopped["sessions"][0]["outcome"]) == (
         10, "stopped early")
+    with pytest.raises(RecordError, match=r"has not finished \(stopped early at step 10 of 20\)"):
+        records.save(workdir, "demo", runs_dir=tmp_path / "runs", force=True)
+    assert not (tmp_path / "runs").exists()
 
     assert main(argv) == 0  # resumes at step 10
     record = run_record.load(workdir)
