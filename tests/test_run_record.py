@@ -14,7 +14,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from train import records, run_record
+from train import records, result_tables, run_record
 from train.__main__ import main
 from train.config import load_config_file
 from train.run_record import RecordError
@@ -73,6 +73,13 @@ def test_a_finished_run_records_what_ran_on_what_and_what_it_measured(fashion_mn
     assert {"flax", "optax", "jaxlib", "python"} <= set(record["versions"])
     assert re.fullmatch(r"[0-9a-f]{40}", record["code"]["commit"])
     assert isinstance(record["code"]["dirty"], bool)
+
+    # The record goes on to the docs: saved under a name (another command: --force), rendered.
+    saved = records.save(workdir, "demo", runs_dir=tmp_path / "results" / "runs", force=True)
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["record.json"]  # no checkpoints
+    table = result_tables.demo(result_tables.Records(tmp_path / "results"))
+    assert f"**{100 * metrics['eval']['accuracy']:.2f}% test accuracy in " in table
+    assert "not recorded yet" not in table and f"`{CONFIG}`" in table
 
 
 def test_a_stopped_run_is_recorded_unfinished_and_its_sessions_add_up(fashion_mnist_env,
