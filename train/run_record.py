@@ -46,6 +46,8 @@ import sys
 import time
 from pathlib import Path
 
+from train.run_config import RESOLVED_FILE
+
 REPO = Path(__file__).resolve().parents[1]
 RECORD_FORMAT = 1
 FILENAME = "record.json"
@@ -291,7 +293,7 @@ def write_train_record(trainer, *, command: list[str], started: float) -> Path |
     this = session(command, started, start, end, outcome, trainer.peak_flops, source)
     path = workdir / FILENAME
     sessions = [*_earlier_sessions(path, start), this]
-    config = json.loads((workdir / "config.json").read_text())
+    config = json.loads((workdir / RESOLVED_FILE).read_text())
     evals, train = _log(workdir)
     last = evals[-1] if evals else None
     metrics = {"eval": _values(last), "eval_split": config["data"]["eval_split"],
