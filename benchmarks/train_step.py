@@ -52,7 +52,6 @@ import argparse
 import contextlib
 import copy
 import dataclasses
-import json
 import sys
 import tempfile
 import time
@@ -255,7 +254,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--peak_tflops", type=float, default=0.0,
                         help="peak TFLOP/s for MFU (0: data sheet on GPU bf16, else measured)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default="", help="also write the report as JSON here")
+    parser.add_argument("--json", default="",
+                        help="also write the run record (train/run_record.py: the report as "
+                             "its metrics, the machine, the code version) as JSON here")
     parser.add_argument("--markdown", default="", help="also write the table as Markdown here")
     parser.add_argument("--profile", default="",
                         help="after timing, trace --steps more steps of each contender into "
@@ -295,15 +296,33 @@ def run(args) -> dict:
     return report
 
 
+def record(args, report: dict, command: list[str], started: float) -> dict:
+    """The run record (train/run_record.py) of a benchmark: its report as the metrics, with the
+    Markdown table the docs show (`python -m train.tables` copies it from the record)."""
+    from train import run_record
+
+    peak = report["peak_tflops"] * 1e12
+    session = run_record.session(command, started, None, None, "finished", peak,
+                                 report["peak_source"])
+    config = {k: v for k, v in vars(args).items() if k not in ("json", "markdown", "profile")}
+    return run_record.make("benchmark", config=config,
+                           metrics={**report, "table": markdown(report)},
+                           sessions=[session], finished=True)
+
+
 def main(argv=None) -> dict:
+    started = time.time()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     report = run(args)
     table = markdown(report)
     if "profile" in report:
         table += "\n\n" + profile_markdown(report["profile"])
     print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:  # the run record: `python -m train.records save FILE NAME` commits it
+        from train import run_record
+        command = ["python", "-m", "benchmarks.train_step", *argv]
+        run_record.write(Path(args.json), record(args, report, command, started))
     if args.markdown:
         Path(args.markdown).write_text(table + "\n")
     return report

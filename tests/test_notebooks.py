@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -40,3 +41,18 @@ def test_notebook_executes(path, monkeypatch):
     NotebookClient(notebook, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(REPO)}}).execute()
     print(f"{path.name}: {time.perf_counter() - start:.1f} s")
+
+
+def test_ablation_notebook_stops_when_a_sweeps_records_are_missing(tmp_path, monkeypatch):
+    """A sweep without records is an error that names the command making them, not a printed
+    line in a notebook that then passes with nothing shown."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    notebook = nbformat.read(REPO / "notebooks" / "ablation_results.ipynb", as_version=4)
+    (parameters,) = [c for c in notebook.cells if "# Parameters" in c.source]
+    assert 'RESULTS = "notebooks/results"' in parameters.source
+    parameters.source = parameters.source.replace('"notebooks/results"', repr(str(tmp_path)))
+    with pytest.raises(CellExecutionError) as error:
+        NotebookClient(notebook, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(REPO)}}).execute()
+    assert error.value.ename == "FileNotFoundError"
+    assert "python -m train.sweep --config configs/ablations/vit_posemb.py" in error.value.evalue

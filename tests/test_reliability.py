@@ -101,10 +101,16 @@ def test_sigterm_saves_the_current_step_and_exits_cleanly(fixture_data_root, tmp
     assert message, stopped.stderr[-2000:]
     saved_at = int(message[0].split("checkpoint at step ")[1].split()[0])
     assert saved_at in {int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()}
+    record = json.loads((tmp_path / "record.json").read_text())  # the session so far, unfinished
+    assert not record["finished"] and record["sessions"][-1]["outcome"] == "stopped by SIGTERM"
+    assert record["sessions"][-1]["end_step"] == saved_at
     resumed = run_python(cli_args(tmp_path), env=env)
     assert f"at step {saved_at}" in resumed.stderr
     assert_bit_identical(final_params(tmp_path), uninterrupted)
     assert logged_train_steps(tmp_path) == list(range(1, STEPS + 1))
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["finished"] and [(s["start_step"], s["end_step"]) for s in record["sessions"]] \
+        == [(0, saved_at), (saved_at, STEPS)]
 
 
 def smoke(**overrides):

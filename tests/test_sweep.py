@@ -214,6 +214,23 @@ def test_results_tables_and_plot(smoke_sweep):
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 300
 
 
+def test_each_result_carries_its_runs_record(smoke_sweep):
+    """result.json keeps what the reports read and embeds the run's own record.json (the
+    resolved config, machine, date and code version)."""
+    from train import run_record
+
+    workdir, _, _ = smoke_sweep
+    results = sorted(workdir.glob("*/seed_*/train/result.json"))
+    assert len(results) == 4
+    for path in results:
+        result = json.loads(path.read_text())
+        record = run_record.validate(result["record"], str(path))
+        assert record == json.loads((path.parent / "record.json").read_text())
+        assert record["finished"] and record["command"] == result["command"]
+        assert record["config"]["seed"] == result["seed"]
+        assert record["metrics"]["eval"] == result["metrics"]
+
+
 def test_second_invocation_skips_everything(smoke_sweep, fixture_data_root):
     workdir, _, first_seconds = smoke_sweep
     before = files_state(workdir)

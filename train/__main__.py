@@ -3,7 +3,8 @@
 Trains the experiment a config file describes. DIR/config.json records the resolved config,
 the model that ran (a pretrained model's sizes, the vocabulary's size), and
 DIR/requested_config.json the config as given (train/run_config.py); logs go to
-DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to DIR/checkpoints/. Starting again with the
+DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to DIR/checkpoints/; what ran, on what and what it measured to
+DIR/record.json when the run ends or is stopped (train/run_record.py). Starting again with the
 same workdir resumes from the latest checkpoint. A workdir that holds another (requested)
 config is refused, naming the keys that differ: where they leave the train state as saved
 (train.*, learning rates, evaluation and data settings) --allow_config_change resumes anyway;
@@ -20,6 +21,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from train import run_config
@@ -88,11 +90,13 @@ def main(argv=None) -> int:
     overwritten; 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) when a signal
     stops the run before its first train step, with nothing saved (the shell's convention for
     a command a signal ended; a workdir's checkpoints stay as they were)."""
-    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    started = time.time()  # the record's wall clock: the whole command
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, overrides = parse_args(argv)
     previous = {sig: signal.signal(sig, _raise_interrupted)
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _train(args, overrides)
+        return _train(args, overrides, argv, started)
     except Interrupted as stop:
         print(f"interrupted by {stop} before the first train step: no checkpoint was written "
               "(those already in the workdir are kept); the same command starts again",
@@ -103,7 +107,7 @@ def main(argv=None) -> int:
             signal.signal(sig, handler)
 
 
-def _train(args, overrides) -> int:
+def _train(args, overrides, argv: list[str], started: float) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
@@ -144,6 +148,8 @@ def _train(args, overrides) -> int:
                   "one:\n" + "\n".join(moved), file=sys.stderr)
         trainer = Trainer(config, workdir, fresh_start=args.fresh_start)  # validates all first
         final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
+        from train.run_record import write_train_record
+        write_train_record(trainer, command=["python", "-m", "train", *argv], started=started)
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Baselines for the fine-tuning tasks, without a Transformer: what BERT has to beat.
 
     python -m train.baselines --task spam            # majority class + bag-of-words LR
-    python -m train.baselines --task all --json out.json
+    python -m train.baselines --task all --workdir workdirs/baselines   # + DIR/record.json
 
   majority        the most frequent training label, always (classify tasks);
   bow_logreg      multinomial logistic regression on bag-of-words features: lowercase word
@@ -17,6 +17,8 @@
                   token accuracy over words, also split into seen / unseen words.
 
 Every number comes from the same splits the fine-tuning runs use (data/finetune_datasets.py).
+With --workdir, the results go to DIR/record.json (train/run_record.py: the command, the
+machine, the code version), which `python -m train.records save DIR baselines` commits.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 import jax
@@ -223,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the task, or 'all'")
     parser.add_argument("--split", default="test", help="the split the accuracy is reported on")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--workdir", help="write the run record (train/run_record.py) to "
+                                          "DIR/record.json")
+    started = time.time()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     tasks = CLASSIFY_TASKS + TAG_TASKS if args.task == "all" else (args.task,)
     results = {}
@@ -241,7 +248,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+    if args.workdir:
+        path = _write_record(args, results, ["python", "-m", "train.baselines", *argv], started)
+        print(f"record: {path}")
     return 0
+
+
+def _write_record(args, results: dict, command: list[str], started: float) -> Path:
+    from train import run_record
+
+    session = run_record.session(command, started, None, None, "finished", None,
+                                 "none (no MFU here)")
+    config = {"task": args.task, "split": args.split, "l2_grid": list(L2_GRID)}
+    record = run_record.make("baselines", config=config,
+                             metrics={"eval": results, "eval_split": args.split},
+                             sessions=[session], finished=True)
+    return run_record.write(Path(args.workdir) / run_record.FILENAME, record)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 Runs an ablation: every row of a sweep config x every seed (x every stage), each as its own
 `python -m train` subprocess in DIR/<row>/seed_<k>/<stage> with `config.seed = k`, then tabulates
-the final evals beside the paper's numbers in DIR/results.csv, results.md and results.png.
+the final evals beside the paper's numbers in DIR/results.csv, results.md and results.png. Each
+finished run leaves DIR/<row>/seed_<k>/<stage>/result.json: its row, seed, stage, final eval,
+wall time, command and, under `record`, the run's own record.json (train/run_record.py: the
+resolved config, machine, date and code version).
 
 A sweep config file declares `get_sweep(arg) -> Sweep` (train/sweep_spec.py):
 
@@ -189,10 +192,16 @@ def _attempts(workdir: Path) -> list[dict]:
 
 
 def _result(run: Run, metrics: dict) -> dict:
+    """What the reports read (row, seed, stage, metrics, wall_s), and the run's own record
+    (train/run_record.py: its config, machine, date and code version) where it wrote one."""
     attempts = _attempts(run.workdir)
-    return {"row": run.row, "seed": run.seed, "stage": run.stage, "metrics": metrics,
-            "wall_s": sum(a["wall_s"] for a in attempts), "attempts": len(attempts),
-            "command": ["python", "-m", "train", *run.argv]}
+    result = {"row": run.row, "seed": run.seed, "stage": run.stage, "metrics": metrics,
+              "wall_s": sum(a["wall_s"] for a in attempts), "attempts": len(attempts),
+              "command": ["python", "-m", "train", *run.argv]}
+    record = run.workdir / "record.json"
+    if record.exists():
+        result["record"] = json.loads(record.read_text())
+    return result
 
 
 def _write_result(run: Run, result: dict) -> None:

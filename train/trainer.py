@@ -257,17 +257,17 @@ class Trainer:
                     self.config, self.task.vocabulary_settings))
                 notes.append(f"the run's vocabulary ({self.task.tokenizer.vocab_size} tokens) "
                              f"is kept in {path}")
-        start = int(jax.device_get(state.step))
+        start = self.start_step = int(jax.device_get(state.step))
         writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
                                progress_bar=cfg.progress_bar)
         for note in notes:
             writer.message(note)
         flops_per_step = self.task.flops_per_example_at(start) * global_batch
-        peak, peak_source = self._peak_flops()
-        peak *= jax.device_count()
+        self.peak_flops, self.peak_flops_source = self._peak_flops()  # per device; recorded
+        peak = self.peak_flops * jax.device_count()
         writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
                        f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
-                       f"({peak_source})")
+                       f"({self.peak_flops_source})")
 
         received, previous = [], {}
         handler = lambda signum, frame: received.append(signal.Signals(signum).name)  # noqa: E731

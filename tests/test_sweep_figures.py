@@ -1,0 +1,42 @@
+"""python -m train.sweep_figures writes the figures the docs embed, from the committed sweep
+records; the committed PNGs are what it writes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+
+from train import sweep_figures
+from train.sweep_compare import SWEEPS
+
+REPO = Path(__file__).resolve().parents[1]
+FIGURE_LINK = re.compile(r"!\[[^\]]*\]\(([^)]*notebooks/figures/[^)]+)\)")
+
+
+def test_the_committed_figures_are_what_the_command_writes_from_the_records(tmp_path):
+    assert sweep_figures.main(["--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{f}.png" for f in SWEEPS)
+    for folder in SWEEPS:
+        written = matplotlib.image.imread(tmp_path / f"{folder}.png")
+        committed = matplotlib.image.imread(REPO / "notebooks" / "figures" / f"{folder}.png")
+        assert written.shape == committed.shape and np.array_equal(written, committed), (
+            f"notebooks/figures/{folder}.png is not what its records draw: "
+            "`python -m train.sweep_figures` writes it again")
+
+
+def test_the_docs_embed_only_figures_the_command_writes():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
+    embedded = {Path(link).name for page in pages for link in FIGURE_LINK.findall(page.read_text())}
+    assert embedded and embedded <= {f"{folder}.png" for folder in SWEEPS}, embedded
+    assert "python -m train.sweep_figures" in (REPO / "docs" / "results.md").read_text()
+
+
+def test_a_sweep_without_records_is_an_error_naming_the_command(tmp_path, capsys):
+    assert sweep_figures.main(["--results", str(tmp_path), "--out", str(tmp_path / "f")]) == 2
+    error = capsys.readouterr().err
+    assert "holds no finished run of the sweep configs/ablations/vit_posemb.py" in error
+    assert "python -m train.sweep --config configs/ablations/vit_posemb.py --workdir DIR" in error
+    assert not (tmp_path / "f" / "vit_table8.png").exists()

@@ -1,0 +1,186 @@
+"""python -m train.tables: every table of the docs is rendered from committed records, and the
+docs hold exactly what their records render."""
+
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from train import run_record, tables
+from train.headline_runs import RUNS
+from train.result_tables import Records
+from train.sweep_compare import SWEEPS
+from train.sweep_report import collect, summarize, write_csv, write_markdown
+from train.sweep_spec import load_sweep_file
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = 1_800_000_000  # a whole second, so the sessions' ISO times are exact
+
+
+def _save(results: Path, name: str, kind: str, config: dict, metrics: dict, wall_s: float):
+    """A finished record under results/runs/NAME, of one session [T0, T0 + wall_s]."""
+    session = {"command": RUNS[name].argv, "started": run_record.utc_iso(T0),
+               "ended": run_record.utc_iso(T0 + wall_s), "wall_s": wall_s, "start_step": 0,
+               "end_step": metrics.get("eval_step"), "outcome": "finished",
+               "machine": run_record.machine(2e11, "measured"), "code": {"commit": "a" * 40,
+                                                                       "dirty": False},
+               "versions": run_record.versions()}
+    record = run_record.make(kind, config=config, metrics=metrics, sessions=[session],
+                             finished=True)
+    run_record.write(results / "runs" / name / "record.json", record)
+
+
+def _train(eval_values: dict, step: int, evals=None, train=None, split="test", params=1000):
+    evals = evals or [{"step": step, "time": T0 + 10, **eval_values}]
+    return {"eval": eval_values, "eval_split": split, "eval_step": step, "train": train or {},
+            "train_step": step, "evals": evals, "parameters": params}
+
+
+def test_single_run_tables_show_their_records_numbers(tmp_path):
+    fast = {"steps_per_second": 7.04, "mfu": 0.4123}
+    _save(tmp_path, "demo", "train", {"data": {"batch_size": 128}},
+          _train({"accuracy": 0.90453, "loss": 0.2812}, 5900, train=fast, evals=[
+              {"step": s, "time": T0 + s / 7, "accuracy": 0.9, "loss": 0.3}
+              for s in (2000, 4000, 5900)]), 857.4)
+    _save(tmp_path, "translate", "train", {"model": {"posemb": "sinusoidal"}},
+          _train({"bleu": 27.364, "perplexity": 10.123, "accuracy": 0.5301}, 1286, train=fast,
+                 params=7_577_600), 3608)
+    _save(tmp_path, "bert_pretrain", "train", {}, _train(
+        {"mlm_accuracy": 0.291, "nsp_accuracy": 0.842, "mlm_loss": 4.0}, 4200, split="validation",
+        evals=[{"step": s, "time": T0 + t, "mlm_accuracy": a, "nsp_accuracy": 0.7, "mlm_loss": 4}
+               for s, t, a in ((1000, 600, 0.228), (4200, 2400, 0.291))]), 2407)
+    _save(tmp_path, "finetune_spam", "train", {"data": {"name": "spam", "batch_size": 32}},
+          _train({"accuracy": 0.961}, 100, train={"epochs": 0.6634}), 565)
+    _save(tmp_path, "baselines", "baselines", {}, {"eval_split": "test", "eval": {
+        "spam": {"majority": {"accuracy": 0.692}, "bow_logreg": {"accuracy": 0.987, "l2": 1e-4,
+                                                                 "features": 20_000}},
+        "brown_pos": {"majority_tag": {"token_accuracy": 0.9405, "unseen_accuracy": 0.5,
+                                       "unseen_fraction": 0.02}}}}, 60)
+    _save(tmp_path, "bench_bert_base", "benchmark", {},
+          {"rows": [], "ratios": {}, "table": "**bert base**, batch 8\n\n| a |\n|---|"}, 100)
+    render = {name: table(Records(tmp_path)) for name, table in tables.TABLES.items()}
+
+    assert render["demo"].startswith("**90.45% test accuracy in 14:17** (5,900 steps of 128 "
+                                     "images at 7.0 steps/s")
+    assert "evals at steps 2,000 / 4,000 / 5,900" in render["demo"]
+    assert "| `configs/vit/fashion_mnist.py` | 5,900 x 128 | 90.45% | 0.2812 | 14:17 | 7.04 | " \
+           "41.2% |" in render["demo"]
+    assert ("| `translate` | `default` | sinusoidal | 7,577,600 | 1,286 | 1:00:08 | 27.36 | "
+            "10.12 | 53.0% | 7.04 | 41.2% |") in render["translation"]
+    assert f"(not recorded yet: `python -m data.fetch bible_en_es && " \
+           f"{RUNS['translate_row_E'].command}`, then `{RUNS['translate_row_E'].save_command}`)" \
+           in render["translation"]
+    assert "| 1,000 | 10:00 | 22.8% | 70.0% |" in render["bert_pretraining"]
+    assert "| 4,200 (end) | 40:07 | 29.1% | 70.0% |" in render["bert_pretraining"]
+    assert "validation MLM accuracy" in render["bert_pretraining"]
+    assert ("| spam | `task=spam,init=minilm` | 100 x 32 (0.66) | 9:25 | 96.10% | 69.2% | "
+            "98.7% |") in render["finetuning"]
+    assert "`finetune_tweets`: (not recorded yet" in render["finetuning"]
+    assert "| brown_pos | - | most frequent tag per word: 94.05% token accuracy" in \
+           render["baselines"]
+    assert render["bench_bert_base"].startswith("**bert base**, batch 8\n\n| a |")
+    assert "`bench_vit_b16`: (not recorded yet" in render["bench_vit_b16"]
+    for name in ("demo", "translation", "bert_pretraining", "finetuning", "baselines",
+                 "bench_bert_base"):
+        assert "Recorded in `notebooks/results/runs/`" in render[name], name
+        assert "code aaaaaaaaaa, jax " in render[name], name
+
+
+def test_without_records_every_table_says_how_to_make_them(tmp_path):
+    records = Records(tmp_path)
+    for name, table in tables.TABLES.items():
+        text = table(records)
+        assert ("not recorded yet" if name != "headline_runs" else "| not yet |") in text, name
+        assert "%" not in text.replace("% of", ""), name  # no number where a record is missing
+    for run in RUNS.values():
+        assert run.save_command in tables.TABLES["headline_runs"](records)
+    assert ("(not recorded yet: `python -m train.sweep --config configs/ablations/vit_posemb.py "
+            "--workdir workdirs/vit_table8`") in tables.TABLES["sweep_vit_table8"](records)
+
+
+def test_the_docs_hold_what_their_records_render():
+    differing = tables.update(tables.default_files(), Records(), write=False)
+    assert not differing, ("these tables differ from what their records render (edited by hand, "
+                           "or the records changed); `python -m train.tables` renders them "
+                           "again:\n" + "\n".join(differing))
+    assert REPO / "docs" / "results.md" in tables.default_files()
+    text = (REPO / "docs" / "results.md").read_text()
+    for name in tables.TABLES:
+        if name != "headline_runs":
+            assert f"<!-- table: {name} -->" in text, name
+
+
+def test_a_table_edited_by_hand_is_found_and_rendered_again(tmp_path, capsys):
+    page = tmp_path / "results.md"
+    shutil.copy(REPO / "docs" / "results.md", page)
+    original = page.read_text()
+    edited = original.replace("| `learned_1d` | 3 | 86.26 ± 0.55 |",
+                              "| `learned_1d` | 3 | 88.26 ± 0.55 |")
+    assert edited != original
+    page.write_text(edited)
+    assert tables.main([str(page), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert f"{page}: table 'sweep_vit_table8' differs from its records; `python -m train.tables`" \
+           in out and "demo" not in out
+    assert page.read_text() == edited  # --check writes nothing
+    assert tables.main([str(page)]) == 0
+    assert page.read_text() == original
+
+
+@pytest.mark.parametrize("text, message", [
+    ("<!-- table: nosuch -->\n<!-- /table -->\n", r"x.md:1: no table 'nosuch'; the tables: demo,"),
+    ("a\n<!-- table: demo -->\n| 1 |\n", r"x.md:2: table 'demo' has no <!-- /table -->"),
+    ("<!-- table: demo -->\n<!-- table: demo -->\n<!-- /table -->\n",
+     "x.md:1: table 'demo' has no"),
+    ("text\n<!-- /table -->\n", r"x.md:2: <!-- /table --> without a table opened before it"),
+])
+def test_malformed_markers_are_errors_that_name_the_line(text, message):
+    with pytest.raises(tables.TableError, match=message):
+        tables.render_text(text, "x.md", lambda name: "")
+
+
+def _cells(text: str) -> dict[str, list[str]]:
+    rows = [line for line in text.splitlines() if line.startswith("| `") or line.startswith("| **")]
+    return {row.split("|")[1].strip(" *`"): [c.strip() for c in row.split("|")[2:-1]]
+            for row in rows}
+
+
+def test_a_sweep_table_is_the_paired_comparison_of_its_runs():
+    """Independently of train/sweep_compare.py: the mean, sample std, and paired change ± s.e.
+    from the committed results.csv, in the rendered table."""
+    with open(REPO / "notebooks" / "results" / "vit_table8" / "results.csv") as file:
+        table = list(csv.DictReader(file))
+    by_row = {}
+    for line in table:
+        by_row.setdefault(line["row"], {})[int(line["seed"])] = 100 * float(line["accuracy"])
+    cells = _cells(tables.TABLES["sweep_vit_table8"](Records()))
+    assert list(cells) == list(by_row)
+    for row, seeds in by_row.items():
+        values = [seeds[k] for k in sorted(seeds)]
+        assert cells[row][0] == str(len(values))
+        assert cells[row][1] == f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+        if row != "none":
+            d = [seeds[k] - by_row["none"][k] for k in sorted(seeds)]
+            se = statistics.stdev(d) / math.sqrt(len(d))
+            assert cells[row][2] == f"{statistics.mean(d):+.2f} ± {se:.2f}", row
+
+
+@pytest.mark.parametrize("folder", list(SWEEPS))
+def test_the_committed_sweep_reports_are_their_runs_records(folder, tmp_path):
+    """results.csv and results.md beside a sweep's runs are what `python -m train.sweep
+    --report_only` writes from the runs' result.json, not typed in."""
+    config = SWEEPS[folder].config
+    sweep = load_sweep_file(str(REPO / config))
+    directory = REPO / "notebooks" / "results" / folder
+    records = collect(sweep, directory)
+    write_csv(sweep, records, tmp_path / "results.csv")
+    write_markdown(sweep, summarize(sweep, records), config, tmp_path / "results.md")
+    for name in ("results.csv", "results.md"):
+        assert (tmp_path / name).read_text() == (directory / name).read_text(), (
+            f"{directory / name} differs from its runs' result.json: `python -m train.sweep "
+            f"--config {config} --workdir {directory} --report_only` writes it")

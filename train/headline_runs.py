@@ -1,0 +1,87 @@
+"""The single runs whose numbers the docs quote, by the name their record is committed under
+(notebooks/results/runs/NAME/record.json), with the command that makes each.
+
+`python -m train.records save SOURCE NAME` commits a finished run's record under its name (and
+checks that it ran this command); `python -m train.tables` renders the docs' tables from the
+committed records, and names the command for any that is not recorded yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadlineRun:
+    name: str
+    meaning: str
+    command: str      # as the docs give it; its --workdir / --json is what `save` reads
+    fetch: str = ""   # the datasets it reads: `python -m data.fetch FETCH` first
+
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.command)
+
+    @property
+    def source(self) -> str:
+        """Where the command leaves its record: the --workdir, or the benchmark's --json file."""
+        argv = self.argv
+        for option in ("--workdir", "--json"):
+            if option in argv:
+                return argv[argv.index(option) + 1]
+        raise ValueError(f"{self.name}: its command names no --workdir or --json")
+
+    @property
+    def save_command(self) -> str:
+        return f"python -m train.records save {self.source} {self.name}"
+
+
+def _finetune(name: str, variant: str, meaning: str) -> HeadlineRun:
+    return HeadlineRun(
+        name, meaning,
+        f"python -m train --config configs/bert/finetune.py:{variant},init=minilm "
+        f"--config.data.eval_split=test --workdir workdirs/{name}",
+        fetch="minilm " + ("spam" if "spam" in variant else
+                           "tweets" if "tweets" in variant else "brown"))
+
+
+# What `make bench` runs (its default BENCH_ARGS), the record in its --json file.
+_BENCH = ("python -m benchmarks.train_step {model} --steps 3 --repeats 5 "
+          "--json workdirs/bench/{file}.json")
+
+RUNS = {run.name: run for run in (
+    HeadlineRun("demo", "`make demo`: the default ViT on Fashion-MNIST, test accuracy and time",
+                "python -m train --config configs/vit/fashion_mnist.py "
+                "--workdir workdirs/vit_fashion_mnist", fetch="fashion_mnist"),
+    HeadlineRun("translate", "the CPU Transformer, English -> Spanish Bible verses: test BLEU, "
+                             "perplexity, token accuracy",
+                "python -m train --config configs/transformer/translate.py "
+                "--workdir workdirs/transformer_en_es", fetch="bible_en_es"),
+    HeadlineRun("translate_row_E", "the same with learned positions (Table 3, row E)",
+                "python -m train --config configs/transformer/translate.py:row=E "
+                "--workdir workdirs/transformer_en_es_E", fetch="bible_en_es"),
+    HeadlineRun("bert_pretrain", "BERT pretraining (MLM + NSP) on Brown, Austen and SOTU: "
+                                 "validation MLM and NSP accuracy at every eval",
+                "python -m train --config configs/bert/pretrain.py "
+                "--workdir workdirs/bert_pretrain", fetch="brown austen sotu"),
+    _finetune("finetune_spam", "task=spam", "MiniLM fine-tuned on spam, test accuracy"),
+    _finetune("finetune_tweets", "task=tweets", "MiniLM fine-tuned on 3-class tweet sentiment"),
+    _finetune("finetune_brown_genre", "task=brown_genre",
+              "MiniLM fine-tuned on the Brown genre of a paragraph (15 classes)"),
+    _finetune("finetune_brown_pos", "task=brown_pos",
+              "MiniLM fine-tuned for Brown POS tagging, test token accuracy"),
+    _finetune("finetune_brown_pos_features", "task=brown_pos,features=concat_last_four",
+              "frozen MiniLM, a BiLSTM on its last four layers, Brown POS tagging"),
+    HeadlineRun("baselines", "majority class and bag-of-words logistic regression of the "
+                             "fine-tuning tasks (test split)",
+                "python -m train.baselines --task all --workdir workdirs/baselines",
+                fetch="spam tweets brown"),
+    HeadlineRun("bench_bert_base", "`make bench`: BERT-base train step (seq 128, batch 8) "
+                                   "beside Hugging Face's Flax BERT",
+                _BENCH.format(model="--model bert --size base --seq 128 --batch 8",
+                              file="bert_base_128")),
+    HeadlineRun("bench_vit_b16", "`make bench`: ViT-B/16 train step (224x224, batch 8) beside "
+                                 "Hugging Face's Flax ViT",
+                _BENCH.format(model="--model vit --size B/16 --batch 8", file="vit_b16")),
+)}

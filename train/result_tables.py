@@ -1,0 +1,260 @@
+"""The docs' tables of single runs, rendered from their committed records
+(notebooks/results/runs/NAME/record.json, train/headline_runs.py names them); a run not recorded
+yet renders as the commands that make and save its record, never as a number.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from train import run_record
+from train.headline_runs import RUNS
+
+RESULTS = run_record.REPO / "notebooks" / "results"
+FINETUNE = ("finetune_spam", "finetune_tweets", "finetune_brown_genre", "finetune_brown_pos",
+            "finetune_brown_pos_features")
+
+
+class Records:
+    """The committed records under `results` (notebooks/results: runs/NAME/record.json and the
+    sweeps' folders), each single-run record read and checked once."""
+
+    def __init__(self, results: Path = RESULTS):
+        self.results = Path(results)
+        self.runs_dir = self.results / "runs"
+        self._cache: dict[str, dict | None] = {}
+
+    def get(self, name: str) -> dict | None:
+        if name not in RUNS:
+            raise KeyError(f"{name!r} is not a headline run (train/headline_runs.py)")
+        if name not in self._cache:
+            path = self.runs_dir / name / run_record.FILENAME
+            self._cache[name] = run_record.load(path) if path.exists() else None
+        return self._cache[name]
+
+
+# ---- formatting ------------------------------------------------------------------------------
+def clock(seconds: float) -> str:
+    """812.4 -> '13:32'; 3608 -> '1:00:08'."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def percent(value: float, digits: int = 2) -> str:
+    return f"{100 * value:.{digits}f}%"
+
+
+def flop_rate(flops: float) -> str:
+    return f"{flops / 1e12:.1f} TFLOP/s" if flops >= 1e12 else f"{flops / 1e9:.0f} GFLOP/s"
+
+
+def not_recorded(names) -> str:
+    """One line per missing record: the commands that make and save it."""
+    lines = []
+    for name in names:
+        run = RUNS[name]
+        fetch = f"python -m data.fetch {run.fetch} && " if run.fetch else ""
+        lines.append(f"- `{name}`: (not recorded yet: `{fetch}{run.command}`, then "
+                     f"`{run.save_command}`)")
+    return "\n".join(lines)
+
+
+def provenance(records: dict[str, dict]) -> str:
+    """Which records the table comes from, and their machines, dates and code versions."""
+    groups: dict[str, list[str]] = {}
+    for name, record in records.items():
+        m, code = record["machine"], record["code"]
+        peak = ("" if m["peak_flops_per_device"] is None else
+                f", matmul peak {flop_rate(m['peak_flops_per_device'])} per device")
+        dirty = " with uncommitted changes" if code["dirty"] is True else ""
+        devices = (m["backend"] if m["device_kind"] == m["backend"] else
+                   f"{m['backend']} {m['device_kind']}")
+        key = (f"{record['date'][:10]}, {m['cpu']} ({m['usable_cpus']} of {m['cpu_count']} "
+               f"cores), {devices} x {m['device_count']}{peak}, code "
+               f"{str(code['commit'])[:10]}{dirty}, jax {record['versions']['jax']}")
+        groups.setdefault(key, []).append(f"`{name}`")
+    return "\n".join(f"Recorded in `notebooks/results/runs/`: {', '.join(names)}: {key}."
+                     for key, names in groups.items())
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(row) + " |" for row in rows)])
+
+
+def _compose(table: str, found: dict, missing: list[str]) -> str:
+    parts = [table] if found else []
+    if found:
+        parts.append(provenance(found))
+    if missing:
+        parts.append(not_recorded(missing))
+    return "\n\n".join(parts)
+
+
+def _gather(records: Records, names) -> tuple[dict, list[str]]:
+    found = {n: records.get(n) for n in names}
+    return ({n: r for n, r in found.items() if r is not None},
+            [n for n, r in found.items() if r is None])
+
+
+def _spec(record: dict) -> str:
+    """The --config FILE[:ARG] a training record ran."""
+    argv = record["command"]
+    return argv[argv.index("--config") + 1] if "--config" in argv else ""
+
+
+def _variant(record: dict) -> str:
+    return _spec(record).partition(":")[2]
+
+
+def _elapsed(record: dict, unix_time: float) -> str:
+    """Wall clock from the run's first start to `unix_time`, over its recorded sessions."""
+    before = 0.0
+    for session in record["sessions"]:
+        start = datetime.datetime.fromisoformat(session["started"]).timestamp()
+        end = datetime.datetime.fromisoformat(session["ended"]).timestamp()
+        if start <= unix_time <= end + 1:
+            return clock(before + unix_time - start)
+        before += session["wall_s"]
+    return "-"
+
+
+# ---- the tables ------------------------------------------------------------------------------
+def demo(records: Records) -> str:
+    record = records.get("demo")
+    if record is None:
+        return not_recorded(["demo"])
+    m, config = record["metrics"], record["config"]
+    ev, train = m["eval"], m["train"]
+    split = m["eval_split"]
+    evals = " / ".join(f"{e['step']:,}" for e in m["evals"])
+    headline = (f"**{percent(ev['accuracy'])} {split} accuracy in "
+                f"{clock(record['total_wall_s'])}** ({m['eval_step']:,} steps of "
+                f"{config['data']['batch_size']} images at {train['steps_per_second']:.1f} "
+                f"steps/s in the last log; evals at steps {evals}; the wall clock is the whole "
+                "command: start-up, compilation, training, evaluations).")
+    table = _table(
+        ["config", "steps x batch", f"{split} accuracy", f"{split} loss", "wall clock",
+         "steps/s (last log)", "MFU (last log)"],
+        [[f"`{_spec(record)}`",
+          f"{m['eval_step']:,} x {config['data']['batch_size']}", percent(ev["accuracy"]),
+          f"{ev['loss']:.4f}", clock(record["total_wall_s"]), f"{train['steps_per_second']:.2f}",
+          percent(train["mfu"], 1)]])
+    return headline + "\n\n" + _compose(table, {"demo": record}, [])
+
+
+def translation(records: Records) -> str:
+    found, missing = _gather(records, ("translate", "translate_row_E"))
+    rows = []
+    for name, record in found.items():
+        m, config = record["metrics"], record["config"]
+        ev, train = m["eval"], m["train"]
+        rows.append([f"`{name}`", f"`{_variant(record) or 'default'}`", config["model"]["posemb"],
+                     f"{m['parameters']:,}", f"{m['eval_step']:,}",
+                     clock(record["total_wall_s"]), f"{ev['bleu']:.2f}",
+                     f"{ev['perplexity']:.2f}", percent(ev["accuracy"], 1),
+                     f"{train['steps_per_second']:.2f}", percent(train["mfu"], 1)])
+    split = next((r["metrics"]["eval_split"] for r in found.values()), "test")
+    table = _table(["record", "variant", "positions", "parameters", "steps", "wall clock",
+                    f"{split} BLEU", f"{split} perplexity", "token accuracy",
+                    "steps/s (last log)", "MFU (last log)"], rows)
+    return _compose(table, found, missing)
+
+
+def bert_pretraining(records: Records) -> str:
+    record = records.get("bert_pretrain")
+    if record is None:
+        return not_recorded(["bert_pretrain"])
+    m = record["metrics"]
+    rows = []
+    for e in m["evals"]:
+        last = e["step"] == m["eval_step"] and e is m["evals"][-1]
+        rows.append([f"{e['step']:,}" + (" (end)" if last else ""),
+                     clock(record["total_wall_s"]) if last else _elapsed(record, e["time"]),
+                     percent(e["mlm_accuracy"], 1), percent(e["nsp_accuracy"], 1),
+                     f"{e['mlm_loss']:.3f}"])
+    table = _table(["eval at step", "wall clock", f"{m['eval_split']} MLM accuracy",
+                    f"{m['eval_split']} NSP accuracy", "MLM loss"], rows)
+    return _compose(table, {"bert_pretrain": record}, [])
+
+
+def _baseline_cells(baselines: dict | None, task: str) -> list[str]:
+    if baselines is None:
+        return ["(not recorded yet)"] * 2
+    results = baselines["metrics"]["eval"].get(task)
+    if results is None:
+        return ["-", "-"]
+    if "majority_tag" in results:
+        return ["-", f"{percent(results['majority_tag']['token_accuracy'])} (most frequent tag "
+                     "per word)"]
+    return [percent(results["majority"]["accuracy"], 1),
+            percent(results["bow_logreg"]["accuracy"], 1)]
+
+
+def finetuning(records: Records) -> str:
+    found, missing = _gather(records, FINETUNE)
+    baselines = records.get("baselines")
+    rows = []
+    for name, record in found.items():
+        m, config = record["metrics"], record["config"]
+        task = config["data"]["name"]
+        metric = "token_accuracy" if "token_accuracy" in m["eval"] else "accuracy"
+        epochs = m["train"].get("epochs")
+        size = f"{m['eval_step']:,} x {config['data']['batch_size']}" + (
+            f" ({epochs:.2f})" if epochs is not None else "")
+        rows.append([task, f"`{_variant(record)}`", size, clock(record["total_wall_s"]),
+                     percent(m["eval"][metric]) + (" token" if metric == "token_accuracy" else ""),
+                     *_baseline_cells(baselines, task)])
+    split = next((r["metrics"]["eval_split"] for r in found.values()), "test")
+    head = ["task", "variant", "steps x batch (epochs)", "wall clock", f"MiniLM ({split})",
+            "majority class", "bag of words"]
+    if baselines is not None:
+        found = {**found, "baselines": baselines}
+    elif found:
+        missing = [*missing, "baselines"]
+    return _compose(_table(head, rows), found, missing)
+
+
+def baseline_table(records: Records) -> str:
+    record = records.get("baselines")
+    if record is None:
+        return not_recorded(["baselines"])
+    rows = []
+    for task, results in record["metrics"]["eval"].items():
+        if "majority_tag" in results:
+            tag = results["majority_tag"]
+            rows.append([task, "-", f"most frequent tag per word: {percent(tag['token_accuracy'])} "
+                                    f"token accuracy ({percent(tag['unseen_accuracy'], 1)} on "
+                                    f"the {percent(tag['unseen_fraction'], 1)} unseen words)"])
+        else:
+            bow = results["bow_logreg"]
+            rows.append([task, percent(results["majority"]["accuracy"], 1),
+                         f"{percent(bow['accuracy'], 1)} (L2 {bow['l2']:g}, "
+                         f"{bow['features']:,} words)"])
+    split = record["metrics"]["eval_split"]
+    table = _table(["task", f"majority class ({split})",
+                    f"bag-of-words logistic regression ({split})"], rows)
+    return _compose(table, {"baselines": record}, [])
+
+
+def benchmark(name: str):
+    def render(records: Records) -> str:
+        record = records.get(name)
+        if record is None:
+            return not_recorded([name])
+        return _compose(record["metrics"]["table"], {name: record}, [])
+    return render
+
+
+def headline_runs(records: Records) -> str:
+    rows = []
+    for run in RUNS.values():
+        record = records.get(run.name)
+        state = ("not yet" if record is None else
+                 f"{record['date'][:10]}, code {str(record['code']['commit'])[:10]}")
+        fetch = f"`python -m data.fetch {run.fetch}`, then " if run.fetch else ""
+        rows.append([f"`{run.name}`", run.meaning, f"{fetch}`{run.command}`",
+                     f"`{run.save_command}`", state])
+    return _table(["name", "what it measures", "command", "save", "recorded"], rows)

@@ -1,0 +1,182 @@
+"""Each row of a committed sweep against its reference row and against the paper: the sweep
+tables of the docs (`python -m train.tables`), notebooks/ablation_results.ipynb and the figures
+of train/sweep_figures.py, all from the runs' records in notebooks/results/<sweep>/.
+
+A row's spread is the sample standard deviation over its seeds (ddof=1). Its change from the
+reference row is the difference of the means, in points for accuracies (shown in %) and BLEU and
+in percent of the reference's mean for perplexity, whose scale depends on the vocabulary. Seed k
+of every row runs with the same seed (data order, initialization key), so the rows are compared
+seed by seed: with d_k the row's value minus the reference's for seed k, the change is the mean
+of the d_k and its standard error s_d / sqrt(n) (s_d their sample standard deviation, n the
+seeds both rows have).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from train.run_record import REPO
+from train.sweep_report import collect
+from train.sweep_spec import Sweep, load_sweep_file
+
+RESULTS = REPO / "notebooks" / "results"
+
+
+@dataclasses.dataclass(frozen=True)
+class CommittedSweep:
+    folder: str      # notebooks/results/<folder>/: the runs' result.json, results.csv, ...
+    config: str      # the sweep config that defines its rows, metrics and paper numbers
+    reference: str   # the row every other is compared with
+
+
+SWEEPS = {s.folder: s for s in (
+    CommittedSweep("vit_table8", "configs/ablations/vit_posemb.py", "none"),
+    CommittedSweep("transformer_table3", "configs/ablations/transformer_table3.py", "base"),
+    CommittedSweep("bert_table8", "configs/ablations/bert_table8.py", "80-10-10"),
+)}
+
+
+def load(folder: str, results: str | Path = RESULTS) -> tuple[Sweep, dict]:
+    """The sweep's declaration and its finished runs, {row: {label: values over seeds, 'seed':
+    seeds}}, read from each run's result.json. Raises FileNotFoundError when there are none."""
+    committed = SWEEPS[folder]
+    sweep = load_sweep_file(str(REPO / committed.config))
+    directory = Path(results) / folder
+    records = collect(sweep, directory) if directory.is_dir() else []
+    if not records:
+        raise FileNotFoundError(
+            f"{directory} holds no finished run of the sweep {committed.config}: "
+            f"`python -m train.sweep --config {committed.config} --workdir DIR` makes them "
+            f"(then copy DIR to {directory}, or point RESULTS at the folder holding DIR as "
+            f"{folder}/)")
+    labels = [sweep.label(m) for m in sweep.metrics]
+    runs = {}
+    for row in sweep.rows:
+        mine = [r for r in records if r["row"] == row]
+        if mine:
+            runs[row] = {label: np.array([r["metrics"][label] for r in mine]) for label in labels}
+            runs[row]["seed"] = np.array([r["seed"] for r in mine])
+    return sweep, runs
+
+
+def scale(label: str, values):
+    """Accuracies (fractions) as percentages; BLEU, perplexity and losses as they are."""
+    return 100 * values if "accuracy" in label else values
+
+
+def change(label: str, row: dict, base: dict) -> tuple[float, float]:
+    """The row's change from the reference row over the seeds both have, paired by seed, and
+    its standard error (nan with one seed); perplexity in % of the reference's mean."""
+    common = np.intersect1d(row["seed"], base["seed"])
+    a = scale(label, row[label][np.isin(row["seed"], common)])
+    b = scale(label, base[label][np.isin(base["seed"], common)])
+    if "perplexity" in label:
+        a, b = 100 * a / b.mean(), 100 * b / b.mean()
+    d = a - b
+    se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else math.nan
+    return float(d.mean()), float(se)
+
+
+def paper_change(label: str, paper: dict, row: str, base: str) -> float:
+    """The paper's change from its reference row, in the units of `change`; nan if it has none."""
+    if row not in paper or base not in paper or label not in paper[row]:
+        return math.nan
+    a = scale(label, np.float64(paper[row][label]))
+    b = scale(label, np.float64(paper[base][label]))
+    return float(100 * (a / b - 1) if "perplexity" in label else a - b)
+
+
+def _digits(label: str) -> int:
+    return 1 if "perplexity" in label else 3 if "loss" in label else 2
+
+
+def _value(label: str, values) -> str:
+    v = scale(label, np.asarray(values, np.float64))
+    digits = _digits(label)
+    spread = f" ± {v.std(ddof=1):.{digits}f}" if v.size > 1 else ""
+    return f"{v.mean():.{digits}f}{spread}"
+
+
+def _delta(label: str, delta: float, se: float) -> str:
+    unit = "%" if "perplexity" in label else ""
+    digits = 1 if unit else 2
+    error = "" if math.isnan(se) else f" ± {se:.{digits}f}"
+    return f"{delta:+.{digits}f}{unit}{error}"
+
+
+def _best(sweep: Sweep, runs: dict) -> str:
+    label = sweep.label(sweep.metrics[0])
+    means = {row: float(np.mean(values[label])) for row, values in runs.items()}
+    return (max if sweep.metrics[0].better == "max" else min)(means, key=means.get)
+
+
+def provenance(folder: str, results: str | Path = RESULTS) -> str:
+    """Where the table's numbers are recorded, and what the records say of machine and code."""
+    paths = sorted((Path(results) / folder).glob("*/seed_*/*/result.json"))
+    records = [r["record"] for r in (json.loads(p.read_text()) for p in paths) if "record" in r]
+    where = (f"{len(paths)} runs, each recorded in `notebooks/results/{folder}/<row>/"
+             "seed_<k>/<stage>/result.json`")
+    if not records:
+        return (f"{where}; these runs predate run records: their result.json holds no machine, "
+                "date or code version.")
+    machines = sorted({f"{r['machine']['cpu']} ({r['machine']['usable_cpus']} cores, "
+                       f"{r['machine']['backend']})" for r in records})
+    commits = sorted({str(r["code"]["commit"])[:10] for r in records})
+    dates = sorted(r["date"][:10] for r in records)
+    return (f"{where}; {len(records)} with their run record: {', '.join(machines)}, "
+            f"{dates[0]} to {dates[-1]}, code {', '.join(commits)}.")
+
+
+def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = RESULTS) -> str:
+    """Mean ± sample std over seeds per row; for every metric the paper reports, the row's
+    change from the reference (± its standard error) beside the paper's value and change."""
+    reference = SWEEPS[folder].reference
+    labels = [sweep.label(m) for m in sweep.metrics]
+    with_paper = {label for label in labels if any(label in v for v in sweep.paper.values())}
+    head = ["row", "seeds"]
+    for label in labels:
+        head.append(f"{label} ({'higher' if _better(sweep, label) == 'max' else 'lower'} "
+                    "is better)")
+        if label in with_paper:
+            head += [f"Δ vs `{reference}` ± s.e.", f"paper {label} (Δ)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    best = _best(sweep, runs)
+    for row, values in runs.items():
+        cells = [f"**`{row}`**" if row == best else f"`{row}`", str(len(values["seed"]))]
+        for label in labels:
+            cells.append(_value(label, values[label]))
+            if label not in with_paper:
+                continue
+            if row == reference or reference not in runs:
+                cells.append("-")
+            else:
+                cells.append(_delta(label, *change(label, values, runs[reference])))
+            paper = sweep.paper.get(row, {}).get(label)
+            if paper is None:
+                cells.append("-")
+            else:
+                value = f"{scale(label, paper):.2f}"
+                shift = paper_change(label, sweep.paper, row, reference)
+                cells.append(value if row == reference or math.isnan(shift) else
+                             f"{value} ({_delta(label, shift, math.nan)})")
+        lines.append("| " + " | ".join(cells) + " |")
+    percent = "; accuracies in %" if any("accuracy" in label for label in labels) else ""
+    relative = (f" (perplexity: in % of `{reference}`'s)"
+                if any("perplexity" in label for label in with_paper) else "")
+    notes = [f"**{sweep.title}** (`python -m train.sweep --config "
+             f"{SWEEPS[folder].config}`): mean ± sample std over seeds{percent}. Δ: the row "
+             f"minus `{reference}`, paired by seed, ± the standard error of the per-seed "
+             f"differences{relative}. Best row by {labels[0]} in bold."]
+    if sweep.paper_note:
+        notes.append(f"Paper: {sweep.paper_note}")
+    notes.append(provenance(folder, results))
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
+
+
+def _better(sweep: Sweep, label: str) -> str:
+    return next(m.better for m in sweep.metrics if sweep.label(m) == label)

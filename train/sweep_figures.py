@@ -1,0 +1,104 @@
+"""python -m train.sweep_figures [--results DIR] [--out DIR]
+
+Writes the figure of every committed sweep that the docs embed, notebooks/figures/<sweep>.png,
+from the runs' records in notebooks/results/<sweep>/ (train/sweep_compare.py): for each metric
+the paper reports, ours per row (each seed, and mean ± std; the paper on its own axis) and each
+row's change from the reference row, ours (± 1 standard error) beside the paper's.
+notebooks/ablation_results.ipynb draws the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from train.sweep_compare import RESULTS, SWEEPS, change, load, paper_change, scale
+from train.sweep_spec import Sweep
+
+FIGURES = RESULTS.parent / "figures"
+
+
+def figure(folder: str, sweep: Sweep, runs: dict):
+    """The matplotlib Figure of one sweep (one line of two panels per metric with paper
+    numbers)."""
+    import matplotlib.pyplot as plt
+
+    reference = SWEEPS[folder].reference
+    labels = [sweep.label(m) for m in sweep.metrics
+              if any(sweep.label(m) in v for v in sweep.paper.values())]
+    rows = list(runs)
+    x = np.arange(len(rows))
+    fig, axes = plt.subplots(len(labels), 2, figsize=(13, 3.6 * len(labels)), squeeze=False)
+    for (ax, ax_change), label in zip(axes, labels):
+        for i, row in enumerate(rows):
+            seeds = scale(label, runs[row][label])
+            ax.plot(np.full(len(seeds), i), seeds, ".", color="tab:blue", alpha=0.5)
+            std = seeds.std(ddof=1) if len(seeds) > 1 else 0
+            ax.errorbar(i, seeds.mean(), yerr=std, fmt="s", color="tab:blue", capsize=4)
+        ax.set_ylabel(f"ours: {label}", color="tab:blue")
+        paper = [(i, scale(label, np.float64(sweep.paper[r][label]))) for i, r in enumerate(rows)
+                 if label in sweep.paper.get(r, {})]
+        if paper:  # another model, data and budget: its own scale, so that the orders compare
+            twin = ax.twinx()
+            twin.plot(*zip(*paper), "x", color="tab:red", markersize=9, mew=2)
+            twin.set_ylabel("paper (right axis)", color="tab:red")
+        ax.set_xticks(x, rows, rotation=20)
+        ax.set_title(f"{label} per row (dots: seeds)")
+        if reference not in runs:
+            ax_change.set_axis_off()
+            continue
+        ours = [change(label, runs[r], runs[reference]) for r in rows]
+        theirs = [paper_change(label, sweep.paper, r, reference) for r in rows]
+        ax_change.bar(x - 0.2, [d for d, _ in ours], 0.4,
+                      yerr=np.nan_to_num([s for _, s in ours]), capsize=3, color="tab:blue",
+                      label="ours ± 1 s.e.")
+        ax_change.bar(x + 0.2, theirs, 0.4, color="tab:red", alpha=0.7, label="paper")
+        ax_change.axhline(0, color="gray", lw=0.8)
+        unit = "% of the reference" if "perplexity" in label else "points"
+        ax_change.set(ylabel=unit, title=f"{label}: change from {reference!r}")
+        ax_change.set_xticks(x, rows, rotation=20)
+        ax_change.legend(fontsize=8)
+    fig.suptitle(sweep.title)
+    fig.tight_layout()
+    return fig
+
+
+def write_figures(results: Path = RESULTS, out: Path = FIGURES) -> list[Path]:
+    """out/<sweep>.png for every committed sweep; FileNotFoundError if one has no records."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for folder in SWEEPS:
+        sweep, runs = load(folder, results)
+        fig = figure(folder, sweep, runs)
+        paths.append(out / f"{folder}.png")
+        fig.savefig(paths[-1], dpi=80, bbox_inches="tight")  # as the notebook shows it
+        plt.close(fig)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.sweep_figures", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="the folder holding each sweep's folder (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=FIGURES,
+                        help="where the PNGs go (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        paths = write_figures(args.results, args.out)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""python -m train.tables [FILE.md ...] [--check] [--results DIR]
+
+Renders every table region of the given Markdown files (default: README.md, docs/**/*.md and
+notebooks/**/*.md) from the committed records under notebooks/results/:
+
+    <!-- table: NAME -->
+    (whatever is here is replaced by the table NAME)
+    <!-- /table -->
+
+so that no number in the docs is typed by hand. The tables (TABLES below): single runs from
+notebooks/results/runs/NAME/record.json (train/result_tables.py; a run not recorded yet renders
+as the commands that make and save its record), the three sweeps from their runs' result.json
+(train/sweep_compare.py). --check writes nothing and exits 1 naming every region that differs
+from its records (tests/test_tables.py runs it on the repository's docs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+from train import result_tables as rt
+from train.run_record import REPO, RecordError
+from train.sweep_compare import SWEEPS, load, markdown_table
+
+OPEN = re.compile(r"^<!-- table: (\S+) -->$")
+CLOSE = "<!-- /table -->"
+COMMAND = "python -m train.tables"
+
+
+class TableError(ValueError):
+    """A Markdown file's table markers are malformed or name an unknown table."""
+
+
+def _sweep(folder: str) -> Callable[[rt.Records], str]:
+    def render(records: rt.Records) -> str:
+        try:
+            sweep, runs = load(folder, records.results)
+        except FileNotFoundError:
+            config = SWEEPS[folder].config
+            return (f"(not recorded yet: `python -m train.sweep --config {config} --workdir "
+                    f"workdirs/{folder}`, then copy workdirs/{folder} to "
+                    f"notebooks/results/{folder})")
+        return markdown_table(folder, sweep, runs, records.results)
+    return render
+
+
+TABLES: dict[str, Callable[[rt.Records], str]] = {
+    "demo": rt.demo,
+    "translation": rt.translation,
+    "bert_pretraining": rt.bert_pretraining,
+    "finetuning": rt.finetuning,
+    "baselines": rt.baseline_table,
+    "bench_bert_base": rt.benchmark("bench_bert_base"),
+    "bench_vit_b16": rt.benchmark("bench_vit_b16"),
+    "headline_runs": rt.headline_runs,
+    **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
+}
+
+
+def render_text(text: str, where: str, render: Callable[[str], str]) -> tuple[str, list[str]]:
+    """`text` with every table region filled by `render(name)`; also the names of the regions
+    whose content changed."""
+    lines = text.split("\n")
+    out, changed, i = [], [], 0
+    while i < len(lines):
+        opened = OPEN.match(lines[i])
+        out.append(lines[i])
+        i += 1
+        if not opened:
+            if lines[i - 1].strip() == CLOSE:
+                raise TableError(f"{where}:{i}: {CLOSE} without a table opened before it")
+            continue
+        name = opened.group(1)
+        if name not in TABLES:
+            raise TableError(f"{where}:{i}: no table {name!r}; the tables: {', '.join(TABLES)}")
+        end = i
+        while end < len(lines) and lines[end].strip() != CLOSE:
+            if OPEN.match(lines[end]):
+                break
+            end += 1
+        if end == len(lines) or lines[end].strip() != CLOSE:
+            raise TableError(f"{where}:{i}: table {name!r} has no {CLOSE} before the next "
+                             "table or the end of the file")
+        new = render(name).strip("\n").split("\n")
+        if lines[i:end] != new:
+            changed.append(name)
+        out.extend(new)
+        out.append(lines[end])
+        i = end + 1
+    return "\n".join(out), changed
+
+
+def default_files(root: Path = REPO) -> list[Path]:
+    files = [root / "README.md", *sorted((root / "docs").glob("**/*.md")),
+             *sorted((root / "notebooks").glob("**/*.md"))]
+    return [f for f in files if f.is_file()]
+
+
+def update(files: list[Path], records: rt.Records, *, write: bool) -> list[str]:
+    """Renders every region of `files` (writing the files when `write`); returns one line per
+    region that differed: 'FILE: table NAME'."""
+    cache: dict[str, str] = {}
+
+    def render(name: str) -> str:
+        if name not in cache:
+            cache[name] = TABLES[name](records)
+        return cache[name]
+
+    differing = []
+    for path in files:
+        text = path.read_text()
+        new, changed = render_text(text, str(path), render)
+        differing += [f"{path}: table {name!r}" for name in changed]
+        if write and new != text:
+            path.write_text(new)
+    return differing
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="*", type=Path,
+                        help="Markdown files (default: README.md, docs/**/*.md, notebooks/**/*.md)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a region differs from its records")
+    parser.add_argument("--results", type=Path, default=rt.RESULTS,
+                        help="the committed records (default: %(default)s)")
+    args = parser.parse_args(argv)
+    files = args.files or default_files()
+    try:
+        differing = update(files, rt.Records(args.results), write=not args.check)
+    except (TableError, RecordError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.check:
+        for line in differing:
+            print(f"{line} differs from its records; `{COMMAND}` renders it again")
+        return 1 if differing else 0
+    for line in differing:
+        print(f"rendered {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
