@@ -69,3 +69,12 @@ def test_list_shows_every_name_and_its_commands(tmp_path):
     for run in RUNS.values():
         assert f"{run.name}: not recorded yet" in listing
         assert run.command in listing and run.save_command in listing
+
+
+def test_display_and_output_settings_do_not_make_another_command():
+    """A run logged to a file turns the progress bar off and writes elsewhere: the same run."""
+    demo = RUNS["demo"].argv
+    logged = [*demo, "--config.train.progress_bar=false"]
+    logged[logged.index("--workdir") + 1] = "/elsewhere/vit"
+    assert records.essential(logged) == records.essential(demo)
+    assert records.essential([*demo, "--config.train.num_steps=10"]) != records.essential(demo)

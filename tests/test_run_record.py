@@ -57,10 +57,12 @@ def test_a_finished_run_records_what_ran_on_what_and_what_it_measured(fashion_mn
     logged_peak = float(re.search(r"peak ([\d.e+]+) GFLOP/s", printed).group(1)) * 1e9
     assert machine["peak_flops_per_device"] * machine["device_count"] == pytest.approx(
         logged_peak, rel=5e-3)
-    assert machine["peak_flops_source"].startswith("best 2048^3 matmul measured")
+    logged_source = re.search(r"GFLOP/s \((.+)\)", printed).group(1)  # what the trainer said
+    assert machine["peak_flops_source"] == logged_source.strip() and "measured" in logged_source
     assert (machine["backend"], machine["device_count"]) == ("cpu", jax.device_count())
     assert 1 <= machine["usable_cpus"] <= machine["cpu_count"] and machine["cpu"]
     assert machine["max_rss_bytes"] > 100e6 and machine["device_memory"] is None  # no CPU stats
+    assert len(machine["load_average"]) == 3 and min(machine["load_average"]) >= 0
 
     ended = datetime.datetime.fromisoformat(record["date"])
     assert ended.utcoffset() == datetime.timedelta(0)

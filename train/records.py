@@ -28,7 +28,8 @@ from train.headline_runs import RUNS
 
 RUNS_DIR = run_record.REPO / "notebooks" / "results" / "runs"
 OUTPUT_OPTIONS = ("--workdir", "--json", "--markdown", "--profile")  # where, not what
-IGNORED_FLAGS = ("--allow_config_change",)
+# How a run shows its progress, not what it computes (a run logged to a file turns the bar off).
+IGNORED_FLAGS = ("--allow_config_change", "--config.train.progress_bar")
 
 
 def essential(command: list[str]) -> list[str]:

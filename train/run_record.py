@@ -28,7 +28,9 @@ from the committed ones). One format for every command that measures something:
                   process_count, peak_flops_per_device (the matmul peak MFU was computed
                   against; None where nothing was measured) and peak_flops_source,
                   max_rss_bytes of this process, device_memory (per local device, where jax
-                  reports it: GPUs and TPUs; None on CPU)
+                  reports it: GPUs and TPUs; None on CPU), load_average (the system's 1, 5 and
+                  15-minute load averages when the record was written: other work sharing the
+                  cores slows a run, and its wall clock says so only with this beside it)
     code          commit (git HEAD of this repository) and dirty (tracked files changed), or
                   'unknown' for both, with the reason, where git cannot tell
     versions      python, jax, jaxlib, flax, optax, numpy
@@ -56,7 +58,7 @@ FIELDS = ("format", "kind", "finished", "command", "date", "config", "metrics", 
           "total_wall_s", "sessions", "machine", "code", "versions")
 MACHINE_FIELDS = ("cpu", "cpu_count", "usable_cpus", "backend", "device_kind", "device_count",
                   "process_count", "peak_flops_per_device", "peak_flops_source",
-                  "max_rss_bytes", "device_memory")
+                  "max_rss_bytes", "device_memory", "load_average")
 CODE_FIELDS = ("commit", "dirty")
 VERSION_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy")
 SESSION_FIELDS = ("command", "started", "ended", "wall_s", "start_step", "end_step", "outcome",
@@ -115,7 +117,8 @@ def machine(peak_flops_per_device: float | None, peak_flops_source: str) -> dict
             "backend": jax.default_backend(), "device_kind": device.device_kind,
             "device_count": jax.device_count(), "process_count": jax.process_count(),
             "peak_flops_per_device": peak_flops_per_device, "peak_flops_source": peak_flops_source,
-            "max_rss_bytes": _max_rss_bytes(), "device_memory": _device_memory(jax.local_devices())}
+            "max_rss_bytes": _max_rss_bytes(), "device_memory": _device_memory(jax.local_devices()),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
 def code_version(root: Path = REPO) -> dict:
