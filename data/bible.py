@@ -5,7 +5,7 @@
 `python -m data.fetch bible_en_es` puts the two SWORD zText modules of Debian's `sword-text-web`
 (engWEB2015eb, versification NRSVA) and `sword-text-sparv` (spaRV1909eb, versification KJV) under
 `<root>/raw/bible_en_es/usr/share/sword/` (a SWORD library: mods.d/*.conf + modules/). Both are
-public domain. data/sword.py reads the modules; this file turns verses into plain text and pairs
+public domain. data/formats/sword.py reads the modules; this file turns verses into plain text and pairs
 them by (book, chapter, verse):
 
 - Text. Footnotes, cross-references (`<note>`), the speaker labels of the Song of Songs and
@@ -44,7 +44,8 @@ import pathlib
 import re
 from typing import Iterator
 
-from data import builders, paths, sword
+from data import builders, paths
+from data.formats import sword
 from data.alignment import gale_church_align
 from data.errors import DataError
 

@@ -15,7 +15,7 @@ IDX format (see tests/fixtures/README.md). The builder prepares it into <root>/t
 
 tests/fixtures/bible_en_es/verses.tsv holds the verse pairs with their OSIS markup, and
 `install_bible_fixture` writes them as the two SWORD zText modules that the fetch puts in place
-(data/sword.py writes the format), so the reader and the builder run on the real format.
+(data/formats/sword.py writes the format), so the reader and the builder run on the real format.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from data import bible, sword
+from data import bible
+from data.formats import sword
 from data.builders import brown, fashion_mnist
 from data.builders.bible_en_es import BibleEnEsLocal
 

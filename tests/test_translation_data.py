@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from data import bible, builders, ding, fetch, paths, sword
+from data import bible, builders, ding, fetch, paths
+from data.formats import sword
 from data.errors import DataError
 from data.pair_splits import SPLITS, split_of, stable_unit
 from data.sources import get_data_source

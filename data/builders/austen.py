@@ -1,7 +1,7 @@
 """TFDS builder of Jane Austen's six novels read from Debian's `r-cran-janeaustenr`.
 
 One example per chapter (269): its paragraphs of sentences, the novel's title, the chapter's
-number in the novel and its heading. The R lazy-load database is read by data/corpora/rdata.py,
+number in the novel and its heading. The R lazy-load database is read by data/formats/rdata.py,
 chapters and paragraphs are cut by data/corpora/austen.py. Validation holds about 5% of the
 chapters of each novel (at least one), chosen by a stable hash of the document id.
 

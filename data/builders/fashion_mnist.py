@@ -17,7 +17,7 @@ import tensorflow_datasets as tfds
 
 from data import builders, paths
 from data.errors import DataError
-from data.idx import read_idx, read_idx_shape
+from data.formats.idx import read_idx, read_idx_shape
 from data.builders.local import LocalBuilder
 
 NAME = "fashion_mnist"  # the name data.fetch and data.sources know it by

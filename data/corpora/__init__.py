@@ -4,7 +4,6 @@
     sentences.py  the rule-based sentence splitter shared by austen and sotu
     splits.py     train/validation by held-out documents (stable hash, stratified)
     brown.py      Brown corpus (tagged form C): documents, POS tags, detokenization
-    rdata.py      R serialization (XDR) and lazy-load databases (.rdx/.rdb)
     austen.py     Jane Austen's novels from janeaustenr: one document per chapter
     sotu.py       State of the Union addresses: one document per speech
 

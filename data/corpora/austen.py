@@ -1,6 +1,6 @@
 """Reader of Jane Austen's six novels from the R package janeaustenr (Debian r-cran-janeaustenr).
 
-The package's lazy-load database `data/Rdata.{rdx,rdb}` (read by data/corpora/rdata.py) holds one
+The package's lazy-load database `data/Rdata.{rdx,rdb}` (read by data/formats/rdata.py) holds one
 character vector per novel, one element per line of the Project Gutenberg text: `emma`,
 `mansfieldpark`, `northangerabbey`, `persuasion`, `prideprejudice`, `sensesensibility` (there is
 no combined data frame: the package's `austen_books()` is R code that builds it).
@@ -24,7 +24,7 @@ import pathlib
 import re
 
 from data.corpora.documents import Document
-from data.corpora.rdata import LazyLoadDB, RObject
+from data.formats.rdata import LazyLoadDB, RObject
 from data.corpora.sentences import split_sentences
 from data.errors import DataError
 
