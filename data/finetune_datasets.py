@@ -17,8 +17,10 @@ Labels and tags are indices into `labels`. data/finetune.py turns examples into 
 The datasets (local: `python -m data.fetch NAME` first; tfds: the standard catalog, which needs
 internet access once):
 
-  spam         classify, ham/spam emails (data/spam.py); train/validation/test by text hash
-  tweets       classify, negative/neutral/positive tweets (data/tweets.py); the same splits
+  spam         classify, ham/spam emails (data/corpora/spam.py); train/validation/test by text
+               hash
+  tweets       classify, negative/neutral/positive tweets (data/corpora/tweets.py); the same
+               splits
   brown_genre  classify, one Brown PARAGRAPH (its sentences joined) -> its document's genre
                (15 labels)
   brown_pos    tag, one Brown sentence's words -> coarse POS tags (data/corpora/brown_tags.py)
@@ -169,7 +171,7 @@ def _text_example(example: dict) -> dict:
 
 def _read_tfds_text(name: str) -> Callable:
     def read(split: str, source: str, data_dir) -> Sequence[dict]:
-        from data.sources import get_data_source
+        from data.builders.sources import get_data_source
 
         return MappedExamples(get_data_source(name, split, source=source, data_dir=data_dir),
                               _text_example)
@@ -184,7 +186,7 @@ def _read_tfds_text(name: str) -> Callable:
 def _brown_documents(split: str, root: str, data_dir: str | None) -> tuple:
     """The Brown Documents of one of OUR splits (module docstring), cached per data root."""
     del root  # part of the cache key only: PAPERS_JAX_DATA may change between calls
-    from data.corpora.documents import read_documents
+    from data.builders.document_corpus import read_documents
     from data.corpora.splits import assign_splits
 
     if split == "test":
@@ -233,7 +235,7 @@ def _read_brown_pos(split: str, source: str, data_dir) -> list[dict]:
 
 
 def _tfds_source(name: str, split: str, source: str, data_dir):
-    from data.sources import get_data_source
+    from data.builders.sources import get_data_source
 
     if source != "tfds":
         raise DataError(f"dataset {name!r} comes from the TFDS catalog (no package carries it "
@@ -265,7 +267,7 @@ def _read_hellaswag(split: str, source: str, data_dir) -> Sequence[dict]:
 
 
 def _builtin() -> dict[str, FinetuneDataset]:
-    from data import spam, tweets
+    from data.corpora import spam, tweets
     from data.corpora.brown import GENRE_NAMES
     from data.corpora.brown_tags import COARSE_TAGS
 

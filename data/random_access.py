@@ -1,6 +1,6 @@
 """Reading several examples of a random-access data source at once.
 
-A data source (``data.sources.get_data_source``, a TFDS array_record source, or any object with
+A data source (``data.builders.sources.get_data_source``, a TFDS array_record source, or any object with
 ``len()`` and ``[i] -> dict``) may also have ``__getitems__(indices)``, one batched read: TFDS
 array_record sources do, and the pipelines read a whole batch's examples through it.
 """

@@ -306,11 +306,11 @@ def load_or_train_for_dataset(name: str, *, split: str, keys: Sequence[str],
                               max_sentences: int | None = 1_000_000,
                               cache_dir: str | os.PathLike | None = None,
                               verbose: bool = True) -> Tokenizer:
-    """The shared vocabulary of dataset `name` (`data.sources.get_data_source(name, split,
+    """The shared vocabulary of dataset `name` (`data.builders.sources.get_data_source(name, split,
     source=source)`), whose data source is opened only when the model must be trained."""
 
     def texts() -> Iterator[str]:
-        from data.sources import get_data_source  # data.sources imports the image pipeline
+        from data.builders.sources import get_data_source  # imports the image pipeline
 
         yield from source_texts(get_data_source(name, split, source=source), keys,
                                 max_sentences=max_sentences)()

@@ -23,10 +23,11 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from data import bible
-from data.formats import sword
-from data.builders import brown, fashion_mnist
 from data.builders.bible_en_es import BibleEnEsLocal
+from data.builders.brown import BrownLocal
+from data.builders.fashion_mnist import FashionMnistLocal
+from data.corpora import bible, brown, fashion_mnist
+from data.formats import sword
 
 FIXTURE_DIR = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "fashion_mnist"
 FIXTURE_SIZES = {"train": 2000, "test": 1000}
@@ -48,7 +49,7 @@ def install_fashion_mnist_fixture(root: str | pathlib.Path) -> pathlib.Path:
                 raise FileNotFoundError(f"fixture file {source} is missing; make it with "
                                         "python tests/fixtures/make_fashion_mnist_fixture.py")
             shutil.copyfile(source, dest / name)
-    shutil.rmtree(root / "tfds" / fashion_mnist.FashionMnistLocal.name, ignore_errors=True)
+    shutil.rmtree(root / "tfds" / FashionMnistLocal.name, ignore_errors=True)
     return dest
 
 
@@ -72,7 +73,7 @@ def install_brown_fixture(root: str | pathlib.Path) -> pathlib.Path:
     dest.mkdir(parents=True, exist_ok=True)
     for source in files:
         shutil.copyfile(source, dest / source.name)
-    shutil.rmtree(root / "tfds" / brown.BrownLocal.name, ignore_errors=True)
+    shutil.rmtree(root / "tfds" / BrownLocal.name, ignore_errors=True)
     return dest
 
 

@@ -15,11 +15,9 @@ import random
 import pytest
 
 from data import builders, fetch
-from data.builders import austen as austen_builder
-from data.builders import sotu as sotu_builder
+from data.builders.document_corpus import as_document, read_documents, to_example
 from data.corpora import austen, brown, sotu
-from data.corpora.documents import Document, as_document, corpus_stats, read_documents, \
-    to_example
+from data.corpora.documents import Document, corpus_stats
 from data.corpora.sentences import split_sentences
 from data.corpora.splits import assign_splits, num_validation, stable_hash
 from data.errors import DataError
@@ -190,7 +188,7 @@ def _tiny_novels():
 
 def test_austen_builder_prepares_a_small_database(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    write_lazyload_db(austen_builder.raw_folder() / "Rdata", _tiny_novels())
+    write_lazyload_db(austen.raw_folder() / "Rdata", _tiny_novels())
     builders.prepare("austen")
     splits = {s: list(read_documents("austen", s)) for s in ("train", "validation")}
     assert [len(splits[s]) for s in ("train", "validation")] == [12, 6]  # one chapter per novel
@@ -232,7 +230,7 @@ def test_sotu_speech_parsing(tmp_path):
 
 def test_sotu_builder(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    folder = sotu_builder.raw_folder()
+    folder = sotu.raw_folder()
     folder.mkdir(parents=True)
     speeches = {"1790_george_washington_n": _speech(1790, "George Washington", "none",
                                                     "In meeting you again. I feel it."),

@@ -32,7 +32,7 @@ def tok():
 
 
 def test_email_text_takes_subject_and_plain_parts_and_strips_html():
-    from data.spam import email_text, strip_html
+    from data.corpora.spam import email_text, strip_html
 
     multipart = (b"From: a@b.c\r\nSubject: =?iso-8859-1?q?Caf=E9_offer?=\r\nMIME-Version: 1.0\r\n"
                  b"Content-Type: multipart/alternative; boundary=XX\r\n\r\n--XX\r\n"
@@ -50,7 +50,7 @@ def test_email_text_takes_subject_and_plain_parts_and_strips_html():
 
 def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
     from data import builders
-    from data.builders.text_classification import split_of
+    from data.corpora.splits import text_split
     from data.finetune_datasets import get_dataset
 
     shutil.copytree(SPAM_FIXTURE / "package", tmp_path / "raw" / "spam" / "package")
@@ -64,7 +64,7 @@ def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
     for split in sizes:
         examples = get_dataset("spam").examples(split)
         texts = [examples[i]["text"] for i in range(len(examples))]
-        assert all(split_of(t) == split for t in texts)  # the split is a function of the text
+        assert all(text_split(t) == split for t in texts)  # the split is a function of the text
         ids = {builder.as_data_source(split)[i]["email_id"] for i in range(len(examples))}
         assert not ids & seen
         seen |= ids
@@ -77,8 +77,8 @@ def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
 def test_tweets_reader_and_builder_on_a_synthetic_csv(tmp_path, monkeypatch):
     """Written here (the real tweets must never be committed): invalid UTF-8, an empty
     confidence, a carriage return inside a quoted text."""
-    from data import builders, tweets
-    from data.builders import tweets as tweets_builder
+    from data import builders
+    from data.corpora import tweets
 
     rows = [b"sentiment,confidence,text"]
     for i in range(60):
@@ -93,7 +93,7 @@ def test_tweets_reader_and_builder_on_a_synthetic_csv(tmp_path, monkeypatch):
     assert np.isnan(parsed[-1].confidence) and parsed[0].label == "negative"
 
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    assert tweets_builder.raw_file() == csv
+    assert tweets.raw_file() == csv
     builder = builders.prepare("tweets")
     assert builder.info.features["label"].names == ["negative", "neutral", "positive"]
     assert sum(builder.info.splits[s].num_examples for s in ("train", "validation", "test")) == 61

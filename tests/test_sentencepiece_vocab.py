@@ -145,7 +145,7 @@ def test_source_texts_spread_over_the_source():
 
 
 def test_load_or_train_for_dataset_opens_the_source_only_to_train(tmp_path, monkeypatch):
-    import data.sources
+    import data.builders.sources
 
     opened = []
 
@@ -153,7 +153,7 @@ def test_load_or_train_for_dataset_opens_the_source_only_to_train(tmp_path, monk
         opened.append((name, split, source))
         return make_examples()
 
-    monkeypatch.setattr(data.sources, "get_data_source", fake_source)
+    monkeypatch.setattr(data.builders.sources, "get_data_source", fake_source)
     kwargs = dict(split="train", keys=KEYS, vocab_size=VOCAB, cache_dir=tmp_path, verbose=False)
     tok = sv.load_or_train_for_dataset("pairs", **kwargs)
     assert opened == [("pairs", "train", "local")]

@@ -12,11 +12,12 @@ import re
 
 import pytest
 
-from data import bible, builders, ding, fetch, paths
-from data.formats import sword
+from data import builders, fetch, paths
+from data.builders.sources import get_data_source
+from data.corpora import bible, ding
+from data.corpora.splits import SPLITS, split_of, stable_unit
 from data.errors import DataError
-from data.pair_splits import SPLITS, split_of, stable_unit
-from data.sources import get_data_source
+from data.formats import sword
 from data.testing import BIBLE_FIXTURE, install_bible_fixture, parse_ref, read_bible_fixture
 
 BIBLE_HINT = "python -m data.fetch bible_en_es"

@@ -96,7 +96,7 @@ SPAM_EMAILS = pathlib.Path(__file__).parent / "fixtures" / "spam" / "package" / 
 
 
 def _spam_texts() -> list[str]:
-    from data import spam
+    from data.corpora import spam
 
     return [e.text for e in spam.read_emails(SPAM_EMAILS)]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import pathlib
-from typing import Iterable
 
 from data.errors import DataError
 
@@ -62,14 +61,3 @@ def prepare(name: str, *, data_dir: str | pathlib.Path | None = None, force: boo
             download_mode=mode if force else tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS))
     return builder
 
-
-def require_files(name: str, folder: pathlib.Path,
-                  files: Iterable[str]) -> dict[str, pathlib.Path]:
-    """{file: path} of raw files of dataset `name` in `folder`; DataError with the fix if absent."""
-    found = {f: folder / f for f in files}
-    missing = sorted(f for f, p in found.items() if not p.is_file())
-    if missing:
-        which = "" if len(missing) == len(found) else f" (missing {', '.join(missing)})"
-        raise DataError(f"dataset {name!r} not found in {folder}{which}; run: "
-                        f"python -m data.fetch {name}")
-    return found

@@ -10,24 +10,12 @@ chapters of each novel (at least one), chosen by a stable hash of the document i
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import builders, paths
 from data.builders.document_corpus import DocumentCorpusBuilder
 from data.corpora import austen
 from data.corpora.documents import Document
-
-NAME = "austen"  # the name data.fetch and data.sources know it by
-RAW_SUBDIR = "usr/lib/R/site-library/janeaustenr/data"  # where the package keeps the database
-RDATA_FILES = ("Rdata.rdx", "Rdata.rdb")
-
-
-def raw_folder() -> pathlib.Path:
-    """Folder holding Rdata.rdx and Rdata.rdb (read from PAPERS_JAX_DATA at call time)."""
-    return paths.raw_dir(NAME) / RAW_SUBDIR
 
 
 class AustenLocal(DocumentCorpusBuilder):
@@ -39,7 +27,7 @@ class AustenLocal(DocumentCorpusBuilder):
                               "sentence unless a number follows; 'Mr.' after a dash "
                               "('altogether--Mr. Bingley') and 'Lieut.' do not; 'I' does "
                               "after a lowercase word. 32,963 -> 32,940 sentences."}
-    NAME = NAME
+    NAME = austen.NAME
     DESCRIPTION = ("Jane Austen's six completed novels (Project Gutenberg texts via the R "
                    "package janeaustenr): 269 chapters. Each example is one chapter: paragraphs "
                    "of sentences, the book's title, the chapter number and heading.")
@@ -51,14 +39,11 @@ class AustenLocal(DocumentCorpusBuilder):
         return {"book": tfds.features.Text(), "chapter": tfds.features.Scalar(dtype=np.int32),
                 "heading": tfds.features.Text()}
 
-    @classmethod
-    def check_raw_files(cls) -> None:
-        builders.require_files(NAME, raw_folder(), RDATA_FILES)
+    check_raw_files = staticmethod(austen.check_raw_files)
 
     @classmethod
     def read_corpus(cls) -> list[Document]:
-        cls.check_raw_files()
-        return austen.read_austen(raw_folder() / "Rdata")
+        return austen.read_austen()
 
     @classmethod
     def split_group(cls, doc: Document) -> str:

@@ -1,28 +1,27 @@
 """TFDS builder for the English-Spanish Bible verse pairs (World English Bible, Reina-Valera 1909).
 
 Named `bible_en_es_local`, like the other builders of fetched datasets. Reads the two SWORD
-modules that `python -m data.fetch bible_en_es` puts in place (data/bible.py aligns and cleans
-the verses). Features are `tfds.features.Text`, which encodes and reads back without TensorFlow;
+modules that `python -m data.fetch bible_en_es` puts in place (data/corpora/bible.py aligns and
+cleans the verses). Features are `tfds.features.Text`, which encodes and reads back without TensorFlow;
 a data source returns every field as UTF-8 **bytes**:
 
     {"en": b"In the beginning, God created ...", "es": b"EN el principio ...", "ref": b"Gen.1.1"}
 
-Splits by a stable hash of the verse reference (data/pair_splits.py): about 2% validation, 2% test
-and the rest train, the same on every machine; examples keep the canonical verse order.
+Splits by a stable hash of the verse reference (data/corpora/splits.py): about 2% validation, 2%
+test and the rest train, the same on every machine; examples keep the canonical verse order.
 
     python -m data.fetch bible_en_es     # fetches the modules and prepares this dataset
 """
 
 from __future__ import annotations
 
-
 import tensorflow_datasets as tfds
 
-from data.pair_splits import SPLITS, split_of
-from data import bible
 from data.builders.local import LocalBuilder
+from data.corpora import bible
+from data.corpora.splits import SPLITS, split_of
 
-NAME = bible.NAME  # the name data.fetch and data.sources know it by
+NAME = bible.NAME  # the name data.fetch and data.builders.sources know it by
 
 
 class BibleEnEsLocal(LocalBuilder):

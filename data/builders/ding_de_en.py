@@ -1,7 +1,7 @@
 """TFDS builder for the German-English sentence pairs of the Ding dictionary.
 
 Named `ding_de_en_local`, like the other builders of fetched datasets. Reads the dictionary file
-that `python -m data.fetch ding_de_en` fetches (data/ding.py picks the full-sentence pairs).
+that `python -m data.fetch ding_de_en` fetches (data/corpora/ding.py picks the full-sentence pairs).
 GPL-2+: the raw file and this prepared dataset stay in the local cache; never commit either.
 Features are `tfds.features.Text`, which encodes and reads back without TensorFlow; a data
 source returns every field as UTF-8 **bytes**:
@@ -9,7 +9,7 @@ source returns every field as UTF-8 **bytes**:
     {"de": b"Er ballerte mit seinem Luftgewehr auf eine Taube.",
      "en": b"He took a pot shot at a pigeon with his air gun."}
 
-Splits by a stable hash of the German sentence (data/pair_splits.py), so a sentence listed with
+Splits by a stable hash of the German sentence (data/corpora/splits.py), so a sentence listed with
 two translations never lands in two splits: about 2% validation, 2% test and the rest train, the
 same on every machine; examples keep the dictionary's order.
 
@@ -18,14 +18,13 @@ same on every machine; examples keep the dictionary's order.
 
 from __future__ import annotations
 
-
 import tensorflow_datasets as tfds
 
-from data.pair_splits import SPLITS, split_of
-from data import ding
 from data.builders.local import LocalBuilder
+from data.corpora import ding
+from data.corpora.splits import SPLITS, split_of
 
-NAME = ding.NAME  # the name data.fetch and data.sources know it by
+NAME = ding.NAME  # the name data.fetch and data.builders.sources know it by
 
 
 class DingDeEnLocal(LocalBuilder):

@@ -7,9 +7,9 @@ Each example is one text with its label and a little metadata:
     <more>    scalar metadata of the dataset (an id, a group, ...)
 
 Splits: `train` / `validation` / `test`, about 80 / 10 / 10, by a stable hash of the text
-itself (`split_of`: SHA-256, the same on every machine and in every process, as
-data/corpora/splits.py), so identical texts (forwarded emails, retweets) always land in the same
-split and never leak from train into test. Examples keep the corpus order within a split.
+itself (`text_split` of data/corpora/splits.py), so identical texts (forwarded emails, retweets)
+always land in the same split and never leak from train into test. Examples keep the corpus
+order within a split.
 """
 
 from __future__ import annotations
@@ -19,21 +19,7 @@ from typing import Any, Iterable
 import tensorflow_datasets as tfds
 
 from data.builders.local import LocalBuilder
-from data.corpora.splits import stable_hash
-
-SPLITS = ("train", "validation", "test")
-SPLIT_PERCENT = (80, 10, 10)  # of the hash buckets 0..99, in the order of SPLITS
-
-
-def split_of(text: str) -> str:
-    """'train', 'validation' or 'test' for `text` by its stable hash (module docstring)."""
-    bucket = stable_hash(text) % 100
-    bound = 0
-    for split, percent in zip(SPLITS, SPLIT_PERCENT):
-        bound += percent
-        if bucket < bound:
-            return split
-    raise AssertionError("the split percentages must add up to 100")
+from data.corpora.splits import SPLITS, text_split
 
 
 class TextClassificationBuilder(LocalBuilder, skip_registration=True):
@@ -76,7 +62,7 @@ class TextClassificationBuilder(LocalBuilder, skip_registration=True):
         self.check_raw_files()
         parts: dict[str, list] = {split: [] for split in SPLITS}
         for key, example in self.read_examples():
-            parts[split_of(example["text"])].append((key, example))
+            parts[text_split(example["text"])].append((key, example))
         return {split: self._generate_examples(examples) for split, examples in parts.items()}
 
     def _generate_examples(self, examples):

@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 
 from data import images as image_data
-from data import sources
+from data.builders import sources
 from models.vit import ViT, ViTConfig
 from train import flops
 from train.config import ConfigError, check_choice, to_dataclass

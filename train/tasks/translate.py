@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data import sentencepiece_vocab, sources
+from data import sentencepiece_vocab
+from data.builders import sources
 from data import text as text_data
 from models import decode as decoding
 from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_right

@@ -15,7 +15,7 @@ the prior of its kind (their Table 5: 1-1 0.89, "2-1 or 1-2" 0.089, given here t
 dynamic programming finds
 the cheapest sequence of matches. Here only 1-1, 2-1 and 1-2 matches are allowed: the callers
 pair texts that have the same number of units and want to know where the plain one-to-one
-pairing is not the likeliest (data/bible.py: verse divisions that differ between two Bibles).
+pairing is not the likeliest (data/corpora/bible.py: verse divisions that differ between two Bibles).
 """
 
 from __future__ import annotations
