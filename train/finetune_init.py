@@ -116,7 +116,8 @@ def _scratch(config, scratch_vocab) -> Pretrained:
 
 
 def _minilm(config, build: bool) -> Pretrained:
-    from data import pretrained, wordpiece
+    from data import wordpiece
+    from data.fetching import pretrained
     from data.errors import DataError
     from models.hf_bert import CheckpointError, load_hf_checkpoint, load_hf_config
 

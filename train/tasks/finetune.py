@@ -35,7 +35,7 @@ import ml_collections
 import numpy as np
 
 from data import finetune as ft_data
-from data import pretrained
+from data.fetching import pretrained
 from data import text as text_data
 from data.errors import DataError
 from data.finetune_datasets import get_dataset
