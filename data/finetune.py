@@ -56,7 +56,7 @@ import numpy as np
 
 from data.errors import DataError
 from data.finetune_datasets import KINDS
-from data.random_access import read_examples
+from data.builders.examples import read_examples
 from data.text import STAT_NAMES, TextIterator
 
 IGNORE = -100  # label of the positions a tag loss skips

@@ -54,7 +54,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from data.errors import DataError
-from data.random_access import read_examples
+from data.builders.examples import as_text, as_texts, read_examples
 
 KINDS = ("classify", "pair_classify", "tag", "span", "multiple_choice")
 SOURCE_KINDS = ("local", "tfds")
@@ -154,14 +154,6 @@ def sliced(spec: str, read_split: Callable[[str], Sequence[dict]]) -> list[dict]
     return [e for part in parts for e in whole[str(part.splitname)][part.from_:part.to]]
 
 
-def as_text(value) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def _texts(values) -> list[str]:
-    return [as_text(v) for v in np.asarray(values, dtype=object).reshape(-1)]
-
-
 # ----------------------------------------------------------------------------- local: texts
 
 
@@ -186,7 +178,7 @@ def _read_tfds_text(name: str) -> Callable:
 def _brown_documents(split: str, root: str, data_dir: str | None) -> tuple:
     """The Brown Documents of one of OUR splits (module docstring), cached per data root."""
     del root  # part of the cache key only: PAPERS_JAX_DATA may change between calls
-    from data.builders.document_corpus import read_documents
+    from data.builders.documents import read_documents
     from data.corpora.splits import assign_splits
 
     if split == "test":
@@ -247,7 +239,7 @@ def _squad_example(example: dict) -> dict:
     answers = example["answers"]
     return {"question": as_text(example["question"]), "context": as_text(example["context"]),
             "answers": [(int(s), t) for s, t in zip(np.asarray(answers["answer_start"]).reshape(-1),
-                                                     _texts(answers["text"]))]}
+                                                     as_texts(answers["text"]))]}
 
 
 def _read_squad(split: str, source: str, data_dir) -> Sequence[dict]:
@@ -255,7 +247,7 @@ def _read_squad(split: str, source: str, data_dir) -> Sequence[dict]:
 
 
 def _hellaswag_example(example: dict) -> dict:
-    return {"context": as_text(example["context"]), "choices": _texts(example["endings"]),
+    return {"context": as_text(example["context"]), "choices": as_texts(example["endings"]),
             "label": int(example["label"])}
 
 

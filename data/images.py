@@ -25,9 +25,9 @@ number of batches (no process waits on another at the end).
   train=False  one pass in order, padded with mask=0 rows to a whole number of global batches:
                every example is seen exactly once and all shapes stay static.
 
-Normalisation uses fixed per-channel constants from the dataset's train split (`NORMALIZATION`,
-e.g. Fashion-MNIST mean 0.2860, std 0.3530), looked up by the source's TFDS name, or `mean`/`std`
-passed in (see `compute_mean_std` for a dataset not in the table).
+Normalisation uses fixed per-channel constants from the dataset's train split (`NORMALIZATION` of
+data/builders/sources.py, e.g. Fashion-MNIST mean 0.2860, std 0.3530), looked up by the source's
+TFDS name, or `mean`/`std` passed in (see `compute_mean_std` for a dataset not in the table).
 
 Checkpointing: the returned `grain.DatasetIterator` has `get_state() -> {'next_index': int}`
 (batches this process has taken; JSON-serialisable) and `set_state(state)`. A state resumes
@@ -43,16 +43,8 @@ import grain
 import numpy as np
 
 from data.errors import DataError
-from data.random_access import read_examples
-
-# Per-channel mean and std of x / 255 over the train split (checked against the data where we
-# have it: Fashion-MNIST 0.28604, 0.35302 from the 60,000 train images).
-NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "fashion_mnist": ((0.2860,), (0.3530,)),
-    "fashion_mnist_local": ((0.2860,), (0.3530,)),
-    "mnist": ((0.1307,), (0.3081,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-}
+from data.builders.examples import read_examples
+from data.builders.sources import NORMALIZATION
 
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
 

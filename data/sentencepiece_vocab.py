@@ -51,6 +51,7 @@ import numpy as np
 import sentencepiece as spm
 
 from data import paths
+from data.builders.examples import as_text
 from data.errors import DataError
 
 PAD_ID, EOS_ID, UNK_ID, BOS_ID = 0, 1, 2, 3
@@ -67,17 +68,6 @@ _TRAINER_OPTIONS = dict(
     num_threads=4,                    # fixed: the model must not depend on the machine
     minloglevel=1,                    # no INFO lines (warnings and errors still show)
 )
-
-
-def as_text(value) -> str:
-    """A text field of an example (str, UTF-8 bytes, or a 0-d numpy array of either) as str."""
-    if isinstance(value, np.ndarray):
-        value = value.item()
-    if isinstance(value, (bytes, np.bytes_)):
-        return bytes(value).decode("utf-8")
-    if isinstance(value, str):
-        return str(value)
-    raise DataError(f"a text (str or UTF-8 bytes) expected, got {type(value).__name__}")
 
 
 class Tokenizer:

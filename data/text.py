@@ -72,8 +72,8 @@ from absl import flags as absl_flags
 from grain.experimental import FirstFitPackIterDataset
 
 from data.errors import DataError
-from data.random_access import read_examples
-from data.sentencepiece_vocab import EOS_ID, PAD_ID, Tokenizer, as_text
+from data.builders.examples import as_text, read_examples
+from data.sentencepiece_vocab import EOS_ID, PAD_ID, Tokenizer
 
 LONG_EXAMPLE_POLICIES = ("truncate", "drop")
 ARRAY_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from data import builders
-from data.builders.document_corpus import as_document, read_documents, to_example
+from data.builders.documents import as_document, read_documents, to_example
 from data.corpora import austen, brown, sotu
 from data.corpora.documents import Document, corpus_stats
 from data.corpora.sentences import split_sentences

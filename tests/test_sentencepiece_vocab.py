@@ -7,7 +7,6 @@ import pickle
 import re
 import threading
 
-import numpy as np
 import pytest
 
 from data import sentencepiece_vocab as sv
@@ -222,13 +221,3 @@ def test_training_reads_the_first_max_sentences_non_empty_texts(tmp_path, monkey
                      max_sentences=None, cache_dir=tmp_path, verbose=False)
     assert seen == sentences
 
-
-def test_as_text_accepts_str_bytes_and_0d_arrays():
-    """Text fields arrive as str, UTF-8 bytes or 0-d numpy arrays of either (TFDS and grain
-    sources); all read as the same str, and anything else is refused."""
-    for value in ("Año nuevo", "Año nuevo".encode("utf-8"), np.array("Año nuevo"),
-                  np.array("Año nuevo".encode("utf-8"), dtype=object),
-                  np.bytes_("Año nuevo".encode("utf-8"))):
-        assert sv.as_text(value) == "Año nuevo" and type(sv.as_text(value)) is str, value
-    with pytest.raises(DataError, match="got int"):
-        sv.as_text(3)

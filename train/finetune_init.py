@@ -137,7 +137,7 @@ def _minilm(config, build: bool) -> Pretrained:
 
 def _workdir(config, workdir: pathlib.Path, build: bool) -> Pretrained:
     from data import wordpiece
-    from data.builders.document_corpus import read_documents
+    from data.builders.documents import read_documents
     from train import vocabulary
     from train.checkpointing import load_params
 

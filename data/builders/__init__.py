@@ -1,8 +1,23 @@
-"""TFDS builders for datasets fetched from package registries (see data/fetch.py).
+"""TFDS datasets: our builders of the fetched raw files, and any dataset opened by name.
 
 `LOCAL_BUILDERS` maps a dataset name (the name `python -m data.fetch` knows) to the builder class
-that turns its raw files into a TFDS dataset under `paths.tfds_dir()`. Builder modules import
-TFDS, so they are loaded only when asked for.
+that turns its raw files, read by its reader of data/corpora/, into a TFDS dataset under
+`paths.tfds_dir()`. Builder modules import TFDS, so they are loaded only when asked for.
+
+    local.py                LocalBuilder, the base of every builder: info, splits, array_record
+    fashion_mnist.py        Fashion-MNIST images and labels
+    bible_en_es.py          English-Spanish verse pairs
+    ding_de_en.py           German-English sentence pairs
+    documents.py            a Document as a TFDS example and back (read_documents)
+    document_corpus.py      the base of the document corpora:
+    brown.py                  Brown: documents, and the words and POS tags of each sentence
+    austen.py                 Austen's novels, one document per chapter
+    sotu.py                   State of the Union speeches, one document per speech
+    text_classification.py  the base of the labelled texts:
+    spam.py                   SpamAssassin emails, ham / spam
+    tweets.py                 tweets, negative / neutral / positive
+    sources.py              get_data_source(name, split, source='local'|'tfds'), dataset_info
+    examples.py             read_examples (one batched read), as_text (a text field as str)
 """
 
 from __future__ import annotations

@@ -27,19 +27,17 @@ class AustenLocal(DocumentCorpusBuilder):
                               "sentence unless a number follows; 'Mr.' after a dash "
                               "('altogether--Mr. Bingley') and 'Lieut.' do not; 'I' does "
                               "after a lowercase word. 32,963 -> 32,940 sentences."}
-    NAME = austen.NAME
     DESCRIPTION = ("Jane Austen's six completed novels (Project Gutenberg texts via the R "
                    "package janeaustenr): 269 chapters. Each example is one chapter: paragraphs "
                    "of sentences, the book's title, the chapter number and heading.")
     HOMEPAGE = "https://github.com/juliasilge/janeaustenr"
     LICENSE = "MIT (package); the novels are in the public domain"
+    check_raw_files = staticmethod(austen.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
         return {"book": tfds.features.Text(), "chapter": tfds.features.Scalar(dtype=np.int32),
                 "heading": tfds.features.Text()}
-
-    check_raw_files = staticmethod(austen.check_raw_files)
 
     @classmethod
     def read_corpus(cls) -> list[Document]:

@@ -2,7 +2,7 @@
 
 One example per document (500 text samples of about 2,000 words, 15 genres): its paragraphs of
 detokenized sentences, the words and POS tags of each sentence, and the genre. The layout and
-`as_document` are in data/corpora/documents.py, the parsing rules in data/corpora/brown.py.
+`as_document` are in data/builders/documents.py, the parsing rules in data/corpora/brown.py.
 Validation holds about 5% of the documents of each genre (25 of 500), chosen by a stable hash of
 the file name, so every genre is in both splits.
 
@@ -36,7 +36,6 @@ class BrownLocal(DocumentCorpusBuilder):
                               "doubled ',' and ':' dropped, paired single quotes open and "
                               "close ('a 'pro' letter'); 219 sentences change, tokens and "
                               "tags do not."}
-    NAME = brown.NAME
     TAGGED = True
     DESCRIPTION = ("The Brown corpus (Francis and Kucera 1964/1979): 500 samples of edited "
                    "American English in 15 genres, about 1.16M tokens with POS tags. Each example "
@@ -44,12 +43,11 @@ class BrownLocal(DocumentCorpusBuilder):
     HOMEPAGE = "http://www.hit.uib.no/icame/brown/bcm.html"
     CITATION = _CITATION
     LICENSE = "Distributed with the permission of the copyright holder, redistribution permitted"
+    check_raw_files = staticmethod(brown.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
         return {"genre": tfds.features.ClassLabel(names=list(brown.GENRE_NAMES))}
-
-    check_raw_files = staticmethod(brown.check_raw_files)
 
     @classmethod
     def read_corpus(cls) -> list[Document]:

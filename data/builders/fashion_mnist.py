@@ -28,34 +28,26 @@ class FashionMnistLocal(LocalBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: the IDX files of Debian's dataset-fashion-mnist."}
+    DESCRIPTION = ("Fashion-MNIST (Zalando): 28x28 grayscale images of 10 kinds of clothing, "
+                   "60,000 train and 10,000 test. MIT license.")
+    HOMEPAGE = "https://github.com/zalandoresearch/fashion-mnist"
+    CITATION = _CITATION
+    LICENSE = "MIT"
+    SUPERVISED_KEYS = ("image", "label")
+    check_raw_files = staticmethod(fashion_mnist.check_raw_files)
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description="Fashion-MNIST (Zalando): 28x28 grayscale images of 10 kinds of "
-                        "clothing, 60,000 train and 10,000 test. MIT license.",
-            features=tfds.features.FeaturesDict({
-                "image": tfds.features.Tensor(shape=fashion_mnist.IMAGE_SHAPE, dtype=np.uint8),
-                "label": tfds.features.ClassLabel(names=list(fashion_mnist.CLASS_NAMES)),
-            }),
-            supervised_keys=("image", "label"),
-            disable_shuffling=True,  # keep the IDX order: example i is image i of the file
-            homepage="https://github.com/zalandoresearch/fashion-mnist",
-            citation=_CITATION,
-            license="MIT",
-        )
+    def features(self) -> tfds.features.FeaturesDict:
+        return tfds.features.FeaturesDict({
+            "image": tfds.features.Tensor(shape=fashion_mnist.IMAGE_SHAPE, dtype=np.uint8),
+            "label": tfds.features.ClassLabel(names=list(fashion_mnist.CLASS_NAMES)),
+        })
 
-    @classmethod
-    def check_raw_files(cls) -> None:
-        """DataError when the raw files are missing (with the fetch command) or inconsistent."""
-        fashion_mnist.check_raw_files()
+    def split_examples(self):
+        return {split: _examples(split) for split in fashion_mnist.SPLIT_FILES}
 
-    def _split_generators(self, dl_manager):
-        del dl_manager  # Nothing to download: data.fetch put the files in place.
-        self.check_raw_files()
-        return {split: self._generate_examples(split) for split in fashion_mnist.SPLIT_FILES}
 
-    def _generate_examples(self, split: str):
-        images, labels = fashion_mnist.load_split(split)
-        for i in range(len(labels)):
-            yield i, {"image": images[i][:, :, None], "label": int(labels[i])}
+def _examples(split: str):
+    """The examples of `split` in the IDX order: example i is image i of the file."""
+    images, labels = fashion_mnist.load_split(split)
+    for i in range(len(labels)):
+        yield i, {"image": images[i][:, :, None], "label": int(labels[i])}

