@@ -46,7 +46,7 @@ def _optimizer(config, d_model: int):
 def _write_vocab(directory: str, vocab_size: int) -> str:
     """A vocab.txt of `vocab_size` tokens (BERT's five special ones first): the task reads its
     vocabulary size and special ids from it; the benchmark's token ids are random anyway."""
-    from data.wordpiece import SPECIAL_TOKENS
+    from data.vocab.wordpiece import SPECIAL_TOKENS
     path = Path(directory) / "vocab.txt"
     words = [f"w{i}" for i in range(vocab_size - len(SPECIAL_TOKENS))]
     path.write_text("\n".join([*SPECIAL_TOKENS, *words]) + "\n", encoding="utf-8")

@@ -1,6 +1,6 @@
 """Grain pipeline of BERT / RoBERTa pretraining batches: pairs or packed sentences, masked.
 
-    tok = wordpiece.vocab_for_documents(...)                 # data/wordpiece.py
+    tok = wordpiece.vocab_for_documents(...)                 # data/vocab/wordpiece.py
     masking = masking_config(tok, select_prob=0.15, max_predictions=20)
     it = pretraining_batches(train_docs, tok, batch_size=32, max_seq_length=128,
                              input_format="segment_pair", masking=masking, seed=0, train=True,
@@ -270,7 +270,7 @@ def pretraining_batches(documents_source: Iterable | TokenizedCorpus, tokenizer,
     """Iterator over this process's pretraining batches (see the module docstring).
 
     `documents_source`: Documents (data.corpora.documents.Document: doc_id, paragraphs of
-    sentence strings) or a TokenizedCorpus; `tokenizer`: a data.wordpiece.WordPieceTokenizer.
+    sentence strings) or a TokenizedCorpus; `tokenizer`: a data.vocab.wordpiece.WordPieceTokenizer.
     """
     _check(tokenizer, input_format=input_format, max_seq_length=max_seq_length,
            short_seq_prob=short_seq_prob, masking=masking, batch_size=batch_size,

@@ -92,7 +92,7 @@ _CORPUS_LOCK = threading.Lock()
 
 def tokenize_documents(documents: Iterable, tokenizer) -> TokenizedCorpus:
     """`documents` (Document objects: doc_id and paragraphs of sentence strings) tokenized with
-    `tokenizer` (data.wordpiece.WordPieceTokenizer). The result is kept in memory (the last
+    `tokenizer` (data.vocab.wordpiece.WordPieceTokenizer). The result is kept in memory (the last
     few corpora, by fingerprint), so a second pipeline over the same split does not tokenize
     again."""
     doc_ids, doc_texts = [], []

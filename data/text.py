@@ -73,7 +73,7 @@ from grain.experimental import FirstFitPackIterDataset
 
 from data.errors import DataError
 from data.builders.examples import as_text, read_examples
-from data.sentencepiece_vocab import EOS_ID, PAD_ID, Tokenizer
+from data.vocab.sentencepiece import EOS_ID, PAD_ID, Tokenizer
 
 LONG_EXAMPLE_POLICIES = ("truncate", "drop")
 ARRAY_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",

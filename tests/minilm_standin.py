@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data import wordpiece
+from data.vocab import wordpiece
 from data.fetching import catalog, raw
 from models.bert import BertConfig
 from models.hf_bert import hf_names, params_from_hf, save_hf_checkpoint

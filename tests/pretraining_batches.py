@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from data import pretraining as pt
-from data import wordpiece as wp
+from data.vocab import wordpiece as wp
 from english_documents import DOCS, VOCAB_SIZE
 
 

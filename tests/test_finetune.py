@@ -148,7 +148,7 @@ def _flat(tree):
 
 
 def test_fine_tuning_from_a_pretraining_workdir(brown_env, tmp_path):
-    from data import wordpiece
+    from data.vocab import wordpiece
     from train.checkpointing import load_params
     from train.trainer import Trainer
 

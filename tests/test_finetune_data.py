@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from data import finetune as ft
-from data import wordpiece
+from data.vocab import wordpiece
 from data.corpora.brown_tags import COARSE_TAGS, base_tag, coarse_tag
 from data.errors import DataError
 

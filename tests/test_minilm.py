@@ -14,7 +14,7 @@ from hf_bert_checks import assert_trees_equal, flat, hf_numpy_bert, init_shapes
 
 from data.fetching import catalog, pretrained, raw
 from data.errors import DataError
-from data.wordpiece import load_tokenizer
+from data.vocab.wordpiece import load_tokenizer
 from models.bert import BertModel
 from models.hf_bert import load_hf_checkpoint, save_hf_checkpoint
 from models.safetensors_file import read_safetensors

@@ -21,7 +21,7 @@ import pytest
 from batch_checks import take
 from data import pretraining as pt
 from data import pretraining_instances as pi
-from data import wordpiece as wp
+from data.vocab import wordpiece as wp
 from data.corpora.documents import Document
 from data.errors import DataError
 from english_documents import DOCS

@@ -11,7 +11,7 @@ import pytest
 
 from batch_checks import take
 from data import pretraining as pt
-from data import wordpiece as wp
+from data.vocab import wordpiece as wp
 from english_documents import DOCS
 from pretraining_batches import batches, english_tokenizer, originals, rows
 

@@ -1,4 +1,4 @@
-"""The shared SentencePiece vocabulary (data/sentencepiece_vocab.py): special ids, the cache and
+"""The shared SentencePiece vocabulary (data/vocab/sentencepiece.py): special ids, the cache and
 its file names, deterministic training, corrupt or mismatched cache files, concurrent callers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from data import sentencepiece_vocab as sv
+from data.vocab import sentencepiece as sv
 from data.errors import DataError
 from en_es_pairs import KEYS, PAIRS, VOCAB, make_examples, texts_fn
 
@@ -194,7 +194,7 @@ def test_a_trained_model_failing_the_cache_check_is_a_bug_not_a_corrupt_file(tmp
         return train(texts, vocab_size=vocab_size - 1, **kwargs)
 
     monkeypatch.setattr(sv, "_train_model", one_short)
-    with pytest.raises(RuntimeError, match="a bug in data/sentencepiece_vocab.py"):
+    with pytest.raises(RuntimeError, match="a bug in data/vocab/sentencepiece.py"):
         sv.load_or_train("pairs.train.en+es", texts_fn, vocab_size=VOCAB, cache_dir=tmp_path,
                          verbose=False)
     assert list(tmp_path.iterdir()) == []

