@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data import finetune_datasets as fd
+from data.pipelines import finetune_datasets as fd
 
 WORDS = ("red blue green black white small large quick slow happy sad north south east west "
          "river stone cloud tree house").split()

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data import finetune as ft
+from data.pipelines import finetune as ft
+from data.pipelines.sharding import num_batches
 from data.vocab import wordpiece
 from data.corpora.brown_tags import COARSE_TAGS, base_tag, coarse_tag
 from data.errors import DataError
@@ -51,7 +52,7 @@ def test_email_text_takes_subject_and_plain_parts_and_strips_html():
 def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
     from data import builders
     from data.corpora.splits import text_split
-    from data.finetune_datasets import get_dataset
+    from data.pipelines.finetune_datasets import get_dataset
 
     shutil.copytree(SPAM_FIXTURE / "package", tmp_path / "raw" / "spam" / "package")
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
@@ -119,7 +120,7 @@ def test_brown_coarse_tags():
 
 
 def test_brown_tasks_follow_the_document_split(brown_env):
-    from data.finetune_datasets import get_dataset
+    from data.pipelines.finetune_datasets import get_dataset
 
     genre = get_dataset("brown_genre")
     train, test = genre.examples("train"), genre.examples("test")
@@ -324,7 +325,7 @@ def test_labels_outside_the_dataset_s_classes_are_refused(tok):
     for kind in ft.LABELLED_KINDS:
         with pytest.raises(DataError, match="num_labels >= 2"):
             ft.FeatureEncoder(kind, tok, 8)
-    from data.finetune_datasets import get_dataset
+    from data.pipelines.finetune_datasets import get_dataset
 
     swag = get_dataset("swag")
     with pytest.raises(DataError, match="no split 'test'"):
@@ -363,7 +364,7 @@ def test_train_batches_resume_from_their_state_and_count_truncations(tok):
 def test_eval_batches_pad_with_mask_and_shard_over_processes(tok):
     examples = _examples(11)
     enc = ft.FeatureEncoder("classify", tok, 8, num_labels=2)
-    n = ft.num_batches(11, batch_size=2, process_count=2)
+    n = num_batches(11, batch_size=2, process_count=2)
     assert n == 3
     seen = []
     for process in range(2):

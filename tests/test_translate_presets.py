@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data import text
+from data.pipelines import translation as text
 from data.vocab.sentencepiece import EOS_ID, PAD_ID
 from train.config import load_config_file
 

@@ -17,7 +17,9 @@ import numpy as np
 
 from data.vocab import sentencepiece as sentencepiece_vocab
 from data.builders import sources
-from data import text as text_data
+from data.pipelines import counts
+from data.pipelines import translation as text_data
+from data.pipelines.sharding import num_batches
 from data.builders.examples import as_text
 from models import decode as decoding
 from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_right
@@ -230,7 +232,7 @@ class TranslationTask(Task):
             process_count=process_count, **self._pipeline_args())
 
     def data_metrics(self, train_iterator) -> dict[str, int]:
-        return text_data.long_example_counts(train_iterator)
+        return counts.long_example_counts(train_iterator)
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         source = self._source(self.config.data.eval_split)
@@ -238,5 +240,5 @@ class TranslationTask(Task):
             source, batch_size=batch_size, train=False, seed=0, pack=False,
             long_examples="truncate", process_index=process_index, process_count=process_count,
             **self._pipeline_args())
-        return iterator, text_data.num_batches(len(source), batch_size=batch_size,
+        return iterator, num_batches(len(source), batch_size=batch_size,
                                                process_count=process_count)

@@ -1,7 +1,7 @@
 """Which tokens form each pretraining example: tokenized documents and instance plans.
 
-data/pretraining.py turns a plan into model inputs, masks them and batches them in grain; this
-module decides, without grain, which spans of which documents make each example.
+data/pipelines/pretraining.py turns a plan into model inputs, masks them and batches them in grain;
+this module decides, without grain, which spans of which documents make each example.
 
 Tokenized corpus. Every sentence of every document is tokenized once (WordPiece, no specials)
 and the ids are laid end to end in one array, sentence after sentence, document after document;
