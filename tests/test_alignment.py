@@ -1,4 +1,4 @@
-"""Gale & Church's length-based alignment (data/alignment.py)."""
+"""Gale & Church's length-based alignment (data/corpora/alignment.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""BERT/RoBERTa pretraining batches across epochs and runs (data/pretraining.py): static masking
-repeats its examples every epoch and dynamic masking draws new masks (and pairs); a restored
-pipeline continues exactly; processes take disjoint shares of the global batches."""
+"""BERT/RoBERTa pretraining batches across epochs and runs (data/pipelines/pretraining.py): static
+masking repeats its examples every epoch and dynamic masking draws new masks (and pairs); a
+restored pipeline continues exactly; processes take disjoint shares of the global batches."""
 
 from __future__ import annotations
 
