@@ -46,7 +46,7 @@ def _optimizer(config, d_model: int):
 def _write_vocab(directory: str, vocab_size: int) -> str:
     """A vocab.txt of `vocab_size` tokens (BERT's five special ones first): the task reads its
     vocabulary size and special ids from it; the benchmark's token ids are random anyway."""
-    from data.wordpiece import SPECIAL_TOKENS
+    from data.vocab.wordpiece import SPECIAL_TOKENS
     path = Path(directory) / "vocab.txt"
     words = [f"w{i}" for i in range(vocab_size - len(SPECIAL_TOKENS))]
     path.write_text("\n".join([*SPECIAL_TOKENS, *words]) + "\n", encoding="utf-8")
@@ -55,8 +55,8 @@ def _write_vocab(directory: str, vocab_size: int) -> str:
 
 def bert_batch(rng: np.random.Generator, batch: int, seq_length: int, num_predictions: int,
                vocab_size: int) -> dict[str, np.ndarray]:
-    """A full-length pretraining batch as data/pretraining.py yields it: two segments, every
-    token real, `num_predictions` distinct predicted positions per row (never [CLS])."""
+    """A full-length pretraining batch as data/pipelines/pretraining.py yields it: two segments,
+    every token real, `num_predictions` distinct predicted positions per row (never [CLS])."""
     positions = np.sort(np.stack([rng.choice(np.arange(1, seq_length), num_predictions,
                                              replace=False) for _ in range(batch)]), axis=1)
     segment_ids = np.zeros((batch, seq_length), np.int32)
@@ -89,7 +89,8 @@ class HeadOnEveryPosition:
 
 def vit_batch(rng: np.random.Generator, batch: int, image_size: tuple[int, int]
               ) -> dict[str, np.ndarray]:
-    """Images as data/images.py yields them (uint8 [b, h, w, c]) with labels and mask."""
+    """Images as data/pipelines/images.py yields them (uint8 [b, h, w, c]) with labels and
+    mask."""
     return {"image": rng.integers(0, 256, (batch, *image_size, CHANNELS), dtype=np.uint8),
             "label": rng.integers(0, IMAGENET_CLASSES, (batch,), dtype=np.int32),
             "mask": np.ones((batch,), np.float32)}

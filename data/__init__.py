@@ -1,27 +1,42 @@
-"""Datasets: fetching from package registries, TFDS builders, and grain input pipelines.
+"""Datasets: fetched from package registries, read, prepared as TFDS datasets, tokenized and
+batched by grain pipelines.
 
-  paths.py     where data lives ($PAPERS_JAX_DATA, default ~/.cache/papers-jax); file locks
-               and atomic writes for what is cached there
-  fetch.py     python -m data.fetch NAME: registry package -> raw files -> prepared TFDS dataset
-  idx.py       IDX (MNIST-format) reader and writer
-  builders/    TFDS builders for the fetched datasets (named *_local; no TensorFlow needed)
-  sources.py   get_data_source(name, split, source='local'|'tfds'), dataset_info(name, source)
-  random_access.py  read_examples(source, indices): one batched read where a source has one
-  images.py    image_batches(...): sharded, shuffled, normalised batches with get/set_state
-  sword.py, bible.py      SWORD zText modules -> aligned World English Bible / Reina-Valera verses
-  ding.py                 Ding dictionary -> German-English sentence pairs (GPL: never committed)
-  pair_splits.py          stable hashed train / validation / test splits of sentence pairs
-  corpora/                Brown, Austen (R data files), SOTU -> documents of paragraphs of sentences
-  sentencepiece_vocab.py  shared source/target SentencePiece vocabulary, trained once and cached
-  text.py                 translation batches: tokenize, truncate or drop (counted), pack or pad
-  wordpiece.py            WordPiece vocabularies (HF tokenizers): trained and cached, or vocab.txt
-  pretraining_instances.py, pretraining.py
-                          BERT / RoBERTa examples (sentence pairs or packed sentences), masked
-  masking.py              MLM masking with every rate from the config (BERT Table 8)
-  phases.py               one pipeline for the first N batches, another after (BERT's 128 -> 512)
-  pretrained.py           where fetched pretrained weights are (minilm_dir())
-  testing.py   install_*_fixture(root): the committed real excerpts, laid out as if fetched
-  errors.py    DataError, raised for every data problem a user can fix
+The sub-packages follow the data, lowest layer first; a module imports only from its own layer
+and the ones below it (`LAYERS`, checked by tests/test_layout.py), and no two modules import each
+other.
+
+  errors.py     DataError, raised for every data problem a user can fix
+  paths.py      where data lives ($PAPERS_JAX_DATA, default ~/.cache/papers-jax): raw/, tfds/,
+                vocab/; the missing-raw-files error; file locks and atomic writes
+  formats/      raw file formats: IDX (MNIST), SWORD zText (Bibles), R data (.rdx/.rdb)
+  corpora/      one reader per dataset: where its raw files are, their cheap check, and what
+                they hold (Fashion-MNIST, Bible, Ding, Brown, Austen, SOTU, spam, tweets); the
+                Document of the pretraining corpora; the stable hashed splits
+  fetching/     the catalog of registry packages (catalog.py), their clients (registries.py),
+                fetch and verify into <root>/raw/ (raw.py), pretrained weights (pretrained.py)
+  builders/     TFDS builders of the fetched datasets (named *_local; no TensorFlow needed);
+                data sources by name (sources.py), batched reads and text fields (examples.py),
+                documents read back (documents.py)
+  vocab/        WordPiece and SentencePiece vocabularies, trained once and cached (cache.py)
+  pipelines/    grain pipelines: images, translation, MLM masking, BERT / RoBERTa pretraining,
+                fine-tuning and its datasets, phases; the shared sharding, seeds and counts
+  fetch.py      python -m data.fetch NAME: registry package -> raw files -> prepared TFDS dataset
+  fetched.py    require(names): every dataset a run reads is there, checked before it starts
+  testing.py    install_*_fixture(root): the committed real excerpts, laid out as if fetched
 
 This package never imports `train` or `models`.
 """
+
+# The layers, lowest first: a module or package of one may import only from its own layer and
+# the ones before it (tests/test_layout.py). The last holds the entry points that use the rest.
+LAYERS = (
+    ("data.errors",),
+    ("data.paths",),
+    ("data.formats",),
+    ("data.corpora",),
+    ("data.fetching",),
+    ("data.builders",),
+    ("data.vocab",),
+    ("data.pipelines",),
+    ("data.fetch", "data.fetched", "data.testing"),
+)

@@ -8,23 +8,24 @@ opened, and the model is compiled before the first batch. So the trainer asks th
 name it reads and checks them all here first (train/tasks/__init__.py), and a run that lacks data
 stops before writing anything (no vocabulary trained, no lock file left).
 
-A dataset is there when its raw files are (what its TFDS builder checks: the committed test
-fixtures, which have no fetch marker, count too) or its TFDS dataset is already prepared (it is
-then read without them); a pretrained checkpoint when its files are (data/pretrained.py). The full
-sha256 check of a fetch is `data.fetch.verify`, which `python -m data.fetch` runs.
+A dataset is there when its raw files are (what its reader checks: the committed test fixtures,
+which have no fetch marker, count too) or its TFDS dataset is already prepared (it is then read
+without them); a pretrained checkpoint when its files are (data/fetching/pretrained.py). The full
+sha256 check of a fetch is `data.fetching.raw.verify`, which `python -m data.fetch` runs.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from data import builders, fetch, paths, pretrained
+from data import builders, paths
 from data.errors import DataError
+from data.fetching import catalog, pretrained, raw
 
 
 def _problem(name: str) -> str | None:
     """None when dataset `name` (a `python -m data.fetch` name) can be read, else why not."""
-    source = fetch.get_source(name)  # DataError naming the known ones
+    source = catalog.get_source(name)  # DataError naming the known ones
     if name in pretrained.CHECKPOINTS:
         try:
             pretrained.checkpoint_dir(name)
@@ -32,7 +33,7 @@ def _problem(name: str) -> str | None:
             return str(error)
         return None
     if name not in builders.LOCAL_BUILDERS:
-        return fetch.verify(source)
+        return raw.verify(source)
     try:
         builders.builder_class(name).check_raw_files()
     except DataError as error:

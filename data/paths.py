@@ -7,9 +7,13 @@ temporary folder), default `~/.cache/papers-jax`:
   <root>/tfds/         TFDS datasets prepared from them by our builders (data/builders/)
   <root>/vocab/        vocabularies trained on them (SentencePiece, WordPiece), cached
 
+A reader that finds a dataset's raw files missing raises `not_fetched`'s error, which names the
+folder and the `python -m data.fetch <name>` command that puts them there (`require_files`).
+
 `file_lock` serialises writers of one of these (a fetch, a vocabulary training) between the
-processes of this machine, through a lock file that exists only while held; `write_atomically` puts a file in place whole or not at all, so a
-reader never sees a half-written one and needs no lock.
+processes of this machine, through a lock file that exists only while held; `write_atomically`
+puts a file in place whole or not at all, so a reader never sees a half-written one and needs no
+lock.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import fcntl
 import os
 import pathlib
 import tempfile
-from typing import Iterator
+from typing import Iterable, Iterator
+
+from data.errors import DataError
 
 ENV_VAR = "PAPERS_JAX_DATA"
 DEFAULT_ROOT = "~/.cache/papers-jax"
@@ -33,6 +39,25 @@ def data_root() -> pathlib.Path:
 def raw_dir(name: str) -> pathlib.Path:
     """Folder holding the raw files fetched for dataset `name`."""
     return data_root() / "raw" / name
+
+
+def not_fetched(name: str, folder: pathlib.Path, what: str = "") -> DataError:
+    """The error for raw files of dataset `name` that are not in `folder`, with the command that
+    fetches them (`what`: which ones, when not all)."""
+    which = f" ({what})" if what else ""
+    return DataError(f"dataset {name!r} not found in {folder}{which}; run: "
+                     f"python -m data.fetch {name}")
+
+
+def require_files(name: str, folder: pathlib.Path,
+                  files: Iterable[str]) -> dict[str, pathlib.Path]:
+    """{file: path} of raw files of dataset `name` in `folder`; `not_fetched` if one is absent."""
+    found = {f: folder / f for f in files}
+    missing = sorted(f for f, p in found.items() if not p.is_file())
+    if missing:
+        raise not_fetched(name, folder, "" if len(missing) == len(found)
+                          else f"missing {', '.join(missing)}")
+    return found
 
 
 def tfds_dir() -> pathlib.Path:

@@ -15,7 +15,7 @@ IDX format (see tests/fixtures/README.md). The builder prepares it into <root>/t
 
 tests/fixtures/bible_en_es/verses.tsv holds the verse pairs with their OSIS markup, and
 `install_bible_fixture` writes them as the two SWORD zText modules that the fetch puts in place
-(data/sword.py writes the format), so the reader and the builder run on the real format.
+(data/formats/sword.py writes the format), so the reader and the builder run on the real format.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from data import bible, sword
-from data.builders import brown, fashion_mnist
 from data.builders.bible_en_es import BibleEnEsLocal
+from data.builders.brown import BrownLocal
+from data.builders.fashion_mnist import FashionMnistLocal
+from data.corpora import bible, brown, fashion_mnist
+from data.formats import sword
 
 FIXTURE_DIR = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "fashion_mnist"
 FIXTURE_SIZES = {"train": 2000, "test": 1000}
@@ -47,7 +49,7 @@ def install_fashion_mnist_fixture(root: str | pathlib.Path) -> pathlib.Path:
                 raise FileNotFoundError(f"fixture file {source} is missing; make it with "
                                         "python tests/fixtures/make_fashion_mnist_fixture.py")
             shutil.copyfile(source, dest / name)
-    shutil.rmtree(root / "tfds" / fashion_mnist.FashionMnistLocal.name, ignore_errors=True)
+    shutil.rmtree(root / "tfds" / FashionMnistLocal.name, ignore_errors=True)
     return dest
 
 
@@ -71,7 +73,7 @@ def install_brown_fixture(root: str | pathlib.Path) -> pathlib.Path:
     dest.mkdir(parents=True, exist_ok=True)
     for source in files:
         shutil.copyfile(source, dest / source.name)
-    shutil.rmtree(root / "tfds" / brown.BrownLocal.name, ignore_errors=True)
+    shutil.rmtree(root / "tfds" / BrownLocal.name, ignore_errors=True)
     return dest
 
 

@@ -1,12 +1,12 @@
-"""Small generated fine-tuning datasets of every kind (data/finetune_datasets.py KINDS), for the
-task tests: learnable in a few dozen steps (a label shows in the words a text is made of), and
-registered under `generated_<kind>` with a 'train' and a 'validation' split."""
+"""Small generated fine-tuning datasets of every kind (data/pipelines/finetune_datasets.py KINDS),
+for the task tests: learnable in a few dozen steps (a label shows in the words a text is made
+of), and registered under `generated_<kind>` with a 'train' and a 'validation' split."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from data import finetune_datasets as fd
+from data.pipelines import finetune_datasets as fd
 
 WORDS = ("red blue green black white small large quick slow happy sad north south east west "
          "river stone cloud tree house").split()

@@ -1,6 +1,6 @@
 """A small stand-in for all-MiniLM-L6-v2, laid out as `python -m data.fetch minilm` leaves the
-real one (data/pretrained.py `minilm_dir`), so that `config.init='minilm'` runs without the
-download: an HF BERT of other sizes than any config here, random weights, and an uncased
+real one (data/fetching/pretrained.py `minilm_dir`), so that `config.init='minilm'` runs without
+the download: an HF BERT of other sizes than any config here, random weights, and an uncased
 WordPiece vocabulary of letters, digits, punctuation and a few words."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data import fetch, wordpiece
+from data.vocab import wordpiece
+from data.fetching import catalog, raw
 from models.bert import BertConfig
 from models.hf_bert import hf_names, params_from_hf, save_hf_checkpoint
 
@@ -33,15 +34,15 @@ def install_minilm_standin(root: Path, **sizes) -> tuple[Path, BertConfig]:
     rng = np.random.default_rng(0)
     tensors = {name: rng.normal(scale=0.05, size=shape).astype(np.float32)
                for name, shape in hf_names(cfg, "model").items()}
-    raw = root / "raw" / "minilm"
-    folder = raw / fetch.MINILM_DIR
+    raw_dir = root / "raw" / "minilm"
+    folder = raw_dir / catalog.MINILM_DIR
     save_hf_checkpoint(folder, cfg, params_from_hf(tensors, cfg, head="model"))
     (folder / "tokenizer.json").write_text(tokenizer.tokenizer_json)
     tokenizer.save_vocab_txt(folder / "vocab.txt")
     (folder / "1_Pooling").mkdir()
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(
         {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False}))
-    expected = fetch.get_source("minilm").expected
-    (raw / fetch.MARKER).write_text(json.dumps(
-        {"files": {rel: {"size": (raw / rel).stat().st_size} for rel in expected}}))
+    expected = catalog.get_source("minilm").expected
+    (raw_dir / raw.MARKER).write_text(json.dumps(
+        {"files": {rel: {"size": (raw_dir / rel).stat().st_size} for rel in expected}}))
     return folder, cfg

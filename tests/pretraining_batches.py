@@ -1,13 +1,13 @@
-"""The BERT pretraining pipeline (data/pretraining.py) as the pretraining-data tests run it: a
-WordPiece vocabulary trained on tests/english_documents.py and the pipeline's defaults for them,
-and helpers to read its batches."""
+"""The BERT pretraining pipeline (data/pipelines/pretraining.py) as the pretraining-data tests run
+it: a WordPiece vocabulary trained on tests/english_documents.py and the pipeline's defaults for
+them, and helpers to read its batches."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from data import pretraining as pt
-from data import wordpiece as wp
+from data.pipelines import pretraining as pt
+from data.vocab import wordpiece as wp
 from english_documents import DOCS, VOCAB_SIZE
 
 

@@ -1,4 +1,4 @@
-"""Gale & Church's length-based alignment (data/alignment.py)."""
+"""Gale & Church's length-based alignment (data/corpora/alignment.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from data.alignment import PRIORS, gale_church_align, gale_church_cost
+from data.corpora.alignment import PRIORS, gale_church_align, gale_church_cost
 
 
 def test_cost_against_the_normal_tail_of_scipy():

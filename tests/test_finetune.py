@@ -148,7 +148,7 @@ def _flat(tree):
 
 
 def test_fine_tuning_from_a_pretraining_workdir(brown_env, tmp_path):
-    from data import wordpiece
+    from data.vocab import wordpiece
     from train.checkpointing import load_params
     from train.trainer import Trainer
 
@@ -196,18 +196,19 @@ def test_a_checkpoint_of_another_shape_is_refused(brown_env, tmp_path):
 def minilm_root(tmp_path_factory):
     """A data root holding MiniLM, fetched with data.fetch (a verified earlier fetch in the
     default root is linked instead of downloading it again); skipped if it cannot be fetched."""
-    from data import fetch, paths
+    from data import paths
+    from data.fetching import catalog, raw
     from data.errors import DataError
 
     root = tmp_path_factory.mktemp("minilm_root")
     previous = os.environ.get("PAPERS_JAX_DATA")
     default = paths.raw_dir("minilm")
-    if previous is None and fetch.verify(fetch.get_source("minilm"), default) is None:
+    if previous is None and raw.verify(catalog.get_source("minilm"), default) is None:
         (root / "raw").mkdir()
         (root / "raw" / "minilm").symlink_to(default)
     os.environ["PAPERS_JAX_DATA"] = str(root)
     try:
-        fetch.fetch("minilm", verbose=False)
+        raw.fetch("minilm", verbose=False)
     except DataError as e:
         pytest.skip(f"minilm cannot be fetched: {e}")
     finally:
@@ -220,7 +221,7 @@ def minilm_root(tmp_path_factory):
 
 def test_init_minilm_loads_its_weights_vocabulary_and_dimensions(minilm_root, brown_data_root,
                                                                  monkeypatch):
-    from data import pretrained
+    from data.fetching import pretrained
     from models.hf_bert import load_hf_checkpoint
 
     for link in (Path("raw") / "brown", Path("tfds")):  # the Brown fixture beside MiniLM

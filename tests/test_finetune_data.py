@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data import finetune as ft
-from data import wordpiece
+from data.pipelines import finetune as ft
+from data.pipelines.sharding import num_batches
+from data.vocab import wordpiece
 from data.corpora.brown_tags import COARSE_TAGS, base_tag, coarse_tag
 from data.errors import DataError
 
@@ -32,7 +33,7 @@ def tok():
 
 
 def test_email_text_takes_subject_and_plain_parts_and_strips_html():
-    from data.spam import email_text, strip_html
+    from data.corpora.spam import email_text, strip_html
 
     multipart = (b"From: a@b.c\r\nSubject: =?iso-8859-1?q?Caf=E9_offer?=\r\nMIME-Version: 1.0\r\n"
                  b"Content-Type: multipart/alternative; boundary=XX\r\n\r\n--XX\r\n"
@@ -50,8 +51,8 @@ def test_email_text_takes_subject_and_plain_parts_and_strips_html():
 
 def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
     from data import builders
-    from data.builders.text_classification import split_of
-    from data.finetune_datasets import get_dataset
+    from data.corpora.splits import text_split
+    from data.pipelines.finetune_datasets import get_dataset
 
     shutil.copytree(SPAM_FIXTURE / "package", tmp_path / "raw" / "spam" / "package")
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
@@ -64,7 +65,7 @@ def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
     for split in sizes:
         examples = get_dataset("spam").examples(split)
         texts = [examples[i]["text"] for i in range(len(examples))]
-        assert all(split_of(t) == split for t in texts)  # the split is a function of the text
+        assert all(text_split(t) == split for t in texts)  # the split is a function of the text
         ids = {builder.as_data_source(split)[i]["email_id"] for i in range(len(examples))}
         assert not ids & seen
         seen |= ids
@@ -77,8 +78,8 @@ def test_spam_builder_on_the_fixture(tmp_path, monkeypatch):
 def test_tweets_reader_and_builder_on_a_synthetic_csv(tmp_path, monkeypatch):
     """Written here (the real tweets must never be committed): invalid UTF-8, an empty
     confidence, a carriage return inside a quoted text."""
-    from data import builders, tweets
-    from data.builders import tweets as tweets_builder
+    from data import builders
+    from data.corpora import tweets
 
     rows = [b"sentiment,confidence,text"]
     for i in range(60):
@@ -93,7 +94,7 @@ def test_tweets_reader_and_builder_on_a_synthetic_csv(tmp_path, monkeypatch):
     assert np.isnan(parsed[-1].confidence) and parsed[0].label == "negative"
 
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    assert tweets_builder.raw_file() == csv
+    assert tweets.raw_file() == csv
     builder = builders.prepare("tweets")
     assert builder.info.features["label"].names == ["negative", "neutral", "positive"]
     assert sum(builder.info.splits[s].num_examples for s in ("train", "validation", "test")) == 61
@@ -119,7 +120,7 @@ def test_brown_coarse_tags():
 
 
 def test_brown_tasks_follow_the_document_split(brown_env):
-    from data.finetune_datasets import get_dataset
+    from data.pipelines.finetune_datasets import get_dataset
 
     genre = get_dataset("brown_genre")
     train, test = genre.examples("train"), genre.examples("test")
@@ -324,7 +325,7 @@ def test_labels_outside_the_dataset_s_classes_are_refused(tok):
     for kind in ft.LABELLED_KINDS:
         with pytest.raises(DataError, match="num_labels >= 2"):
             ft.FeatureEncoder(kind, tok, 8)
-    from data.finetune_datasets import get_dataset
+    from data.pipelines.finetune_datasets import get_dataset
 
     swag = get_dataset("swag")
     with pytest.raises(DataError, match="no split 'test'"):
@@ -363,7 +364,7 @@ def test_train_batches_resume_from_their_state_and_count_truncations(tok):
 def test_eval_batches_pad_with_mask_and_shard_over_processes(tok):
     examples = _examples(11)
     enc = ft.FeatureEncoder("classify", tok, 8, num_labels=2)
-    n = ft.num_batches(11, batch_size=2, process_count=2)
+    n = num_batches(11, batch_size=2, process_count=2)
     assert n == 3
     seen = []
     for process in range(2):

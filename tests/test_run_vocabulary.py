@@ -11,8 +11,8 @@ import shutil
 import ml_collections
 import pytest
 
-from data import sentencepiece_vocab as sv
-from data import wordpiece
+from data.vocab import sentencepiece as sv
+from data.vocab import wordpiece
 from data.errors import DataError
 from en_es_pairs import VOCAB, texts_fn
 from train import vocabulary

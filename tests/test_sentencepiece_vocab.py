@@ -1,4 +1,4 @@
-"""The shared SentencePiece vocabulary (data/sentencepiece_vocab.py): special ids, the cache and
+"""The shared SentencePiece vocabulary (data/vocab/sentencepiece.py): special ids, the cache and
 its file names, deterministic training, corrupt or mismatched cache files, concurrent callers."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ import pickle
 import re
 import threading
 
-import numpy as np
 import pytest
 
-from data import sentencepiece_vocab as sv
+from data.vocab import sentencepiece as sv
 from data.errors import DataError
 from en_es_pairs import KEYS, PAIRS, VOCAB, make_examples, texts_fn
 
@@ -145,7 +144,7 @@ def test_source_texts_spread_over_the_source():
 
 
 def test_load_or_train_for_dataset_opens_the_source_only_to_train(tmp_path, monkeypatch):
-    import data.sources
+    import data.builders.sources
 
     opened = []
 
@@ -153,7 +152,7 @@ def test_load_or_train_for_dataset_opens_the_source_only_to_train(tmp_path, monk
         opened.append((name, split, source))
         return make_examples()
 
-    monkeypatch.setattr(data.sources, "get_data_source", fake_source)
+    monkeypatch.setattr(data.builders.sources, "get_data_source", fake_source)
     kwargs = dict(split="train", keys=KEYS, vocab_size=VOCAB, cache_dir=tmp_path, verbose=False)
     tok = sv.load_or_train_for_dataset("pairs", **kwargs)
     assert opened == [("pairs", "train", "local")]
@@ -195,7 +194,7 @@ def test_a_trained_model_failing_the_cache_check_is_a_bug_not_a_corrupt_file(tmp
         return train(texts, vocab_size=vocab_size - 1, **kwargs)
 
     monkeypatch.setattr(sv, "_train_model", one_short)
-    with pytest.raises(RuntimeError, match="a bug in data/sentencepiece_vocab.py"):
+    with pytest.raises(RuntimeError, match="a bug in data/vocab/sentencepiece.py"):
         sv.load_or_train("pairs.train.en+es", texts_fn, vocab_size=VOCAB, cache_dir=tmp_path,
                          verbose=False)
     assert list(tmp_path.iterdir()) == []
@@ -222,13 +221,3 @@ def test_training_reads_the_first_max_sentences_non_empty_texts(tmp_path, monkey
                      max_sentences=None, cache_dir=tmp_path, verbose=False)
     assert seen == sentences
 
-
-def test_as_text_accepts_str_bytes_and_0d_arrays():
-    """Text fields arrive as str, UTF-8 bytes or 0-d numpy arrays of either (TFDS and grain
-    sources); all read as the same str, and anything else is refused."""
-    for value in ("Año nuevo", "Año nuevo".encode("utf-8"), np.array("Año nuevo"),
-                  np.array("Año nuevo".encode("utf-8"), dtype=object),
-                  np.bytes_("Año nuevo".encode("utf-8"))):
-        assert sv.as_text(value) == "Año nuevo" and type(sv.as_text(value)) is str, value
-    with pytest.raises(DataError, match="got int"):
-        sv.as_text(3)

@@ -1,5 +1,5 @@
-"""The translation pipeline (data/text.py): packing, truncation, resume, process shards and eval
-batches, on the sentence pairs of tests/en_es_pairs.py."""
+"""The translation pipeline (data/pipelines/translation.py): packing, truncation, resume, process
+shards and eval batches, on the sentence pairs of tests/en_es_pairs.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from batch_checks import assert_batches_equal, take
-from data import sentencepiece_vocab as sv
-from data import text
+from data.vocab import sentencepiece as sv
+from data.pipelines import translation as text
+from data.pipelines.counts import long_example_counts
+from data.pipelines.sharding import num_batches
 from data.errors import DataError
 from en_es_pairs import KEYS, PAIRS, VOCAB, make_examples, texts_fn
 
@@ -173,7 +175,7 @@ def test_drop_policy_skips_and_counts(tokenizer):
             tgt = segments(batch["targets"][r], batch["targets_segmentation"][r])
             assert {(tuple(src[s]), tuple(tgt[s])) for s in src} <= set(fits)
     assert packed.stats["truncated"] == 0 and packed.stats["dropped"] > 0
-    counts = text.long_example_counts(packed)
+    counts = long_example_counts(packed)
     assert counts == {k: float(v) for k, v in packed.stats.items()}
 
 
@@ -253,7 +255,7 @@ def test_worker_processes_resume_exactly(tokenizer):
 def test_eval_pads_with_mask_and_keeps_texts(tokenizer, process_count):
     examples = make_examples()  # 40 examples, the last one long
     batch_size, max_length = 6, 16
-    steps = text.num_batches(len(examples), batch_size=batch_size, process_count=process_count)
+    steps = num_batches(len(examples), batch_size=batch_size, process_count=process_count)
     assert steps == -(-len(examples) // (batch_size * process_count))
     got_src, got_tgt, truncated = [], [], 0
     for index in range(process_count):

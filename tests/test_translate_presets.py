@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data import text
-from data.sentencepiece_vocab import EOS_ID, PAD_ID
+from data.pipelines import translation as text
+from data.vocab.sentencepiece import EOS_ID, PAD_ID
 from train.config import load_config_file
 
 CONFIG = "configs/transformer/translate.py"

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from data import text as text_data
+from data.pipelines import translation as text_data
 from models import decode as decoding
 from train.config import ConfigError, apply_override, load_config_file
 from train.tasks.translate import TranslationTask, bleu

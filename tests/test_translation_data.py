@@ -12,10 +12,13 @@ import re
 
 import pytest
 
-from data import bible, builders, ding, fetch, paths, sword
+from data import builders, paths
+from data.builders.sources import get_data_source
+from data.corpora import bible, ding
+from data.corpora.splits import SPLITS, split_of, stable_unit
 from data.errors import DataError
-from data.pair_splits import SPLITS, split_of, stable_unit
-from data.sources import get_data_source
+from data.fetching import catalog, raw
+from data.formats import sword
 from data.testing import BIBLE_FIXTURE, install_bible_fixture, parse_ref, read_bible_fixture
 
 BIBLE_HINT = "python -m data.fetch bible_en_es"
@@ -395,21 +398,21 @@ def test_ding_builder_on_synthetic_lines(tmp_path, monkeypatch):
 
 
 def test_fetch_sources_match_the_readers():
-    web = fetch.SOURCES["bible_en_es"]
+    web = catalog.SOURCES["bible_en_es"]
     assert (web.registry, web.package, web.extra_packages) == \
         ("apt", "sword-text-web", ("sword-text-sparv",))
     assert set(web.expected) == {f"{bible.LIBRARY_SUBDIR}/{f}" for f in bible.REQUIRED_FILES}
-    ding_source = fetch.SOURCES["ding_de_en"]
+    ding_source = catalog.SOURCES["ding_de_en"]
     assert (ding_source.registry, ding_source.package) == ("apt", "trans-de-en")
     assert ding_source.expected == (ding.RAW_FILE,)
     assert "GPL" in ding_source.license and "never committed" in ding_source.description
     for source in (web, ding_source):
         for f in source.expected:  # every expected file is extracted
-            assert any(fetch.fnmatch.fnmatchcase(f, p) for p in source.extract), f
+            assert any(raw.fnmatch.fnmatchcase(f, p) for p in source.extract), f
         assert source.name in builders.LOCAL_BUILDERS
     assert [p.spec() for p in web.packages()] == ["sword-text-web", "sword-text-sparv"]
     assert web.identity()["extra_packages"] == ["sword-text-sparv"]
-    assert "extra_packages" not in fetch.SOURCES["fashion_mnist"].identity()  # markers stay valid
+    assert "extra_packages" not in catalog.SOURCES["fashion_mnist"].identity()  # markers stay valid
 
 
 def test_fetch_unpacks_every_package_into_one_folder(tmp_path, monkeypatch):
@@ -423,21 +426,21 @@ def test_fetch_unpacks_every_package_into_one_folder(tmp_path, monkeypatch):
         (root / f"usr/share/fake/{source.package}.txt").write_text(source.package)
         return root
 
-    monkeypatch.setitem(fetch.FETCHERS, "apt", fake_apt)
-    source = fetch.Source(name="two", registry="apt", package="one-pkg", version=None,
-                          extra_packages=("two-pkg",), extract=("usr/share/fake/*.txt",),
-                          expected=("usr/share/fake/one-pkg.txt", "usr/share/fake/two-pkg.txt"))
-    assert fetch.fetch(source, verbose=False) is True
+    monkeypatch.setitem(raw.FETCHERS, "apt", fake_apt)
+    source = catalog.Source(name="two", registry="apt", package="one-pkg", version=None,
+                            extra_packages=("two-pkg",), extract=("usr/share/fake/*.txt",),
+                            expected=("usr/share/fake/one-pkg.txt", "usr/share/fake/two-pkg.txt"))
+    assert raw.fetch(source, verbose=False) is True
     assert calls == ["one-pkg", "two-pkg"]
     target = paths.raw_dir("two")
     assert (target / "usr/share/fake/two-pkg.txt").read_text() == "two-pkg"
-    marker = json.loads((target / fetch.MARKER).read_text())
+    marker = json.loads((target / raw.MARKER).read_text())
     assert marker["source"]["extra_packages"] == ["two-pkg"]
-    assert fetch.fetch(source, verbose=False) is False and len(calls) == 2
+    assert raw.fetch(source, verbose=False) is False and len(calls) == 2
     # A changed package list means fetch again.
-    more = fetch.Source(**{**source.__dict__, "extra_packages": ("two-pkg", "three-pkg"),
+    more = catalog.Source(**{**source.__dict__, "extra_packages": ("two-pkg", "three-pkg"),
                            "expected": ()})
-    assert "registry now says" in fetch.verify(more)
+    assert "registry now says" in raw.verify(more)
 
 
 def test_fixture_file_is_small_and_public_domain():

@@ -1,5 +1,5 @@
-"""WordPiece vocabularies (data/wordpiece.py): special tokens, cased and uncased, deterministic
-training, the cache, and vocab.txt files (ours and Google's layout)."""
+"""WordPiece vocabularies (data/vocab/wordpiece.py): special tokens, cased and uncased,
+deterministic training, the cache, and vocab.txt files (ours and Google's layout)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from data import wordpiece as wp
+from data.vocab import wordpiece as wp
 from data.errors import DataError
 from english_documents import DOCS, VOCAB_SIZE
 
@@ -96,7 +96,7 @@ SPAM_EMAILS = pathlib.Path(__file__).parent / "fixtures" / "spam" / "package" / 
 
 
 def _spam_texts() -> list[str]:
-    from data import spam
+    from data.corpora import spam
 
     return [e.text for e in spam.read_emails(SPAM_EMAILS)]
 
@@ -136,7 +136,7 @@ def test_a_trained_vocabulary_failing_the_cache_check_is_a_bug_not_a_corrupt_fil
         return train(texts, vocab_size=vocab_size, lowercase=not lowercase)
 
     monkeypatch.setattr(wp, "train_wordpiece", cased_instead)
-    with pytest.raises(RuntimeError, match="lowercase=False.*a bug in data/wordpiece.py"):
+    with pytest.raises(RuntimeError, match="lowercase=False.*a bug in data/vocab/wordpiece.py"):
         wp.load_or_train("brown", "train", lambda: wp.document_texts(DOCS[:10]),
                          vocab_size=200, lowercase=True, cache_dir=tmp_path, verbose=False)
     assert list(tmp_path.iterdir()) == []

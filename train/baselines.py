@@ -203,7 +203,7 @@ def _texts_labels(examples) -> tuple[list[str], np.ndarray]:
 
 def run_task(task: str, *, test_split: str = "test") -> dict[str, dict]:
     """Every baseline of `task` on its splits (train, validation, `test_split`)."""
-    from data.finetune_datasets import get_dataset
+    from data.pipelines.finetune_datasets import get_dataset
 
     dataset = get_dataset(task)
     if task in TAG_TASKS:

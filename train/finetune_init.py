@@ -97,7 +97,7 @@ def resolve_init(config: ml_collections.ConfigDict, scratch_vocab: Callable[[], 
 
 
 def _scratch(config, scratch_vocab) -> Pretrained:
-    from data import wordpiece
+    from data.vocab import wordpiece
 
     data = config.data
     tok = (wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
@@ -116,7 +116,8 @@ def _scratch(config, scratch_vocab) -> Pretrained:
 
 
 def _minilm(config, build: bool) -> Pretrained:
-    from data import pretrained, wordpiece
+    from data.vocab import wordpiece
+    from data.fetching import pretrained
     from data.errors import DataError
     from models.hf_bert import CheckpointError, load_hf_checkpoint, load_hf_config
 
@@ -135,8 +136,8 @@ def _minilm(config, build: bool) -> Pretrained:
 
 
 def _workdir(config, workdir: pathlib.Path, build: bool) -> Pretrained:
-    from data import wordpiece
-    from data.corpora.documents import read_documents
+    from data.vocab import wordpiece
+    from data.builders.documents import read_documents
     from train import vocabulary
     from train.checkpointing import load_params
 

@@ -50,7 +50,8 @@ def settings_of(config, keys) -> dict[str, Any]:
 def kind_of(tokenizer: Any) -> str:
     """'wordpiece' or 'sentencepiece' for the tokenizers of data/wordpiece.py and
     data/sentencepiece_vocab.py."""
-    from data import sentencepiece_vocab, wordpiece
+    from data.vocab import sentencepiece as sentencepiece_vocab
+    from data.vocab import wordpiece
 
     if isinstance(tokenizer, wordpiece.WordPieceTokenizer):
         return "wordpiece"
@@ -99,7 +100,8 @@ def load(workdir: str | os.PathLike, *, fix: str | None = None) -> Any | None:
     """The vocabulary saved in `workdir`, or None when there is none (a new workdir, or one
     written before runs kept their vocabulary). DataError naming a corrupt file, with `fix`
     (what to do) or the advice for a run's own workdir."""
-    from data import sentencepiece_vocab, wordpiece
+    from data.vocab import sentencepiece as sentencepiece_vocab
+    from data.vocab import wordpiece
     from data.errors import DataError
 
     folder = pathlib.Path(workdir) / FOLDER

@@ -1,8 +1,9 @@
 """python -m train --config configs/bert/finetune.py:task=spam --workdir workdirs/finetune_spam
 
 BERT fine-tuning (Devlin et al. 2019, Sec. 4) and feature-based use (Sec. 5.3, Table 7) on the
-labelled data of data/finetune_datasets.py. Fetch first: `python -m data.fetch spam tweets brown
-minilm` (squad and swag come from the TFDS catalog and need a machine that can download them).
+labelled data of data/pipelines/finetune_datasets.py. Fetch first: `python -m data.fetch spam
+tweets brown minilm` (squad and swag come from the TFDS catalog and need a machine that can
+download them).
 
 Variants (`:arg`, comma-separated):
   task=spam|tweets|brown_genre|brown_pos|squad|swag
@@ -44,7 +45,8 @@ from configs import common
 
 TASKS = ("spam", "tweets", "brown_genre", "brown_pos", "squad", "swag")
 FEATURES = ("none", "last", "second_to_last", "sum_last_four", "concat_last_four")
-# Training examples of each task's train split (data/finetune_datasets.py), for `epochs=N`.
+# Training examples of each task's train split (data/pipelines/finetune_datasets.py), for
+# `epochs=N`.
 TRAIN_EXAMPLES = {"spam": 4823, "tweets": 30768, "brown_genre": 13364, "brown_pos": 48654,
                   "squad": 87599, "swag": 39905}
 # Per task: max_seq_length, batch_size, data source, steps of the CPU budget (epochs=0). Measured
@@ -107,7 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # one compiled layer, a leading layer axis
 
     config.data = ml_collections.ConfigDict()
-    config.data.name = args.task             # data/finetune_datasets.py
+    config.data.name = args.task             # data/pipelines/finetune_datasets.py
     config.data.source = settings["source"]  # local (python -m data.fetch) | tfds (catalog)
     config.data.train_split = "train"
     config.data.eval_split = "validation"    # model selection; report 'test' at the end
@@ -115,7 +117,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.max_query_length = 64        # span: pieces kept of the question (BERT: 64)
     config.data.vocab_file = ""              # init=scratch: a vocab.txt / tokenizer.json; "":
     config.data.vocab_size = 8192            # train one of this size on the training texts (or
-                                             # of all their characters, if more: data/wordpiece.py)
+                                             # of all their characters, if more: see
+                                             # data/vocab/wordpiece.py)
     config.data.lowercase = True             # init=scratch vocabulary casing
     config.data.batch_size = settings["batch_size"]
     config.data.eval_batch_size = 64         # eval batch (last one padded and masked)

@@ -103,7 +103,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.eval_split = "validation"    # held-out documents
     config.data.vocab_file = ""              # an existing vocab.txt / tokenizer.json; "": train one
     config.data.vocab_size = 8192            # WordPiece vocabulary trained on the train split (or
-                                             # of all its characters, if more: data/wordpiece.py)
+                                             # of all its characters, if more: see
+                                             # data/vocab/wordpiece.py)
     config.data.lowercase = True             # uncased (True) or cased (False) vocabulary
     config.data.input_format = args.inputs   # segment_pair (BERT) | full_sentences | doc_sentences
     config.data.max_seq_length = 128         # tokens per example, [CLS]/[SEP] included

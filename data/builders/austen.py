@@ -1,7 +1,7 @@
 """TFDS builder of Jane Austen's six novels read from Debian's `r-cran-janeaustenr`.
 
 One example per chapter (269): its paragraphs of sentences, the novel's title, the chapter's
-number in the novel and its heading. The R lazy-load database is read by data/corpora/rdata.py,
+number in the novel and its heading. The R lazy-load database is read by data/formats/rdata.py,
 chapters and paragraphs are cut by data/corpora/austen.py. Validation holds about 5% of the
 chapters of each novel (at least one), chosen by a stable hash of the document id.
 
@@ -10,24 +10,12 @@ chapters of each novel (at least one), chosen by a stable hash of the document i
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import builders, paths
 from data.builders.document_corpus import DocumentCorpusBuilder
 from data.corpora import austen
 from data.corpora.documents import Document
-
-NAME = "austen"  # the name data.fetch and data.sources know it by
-RAW_SUBDIR = "usr/lib/R/site-library/janeaustenr/data"  # where the package keeps the database
-RDATA_FILES = ("Rdata.rdx", "Rdata.rdb")
-
-
-def raw_folder() -> pathlib.Path:
-    """Folder holding Rdata.rdx and Rdata.rdb (read from PAPERS_JAX_DATA at call time)."""
-    return paths.raw_dir(NAME) / RAW_SUBDIR
 
 
 class AustenLocal(DocumentCorpusBuilder):
@@ -39,12 +27,12 @@ class AustenLocal(DocumentCorpusBuilder):
                               "sentence unless a number follows; 'Mr.' after a dash "
                               "('altogether--Mr. Bingley') and 'Lieut.' do not; 'I' does "
                               "after a lowercase word. 32,963 -> 32,940 sentences."}
-    NAME = NAME
     DESCRIPTION = ("Jane Austen's six completed novels (Project Gutenberg texts via the R "
                    "package janeaustenr): 269 chapters. Each example is one chapter: paragraphs "
                    "of sentences, the book's title, the chapter number and heading.")
     HOMEPAGE = "https://github.com/juliasilge/janeaustenr"
     LICENSE = "MIT (package); the novels are in the public domain"
+    check_raw_files = staticmethod(austen.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
@@ -52,13 +40,8 @@ class AustenLocal(DocumentCorpusBuilder):
                 "heading": tfds.features.Text()}
 
     @classmethod
-    def check_raw_files(cls) -> None:
-        builders.require_files(NAME, raw_folder(), RDATA_FILES)
-
-    @classmethod
     def read_corpus(cls) -> list[Document]:
-        cls.check_raw_files()
-        return austen.read_austen(raw_folder() / "Rdata")
+        return austen.read_austen()
 
     @classmethod
     def split_group(cls, doc: Document) -> str:

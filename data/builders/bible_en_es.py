@@ -1,28 +1,25 @@
 """TFDS builder for the English-Spanish Bible verse pairs (World English Bible, Reina-Valera 1909).
 
 Named `bible_en_es_local`, like the other builders of fetched datasets. Reads the two SWORD
-modules that `python -m data.fetch bible_en_es` puts in place (data/bible.py aligns and cleans
-the verses). Features are `tfds.features.Text`, which encodes and reads back without TensorFlow;
-a data source returns every field as UTF-8 **bytes**:
+modules that `python -m data.fetch bible_en_es` puts in place (data/corpora/bible.py aligns and
+cleans the verses). Features are `tfds.features.Text`, which encodes and reads back without
+TensorFlow; a data source returns every field as UTF-8 **bytes**:
 
     {"en": b"In the beginning, God created ...", "es": b"EN el principio ...", "ref": b"Gen.1.1"}
 
-Splits by a stable hash of the verse reference (data/pair_splits.py): about 2% validation, 2% test
-and the rest train, the same on every machine; examples keep the canonical verse order.
+Splits by a stable hash of the verse reference (data/corpora/splits.py): about 2% validation, 2%
+test and the rest train, the same on every machine; examples keep the canonical verse order.
 
     python -m data.fetch bible_en_es     # fetches the modules and prepares this dataset
 """
 
 from __future__ import annotations
 
-
 import tensorflow_datasets as tfds
 
-from data.pair_splits import SPLITS, split_of
-from data import bible
-from data.builders.local import LocalBuilder
-
-NAME = bible.NAME  # the name data.fetch and data.sources know it by
+from data.builders.local import LocalBuilder, by_split
+from data.corpora import bible
+from data.corpora.splits import SPLITS, split_of
 
 
 class BibleEnEsLocal(LocalBuilder):
@@ -33,37 +30,21 @@ class BibleEnEsLocal(LocalBuilder):
                               "sword-text-sparv 2.60.",
                      "1.1.0": "Verses where a length alignment (Gale & Church) finds the two "
                               "divisions differ are left out: 30,408 pairs (77 fewer)."}
+    DESCRIPTION = ("Verse-aligned English-Spanish Bible: the World English Bible and the "
+                   "Reina-Valera 1909, ~30,400 verse pairs of the 66 shared books, footnotes and "
+                   "markup removed. Public domain.")
+    HOMEPAGE = "https://ebible.org/web/"
+    LICENSE = "Public domain"
+    SUPERVISED_KEYS = ("en", "es")
+    check_raw_files = staticmethod(bible.check_raw_files)
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description="Verse-aligned English-Spanish Bible: the World English Bible and the "
-                        "Reina-Valera 1909, ~30,400 verse pairs of the 66 shared books, "
-                        "footnotes and markup removed. Public domain.",
-            features=tfds.features.FeaturesDict({
-                "en": tfds.features.Text(),  # World English Bible
-                "es": tfds.features.Text(),  # Reina-Valera 1909
-                "ref": tfds.features.Text(),  # OSIS reference, e.g. 'Gen.1.1'
-            }),
-            supervised_keys=("en", "es"),
-            disable_shuffling=True,  # keep the canonical order of the verses
-            homepage="https://ebible.org/web/",
-            license="Public domain",
-        )
+    def features(self) -> tfds.features.FeaturesDict:
+        return tfds.features.FeaturesDict({
+            "en": tfds.features.Text(),  # World English Bible
+            "es": tfds.features.Text(),  # Reina-Valera 1909
+            "ref": tfds.features.Text(),  # OSIS reference, e.g. 'Gen.1.1'
+        })
 
-    @classmethod
-    def check_raw_files(cls) -> None:
-        """DataError when the raw files are missing (with the fetch command) or inconsistent."""
-        bible.check_raw_files()
-
-    def _split_generators(self, dl_manager):
-        del dl_manager  # Nothing to download: data.fetch put the files in place.
-        self.check_raw_files()
-        by_split = {split: [] for split in SPLITS}
-        for ref, en, es in bible.read_verse_pairs():
-            by_split[split_of(ref)].append((ref, en, es))
-        return {split: self._generate_examples(pairs) for split, pairs in by_split.items()}
-
-    def _generate_examples(self, pairs):
-        for ref, en, es in pairs:
-            yield ref, {"en": en, "es": es, "ref": ref}
+    def split_examples(self):
+        return by_split(((split_of(ref), ref, {"en": en, "es": es, "ref": ref})
+                         for ref, en, es in bible.read_verse_pairs()), SPLITS)

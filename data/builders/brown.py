@@ -2,7 +2,7 @@
 
 One example per document (500 text samples of about 2,000 words, 15 genres): its paragraphs of
 detokenized sentences, the words and POS tags of each sentence, and the genre. The layout and
-`as_document` are in data/corpora/documents.py, the parsing rules in data/corpora/brown.py.
+`as_document` are in data/builders/documents.py, the parsing rules in data/corpora/brown.py.
 Validation holds about 5% of the documents of each genre (25 of 500), chosen by a stable hash of
 the file name, so every genre is in both splits.
 
@@ -11,17 +11,11 @@ the file name, so every genre is in both splits.
 
 from __future__ import annotations
 
-import pathlib
-
 import tensorflow_datasets as tfds
 
-from data import paths
-from data.builders.document_corpus import DocumentCorpusBuilder, missing_data
+from data.builders.document_corpus import DocumentCorpusBuilder
 from data.corpora import brown
 from data.corpora.documents import Document
-
-NAME = "brown"  # the name data.fetch and data.sources know it by
-RAW_SUBDIR = "package"  # where the npm tarball keeps the files cXNN
 
 _CITATION = """@book{francis1979brown,
   title     = {Brown Corpus Manual: Manual of Information to Accompany a Standard Corpus of
@@ -33,11 +27,6 @@ _CITATION = """@book{francis1979brown,
 }"""
 
 
-def raw_folder() -> pathlib.Path:
-    """Folder holding the files cXNN (read from PAPERS_JAX_DATA at call time)."""
-    return paths.raw_dir(NAME) / RAW_SUBDIR
-
-
 class BrownLocal(DocumentCorpusBuilder):
     """The Brown corpus, one document per text sample, from locally fetched files."""
 
@@ -47,7 +36,6 @@ class BrownLocal(DocumentCorpusBuilder):
                               "doubled ',' and ':' dropped, paired single quotes open and "
                               "close ('a 'pro' letter'); 219 sentences change, tokens and "
                               "tags do not."}
-    NAME = NAME
     TAGGED = True
     DESCRIPTION = ("The Brown corpus (Francis and Kucera 1964/1979): 500 samples of edited "
                    "American English in 15 genres, about 1.16M tokens with POS tags. Each example "
@@ -55,21 +43,15 @@ class BrownLocal(DocumentCorpusBuilder):
     HOMEPAGE = "http://www.hit.uib.no/icame/brown/bcm.html"
     CITATION = _CITATION
     LICENSE = "Distributed with the permission of the copyright holder, redistribution permitted"
+    check_raw_files = staticmethod(brown.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
         return {"genre": tfds.features.ClassLabel(names=list(brown.GENRE_NAMES))}
 
     @classmethod
-    def check_raw_files(cls) -> None:
-        folder = raw_folder()
-        if not folder.is_dir() or not brown.brown_files(folder):
-            raise missing_data(NAME, folder, "no corpus files cXNN")
-
-    @classmethod
     def read_corpus(cls) -> list[Document]:
-        cls.check_raw_files()
-        return brown.read_brown(raw_folder())
+        return brown.read_brown()
 
     @classmethod
     def split_group(cls, doc: Document) -> str:

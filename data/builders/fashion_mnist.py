@@ -2,33 +2,18 @@
 
 Named `fashion_mnist_local` so it never shadows TFDS's own `fashion_mnist` (which downloads from
 the internet). Images are stored as uint8 tensors (28, 28, 1): `tfds.features.Image` would need
-TensorFlow to encode PNGs. Split sizes come from the IDX files, so a small excerpt (the test
-fixture) prepares as well as the full 60,000 / 10,000.
+TensorFlow to encode PNGs. The IDX files are read by data/corpora/fashion_mnist.py.
 
     python -m data.fetch fashion_mnist     # fetches the raw files and prepares this dataset
 """
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import builders, paths
-from data.errors import DataError
-from data.idx import read_idx, read_idx_shape
 from data.builders.local import LocalBuilder
-
-NAME = "fashion_mnist"  # the name data.fetch and data.sources know it by
-RAW_SUBDIR = "usr/share/datasets/fashion-mnist"  # where the package keeps the files
-SPLIT_FILES = {  # split -> (images, labels)
-    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
-}
-CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
-               "Sneaker", "Bag", "Ankle boot")
-IMAGE_SHAPE = (28, 28, 1)
+from data.corpora import fashion_mnist
 
 _CITATION = """@article{xiao2017fashion,
   title   = {Fashion-MNIST: a Novel Image Dataset for Benchmarking Machine Learning Algorithms},
@@ -38,87 +23,31 @@ _CITATION = """@article{xiao2017fashion,
 }"""
 
 
-def raw_folder() -> pathlib.Path:
-    """Folder holding the four IDX files (read from PAPERS_JAX_DATA at call time)."""
-    return paths.raw_dir(NAME) / RAW_SUBDIR
-
-
-def _check_counts(split: str, images_path: pathlib.Path, labels_path: pathlib.Path,
-                  num_images: int, num_labels: int) -> None:
-    if num_images != num_labels:
-        raise DataError(f"Fashion-MNIST {split}: {num_images} images in {images_path} but "
-                        f"{num_labels} labels in {labels_path}")
-
-
-def check_raw_files() -> None:
-    """DataError with the fetch command when a raw file is missing, or when the counts in the
-    headers of a split's images and labels differ (cheap: reads only the headers)."""
-    files = builders.require_files(NAME, raw_folder(), [f for fs in SPLIT_FILES.values()
-                                                        for f in fs])
-    for split, names in SPLIT_FILES.items():
-        images_path, labels_path = (files[f] for f in names)
-        images_shape, labels_shape = read_idx_shape(images_path), read_idx_shape(labels_path)
-        _check_shapes(images_path, images_shape, labels_path, labels_shape)
-        _check_counts(split, images_path, labels_path, images_shape[0], labels_shape[0])
-
-
-def _check_shapes(images_path, images_shape, labels_path, labels_shape) -> None:
-    if len(images_shape) != 3 or tuple(images_shape[1:]) != IMAGE_SHAPE[:2]:
-        raise DataError(f"{images_path}: images of shape (n, 28, 28) expected, found "
-                        f"{tuple(images_shape)}")
-    if len(labels_shape) != 1:
-        raise DataError(f"{labels_path}: labels of shape (n,) expected, found "
-                        f"{tuple(labels_shape)}")
-
-
-def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
-    """(images uint8 [n, 28, 28], labels uint8 [n]) of a split, checked for consistency."""
-    files = builders.require_files(NAME, raw_folder(), SPLIT_FILES[split])
-    images_path, labels_path = (files[f] for f in SPLIT_FILES[split])
-    images, labels = read_idx(images_path), read_idx(labels_path)
-    _check_shapes(images_path, images.shape, labels_path, labels.shape)
-    for path, array in ((images_path, images), (labels_path, labels)):
-        if array.dtype != np.uint8:
-            raise DataError(f"{path}: unsigned bytes (IDX type 0x08) expected, found {array.dtype}")
-    _check_counts(split, images_path, labels_path, len(images), len(labels))
-    if len(labels) and labels.max() >= len(CLASS_NAMES):
-        raise DataError(f"{labels_path}: label {labels.max()} out of range 0..9")
-    return images, labels
-
-
 class FashionMnistLocal(LocalBuilder):
     """Fashion-MNIST from locally fetched IDX files."""
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: the IDX files of Debian's dataset-fashion-mnist."}
+    DESCRIPTION = ("Fashion-MNIST (Zalando): 28x28 grayscale images of 10 kinds of clothing, "
+                   "60,000 train and 10,000 test. MIT license.")
+    HOMEPAGE = "https://github.com/zalandoresearch/fashion-mnist"
+    CITATION = _CITATION
+    LICENSE = "MIT"
+    SUPERVISED_KEYS = ("image", "label")
+    check_raw_files = staticmethod(fashion_mnist.check_raw_files)
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description="Fashion-MNIST (Zalando): 28x28 grayscale images of 10 kinds of "
-                        "clothing, 60,000 train and 10,000 test. MIT license.",
-            features=tfds.features.FeaturesDict({
-                "image": tfds.features.Tensor(shape=IMAGE_SHAPE, dtype=np.uint8),
-                "label": tfds.features.ClassLabel(names=list(CLASS_NAMES)),
-            }),
-            supervised_keys=("image", "label"),
-            disable_shuffling=True,  # keep the IDX order: example i is image i of the file
-            homepage="https://github.com/zalandoresearch/fashion-mnist",
-            citation=_CITATION,
-            license="MIT",
-        )
+    def features(self) -> tfds.features.FeaturesDict:
+        return tfds.features.FeaturesDict({
+            "image": tfds.features.Tensor(shape=fashion_mnist.IMAGE_SHAPE, dtype=np.uint8),
+            "label": tfds.features.ClassLabel(names=list(fashion_mnist.CLASS_NAMES)),
+        })
 
-    @classmethod
-    def check_raw_files(cls) -> None:
-        """DataError when the raw files are missing (with the fetch command) or inconsistent."""
-        check_raw_files()
+    def split_examples(self):
+        return {split: _examples(split) for split in fashion_mnist.SPLIT_FILES}
 
-    def _split_generators(self, dl_manager):
-        del dl_manager  # Nothing to download: data.fetch put the files in place.
-        self.check_raw_files()
-        return {split: self._generate_examples(split) for split in SPLIT_FILES}
 
-    def _generate_examples(self, split: str):
-        images, labels = load_split(split)
-        for i in range(len(labels)):
-            yield i, {"image": images[i][:, :, None], "label": int(labels[i])}
+def _examples(split: str):
+    """The examples of `split` in the IDX order: example i is image i of the file."""
+    images, labels = fashion_mnist.load_split(split)
+    for i in range(len(labels)):
+        yield i, {"image": images[i][:, :, None], "label": int(labels[i])}

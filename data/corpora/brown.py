@@ -29,8 +29,12 @@ from __future__ import annotations
 import pathlib
 import re
 
+from data import paths
 from data.corpora.documents import Document
 from data.errors import DataError
+
+NAME = "brown"  # the name data.fetch and the builder know it by
+RAW_SUBDIR = "package"  # where the npm tarball keeps the files cXNN
 
 # Genre letter -> name, as in the corpus manual (the CONTENTS file of the package).
 GENRES = {
@@ -140,11 +144,24 @@ def read_brown_file(path: str | pathlib.Path) -> Document:
     return parse_brown(path.read_text(encoding=ENCODING), path.name)
 
 
+def raw_folder() -> pathlib.Path:
+    """Folder holding the files cXNN (read from PAPERS_JAX_DATA at call time)."""
+    return paths.raw_dir(NAME) / RAW_SUBDIR
+
+
+def check_raw_files() -> None:
+    """DataError with the fetch command when there is no corpus file."""
+    folder = raw_folder()
+    if not folder.is_dir() or not brown_files(folder):
+        raise paths.not_fetched(NAME, folder, "no corpus files cXNN")
+
+
 def brown_files(folder: str | pathlib.Path) -> list[pathlib.Path]:
     """The corpus files `cXNN` in `folder`, sorted by name."""
     return sorted(p for p in pathlib.Path(folder).iterdir() if FILE_NAME.match(p.name))
 
 
-def read_brown(folder: str | pathlib.Path) -> list[Document]:
-    """All documents of the Brown files in `folder`, in file-name order."""
-    return [read_brown_file(p) for p in brown_files(folder)]
+def read_brown(folder: str | pathlib.Path | None = None) -> list[Document]:
+    """All documents of the Brown files in `folder` (default `raw_folder()`), in file-name
+    order."""
+    return [read_brown_file(p) for p in brown_files(raw_folder() if folder is None else folder)]

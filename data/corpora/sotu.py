@@ -14,10 +14,13 @@ import json
 import pathlib
 import re
 
+from data import paths
 from data.corpora.documents import Document
 from data.corpora.sentences import split_sentences
 from data.errors import DataError
 
+NAME = "sotu"  # the name data.fetch and the builder know it by
+RAW_SUBDIR = "package/data"  # where the npm tarball keeps the speeches
 FIELDS = ("year", "name", "party", "text")
 FILE_NAME = re.compile(r"^\d{4}_[a-z0-9_]+\.json$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -51,11 +54,23 @@ def read_speech(path: str | pathlib.Path) -> Document:
     return parse_speech(record, path.stem)
 
 
+def raw_folder() -> pathlib.Path:
+    """Folder holding the speeches <year>_<name>_<party>.json (read at call time)."""
+    return paths.raw_dir(NAME) / RAW_SUBDIR
+
+
+def check_raw_files() -> None:
+    """DataError with the fetch command when there is no speech file."""
+    folder = raw_folder()
+    if not folder.is_dir() or not speech_files(folder):
+        raise paths.not_fetched(NAME, folder, "no speech files <year>_<name>_<party>.json")
+
+
 def speech_files(folder: str | pathlib.Path) -> list[pathlib.Path]:
     """The speech files in `folder`, sorted by name (so by year)."""
     return sorted(p for p in pathlib.Path(folder).iterdir() if FILE_NAME.match(p.name))
 
 
-def read_sotu(folder: str | pathlib.Path) -> list[Document]:
-    """All speeches in `folder`, by year."""
-    return [read_speech(p) for p in speech_files(folder)]
+def read_sotu(folder: str | pathlib.Path | None = None) -> list[Document]:
+    """All speeches in `folder` (default `raw_folder()`), by year."""
+    return [read_speech(p) for p in speech_files(raw_folder() if folder is None else folder)]

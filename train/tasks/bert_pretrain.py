@@ -20,12 +20,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data import pretraining, wordpiece
+from data.pipelines import pretraining
+from data.vocab import wordpiece
 from data.errors import DataError
-from data.corpora.documents import read_documents
-from data.masking import MaskingConfig
-from data.pretraining_instances import INPUT_FORMATS
-from data.phases import PhasedIterator
+from data.builders.documents import read_documents
+from data.pipelines.masking import MaskingConfig
+from data.pipelines.phases import PhasedIterator
+from data.pipelines.pretraining_instances import INPUT_FORMATS
+from data.pipelines.sharding import num_batches
 from models.bert import BertConfig
 from models.bert_pretraining import BertForPreTraining
 from train import flops, vocabulary
@@ -240,5 +242,5 @@ class BertPretrainingTask(Task):
         count = pretraining.num_examples(
             documents, self.tokenizer, max_seq_length=data.max_seq_length, seed=0,
             input_format=data.input_format, short_seq_prob=data.short_seq_prob)
-        return iterator, pretraining.num_batches(count, batch_size=batch_size,
+        return iterator, num_batches(count, batch_size=batch_size,
                                                  process_count=process_count)

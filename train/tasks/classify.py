@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data import images as image_data
-from data import sources
+from data.pipelines import images as image_data
+from data.pipelines.sharding import num_batches
+from data.builders import sources
 from models.vit import ViT, ViTConfig
 from train import flops
 from train.config import ConfigError, check_choice, to_dataclass
@@ -113,5 +114,5 @@ class ClassificationTask(Task):
         iterator = image_data.image_batches(
             source, batch_size=batch_size, train=False, seed=0, image_shape=self.image_shape,
             process_index=process_index, process_count=process_count, augment="none")
-        return iterator, image_data.num_batches(len(source), batch_size=batch_size,
+        return iterator, num_batches(len(source), batch_size=batch_size,
                                                 process_count=process_count)

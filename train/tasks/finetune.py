@@ -34,11 +34,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data import finetune as ft_data
-from data import pretrained
-from data import text as text_data
+from data.pipelines import finetune as ft_data
+from data.fetching import pretrained
+from data.pipelines import counts
 from data.errors import DataError
-from data.finetune_datasets import get_dataset
+from data.pipelines.finetune_datasets import get_dataset
+from data.pipelines.sharding import num_batches
 from models import bert_heads
 from models.spans import best_span
 from train import flops, vocabulary
@@ -124,7 +125,7 @@ class FinetuneTask(Task):
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """`resolve_init` without building: the sizes of config.init's model and vocabulary,
         pending for a vocabulary trained on the task's texts that is not cached yet."""
-        from data import wordpiece
+        from data.vocab import wordpiece
 
         check_choice(config, "model.name", ("bert",))
         init = resolve_init(config, scratch_vocab=lambda: vocabulary.choose(
@@ -150,7 +151,7 @@ class FinetuneTask(Task):
         return bert_heads.BertForMultipleChoice(cfg)
 
     def _scratch_vocab(self):
-        from data import wordpiece
+        from data.vocab import wordpiece
 
         data = self.config.data
         return wordpiece.load_or_train(
@@ -270,13 +271,13 @@ class FinetuneTask(Task):
         iterator = ft_data.finetune_batches(examples, self.encoder, batch_size=batch_size,
                                             train=False, process_index=process_index,
                                             process_count=process_count)
-        return iterator, ft_data.num_batches(len(examples), batch_size=batch_size,
+        return iterator, num_batches(len(examples), batch_size=batch_size,
                                              process_count=process_count)
 
     def data_metrics(self, train_iterator) -> dict[str, int]:
         """Examples this process has fed so far, and how many were truncated / had their answer
         cut away."""
-        return text_data.long_example_counts(train_iterator)
+        return counts.long_example_counts(train_iterator)
 
     def derived_data_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         """The epochs all processes together have made (`totals`: summed over processes)."""

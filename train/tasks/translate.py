@@ -15,8 +15,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data import sentencepiece_vocab, sources
-from data import text as text_data
+from data.vocab import sentencepiece as sentencepiece_vocab
+from data.builders import sources
+from data.pipelines import counts
+from data.pipelines import translation as text_data
+from data.pipelines.sharding import num_batches
+from data.builders.examples import as_text
 from models import decode as decoding
 from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_right
 from train import flops, vocabulary
@@ -201,8 +205,8 @@ class TranslationTask(Task):
                 if not real:
                     continue
                 example = source[int(index)]
-                sources_text.append(text_data.as_text(example[keys[0]]))
-                references.append(text_data.as_text(example[keys[1]]))
+                sources_text.append(as_text(example[keys[0]]))
+                references.append(as_text(example[keys[1]]))
                 hypotheses.append(self.tokenizer.decode(np.asarray(tokens).tolist()))
         for i in range(min(self.config.task.num_samples, len(hypotheses))):
             log(f"sample {i}: source    {sources_text[i]}\n"
@@ -228,7 +232,7 @@ class TranslationTask(Task):
             process_count=process_count, **self._pipeline_args())
 
     def data_metrics(self, train_iterator) -> dict[str, int]:
-        return text_data.long_example_counts(train_iterator)
+        return counts.long_example_counts(train_iterator)
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         source = self._source(self.config.data.eval_split)
@@ -236,5 +240,5 @@ class TranslationTask(Task):
             source, batch_size=batch_size, train=False, seed=0, pack=False,
             long_examples="truncate", process_index=process_index, process_count=process_count,
             **self._pipeline_args())
-        return iterator, text_data.num_batches(len(source), batch_size=batch_size,
+        return iterator, num_batches(len(source), batch_size=batch_size,
                                                process_count=process_count)

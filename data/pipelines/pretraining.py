@@ -1,13 +1,14 @@
 """Grain pipeline of BERT / RoBERTa pretraining batches: pairs or packed sentences, masked.
 
-    tok = wordpiece.vocab_for_documents(...)                 # data/wordpiece.py
+    tok = wordpiece.vocab_for_documents(...)                 # data/vocab/wordpiece.py
     masking = masking_config(tok, select_prob=0.15, max_predictions=20)
     it = pretraining_batches(train_docs, tok, batch_size=32, max_seq_length=128,
                              input_format="segment_pair", masking=masking, seed=0, train=True,
                              process_index=jax.process_index(),
                              process_count=jax.process_count())
 
-Which tokens form each example (`input_format`) is decided in data/pretraining_instances.py:
+Which tokens form each example (`input_format`) is decided in
+data/pipelines/pretraining_instances.py:
   segment_pair    BERT: [CLS] A [SEP] B [SEP], B the actual next sentences (label 0) or a
                   random span of another document (label 1), 50/50; short_seq_prob of the
                   examples aim at a random shorter length; A and B truncated to fit
@@ -43,7 +44,7 @@ Static or dynamic (`dynamic`):
            length is the number of instances of epoch 0's plan; a later epoch's plan (a few
            instances more or fewer) is shuffled and then cut to, or cycled up to, that length.
 
-Order (as data/images.py). All processes build the same global stream of batches of
+Order (data/pipelines/sharding.py). All processes build the same global stream of batches of
 `batch_size` (per process) and process i takes batches i, i + P, i + 2P, ...; so the global
 batch of a step is the same whatever the number of processes.
   train=True   shuffled with `seed`, reshuffled every epoch, endless; batches may span epochs.
@@ -66,9 +67,11 @@ import grain
 import numpy as np
 
 from data.errors import DataError
-from data.masking import MaskingConfig, MaskTokens
-from data.pretraining_instances import (A_END, A_START, B_END, B_START, INPUT_FORMATS, LABEL,
-                                        TokenizedCorpus, make_plan, tokenize_documents)
+from data.pipelines.masking import MaskingConfig, MaskTokens
+from data.pipelines.pretraining_instances import (A_END, A_START, B_END, B_START, INPUT_FORMATS,
+                                                  LABEL, TokenizedCorpus, make_plan,
+                                                  tokenize_documents)
+from data.pipelines.sharding import check_sharding, padded_size, seeds
 
 BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_positions", "masked_ids",
               "masked_weights", "next_sentence_label", "mask")
@@ -206,14 +209,6 @@ def _finish(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------ pipeline
 
 
-def _seeds(seed: int) -> tuple[int, int, int]:
-    """Independent 32-bit seeds for the plans, the shuffle and the masks, from `seed`."""
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise DataError(f"seed must be a non-negative integer, got {seed!r}")
-    plan_seed, shuffle_seed, mask_seed = np.random.SeedSequence(int(seed)).generate_state(3)
-    return int(plan_seed), int(shuffle_seed), int(mask_seed)
-
-
 def _corpus(documents_source, tokenizer) -> TokenizedCorpus:
     if isinstance(documents_source, TokenizedCorpus):
         return documents_source
@@ -232,11 +227,7 @@ def _check(tokenizer, *, input_format, max_seq_length, short_seq_prob,
                         f"{input_format} (its special tokens and one token per segment)")
     if not 0.0 <= short_seq_prob <= 1.0:
         raise DataError(f"short_seq_prob={short_seq_prob} must be in [0, 1]")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise DataError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not 0 <= process_index < process_count:
-        raise DataError(f"process_index {process_index} not in [0, process_count="
-                        f"{process_count})")
+    check_sharding(batch_size, process_index, process_count)
     if not isinstance(dupe_factor, (int, np.integer)) or dupe_factor < 1:
         raise DataError(f"dupe_factor must be a positive integer, got {dupe_factor!r}")
     if dynamic and dupe_factor != 1:
@@ -257,7 +248,8 @@ def _check(tokenizer, *, input_format, max_seq_length, short_seq_prob,
         problems.append(f"special_ids lack the tokenizer's special ids {missing}")
     if problems:
         raise DataError("the masking config does not fit the tokenizer: " + "; ".join(problems)
-                        + " (build it with data.pretraining.masking_config(tokenizer, ...))")
+                        + " (build it with data.pipelines.pretraining.masking_config(tokenizer, "
+                        "...))")
 
 
 def pretraining_batches(documents_source: Iterable | TokenizedCorpus, tokenizer, *,
@@ -270,14 +262,15 @@ def pretraining_batches(documents_source: Iterable | TokenizedCorpus, tokenizer,
     """Iterator over this process's pretraining batches (see the module docstring).
 
     `documents_source`: Documents (data.corpora.documents.Document: doc_id, paragraphs of
-    sentence strings) or a TokenizedCorpus; `tokenizer`: a data.wordpiece.WordPieceTokenizer.
+    sentence strings) or a TokenizedCorpus; `tokenizer`: a
+    data.vocab.wordpiece.WordPieceTokenizer.
     """
     _check(tokenizer, input_format=input_format, max_seq_length=max_seq_length,
            short_seq_prob=short_seq_prob, masking=masking, batch_size=batch_size,
            process_index=process_index, process_count=process_count,
            dynamic=dynamic if train else True, dupe_factor=dupe_factor if train else 1)
     corpus = _corpus(documents_source, tokenizer)
-    plan_seed, shuffle_seed, mask_seed = _seeds(seed)
+    plan_seed, shuffle_seed, mask_seed = seeds(seed, 3)  # the plans, the shuffle, the masks
     nsp = input_format == "segment_pair"
     examples = _Examples(corpus, tokenizer, max_seq_length, nsp)
     plans = _Plans(corpus, input_format=input_format, max_seq_length=max_seq_length,
@@ -288,8 +281,7 @@ def pretraining_batches(documents_source: Iterable | TokenizedCorpus, tokenizer,
 
     if not train:
         plan = plans(0)
-        global_batch = batch_size * process_count
-        padded = -(-len(plan) // global_batch) * global_batch
+        padded = padded_size(len(plan), batch_size=batch_size, process_count=process_count)
         ds = grain.MapDataset.range(padded).map(_Row(examples, plan))
         ds = ds.random_map(mask, seed=mask_seed)               # seeded by the instance index
         ds = ds.batch(batch_size)
@@ -320,12 +312,7 @@ def num_examples(documents_source: Iterable | TokenizedCorpus, tokenizer, *,
            short_seq_prob=short_seq_prob, dynamic=False, dupe_factor=dupe_factor)
     corpus = _corpus(documents_source, tokenizer)
     plans = _Plans(corpus, input_format=input_format, max_seq_length=max_seq_length,
-                   short_seq_prob=short_seq_prob, seed=_seeds(seed)[0])
+                   short_seq_prob=short_seq_prob, seed=seeds(seed, 1)[0])
     if input_format != "segment_pair":
         return dupe_factor * len(plans(0))
     return sum(len(plans(k)) for k in range(dupe_factor))
-
-
-def num_batches(num_examples: int, *, batch_size: int, process_count: int = 1) -> int:
-    """Batches each process yields in one eval pass (train=False) over `num_examples`."""
-    return -(-num_examples // (batch_size * process_count))

@@ -1,7 +1,7 @@
 """Which tokens form each pretraining example: tokenized documents and instance plans.
 
-data/pretraining.py turns a plan into model inputs, masks them and batches them in grain; this
-module decides, without grain, which spans of which documents make each example.
+data/pipelines/pretraining.py turns a plan into model inputs, masks them and batches them in grain;
+this module decides, without grain, which spans of which documents make each example.
 
 Tokenized corpus. Every sentence of every document is tokenized once (WordPiece, no specials)
 and the ids are laid end to end in one array, sentence after sentence, document after document;
@@ -92,7 +92,7 @@ _CORPUS_LOCK = threading.Lock()
 
 def tokenize_documents(documents: Iterable, tokenizer) -> TokenizedCorpus:
     """`documents` (Document objects: doc_id and paragraphs of sentence strings) tokenized with
-    `tokenizer` (data.wordpiece.WordPieceTokenizer). The result is kept in memory (the last
+    `tokenizer` (data.vocab.wordpiece.WordPieceTokenizer). The result is kept in memory (the last
     few corpora, by fingerprint), so a second pipeline over the same split does not tokenize
     again."""
     doc_ids, doc_texts = [], []

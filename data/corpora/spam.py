@@ -32,8 +32,10 @@ import pathlib
 import re
 from typing import Iterator
 
+from data import paths
 from data.errors import DataError
 
+NAME = "spam"  # the name data.fetch and the builder know it by
 LABELS = ("ham", "spam")
 GROUPS = {"easy-ham-1": "ham", "easy-ham-2": "ham", "hard-ham-1": "ham", "spam-1": "spam",
           "spam-2": "spam"}
@@ -108,18 +110,31 @@ def email_text(raw: bytes) -> str:
     return text[:MAX_CHARS]
 
 
+def raw_folder() -> pathlib.Path:
+    """Folder holding the group folders of emails (read from PAPERS_JAX_DATA at call time)."""
+    return paths.raw_dir(NAME) / RAW_SUBDIR
+
+
+def check_raw_files() -> None:
+    """DataError with the fetch command when no group folder holds an email."""
+    if not email_files(raw_folder()):
+        raise paths.not_fetched(NAME, raw_folder(), "no email folders " + ", ".join(GROUPS))
+
+
 def email_files(folder: str | pathlib.Path) -> list[pathlib.Path]:
     """The `.txt` emails of every group folder under `folder`, sorted by group and name."""
     folder = pathlib.Path(folder)
     return sorted(p for group in GROUPS for p in (folder / group).glob("*.txt"))
 
 
-def read_emails(folder: str | pathlib.Path) -> Iterator[Email]:
-    """Every email under `folder` (the package's `data/` folder), in group and file order."""
+def read_emails(folder: str | pathlib.Path | None = None) -> Iterator[Email]:
+    """Every email under `folder` (the package's `data/` folder, default `raw_folder()`), in
+    group and file order."""
+    folder = raw_folder() if folder is None else folder
     files = email_files(folder)
     if not files:
         raise DataError(f"no emails in {folder} (expected folders {sorted(GROUPS)} of .txt "
-                        "files); run: python -m data.fetch spam")
+                        f"files); run: python -m data.fetch {NAME}")
     for path in files:
         group = path.parent.name
         yield Email(f"{group}/{path.name}", group, GROUPS[group], email_text(path.read_bytes()))

@@ -13,19 +13,17 @@ Special ids are fixed, so they agree with models/transformer.py (PAD_ID = 0, BOS
   pad 0 '<pad>'   eos 1 '</s>'   unk 2 '<unk>'   bos 3 '<s>'
 `encode` adds neither BOS nor EOS (the pipeline appends EOS; the model's shift_right adds BOS).
 
-The cache. A model is a file under `cache_dir` (default `data.paths.data_root()/vocab/`) whose name
-encodes everything that changes it: the text name (dataset, split, keys: see `cache_name`), the
-model type, vocabulary size, character coverage, sentence cap and `FORMAT` (bumped when the
-training options below change), e.g.
+The cache. A model is trained once and kept (data/vocab/cache.py: the folder, the lock, the
+atomic write) under a name that encodes everything that changes it: the text name (dataset,
+split, keys: see `cache_name`), the model type, vocabulary size, character coverage, sentence cap
+and `FORMAT` (bumped when the training options below change), e.g.
     bible_en_es.train.en+es.unigram.v32000.cov1.max1000000.spm1.model
 so a different setting never reuses a stale file. What the name cannot see is a change of the
 texts themselves under the same dataset name: delete the file then (a training run keeps its own
-copy in its workdir, so this never changes a run already started: train/vocabulary.py). A new
-model is trained into a temporary file in the same folder and renamed into place (atomic) while
-holding a lock file (`.<name>.lock`, there only while held), so two processes never train the
-same model twice or see half a file; a file is never rewritten once in place. A file that does
-not load, or whose special ids or size differ from what its name says, raises DataError naming it
-(delete it to train again); a model just trained passes the same check before it is written.
+copy in its workdir, so this never changes a run already started: train/vocabulary.py). A file
+that does not load, or whose special ids or size differ from what its name says, raises
+DataError naming it (delete it to train again); a model just trained passes the same check
+before it is written.
 
 Determinism. Training reads the texts in the order `texts_fn` yields them (capped at
 `max_sentences`), with SentencePiece's own sentence sampling and shuffling switched off
@@ -39,7 +37,6 @@ worker processes rebuild it cheaply without reading the cache.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import itertools
 import os
@@ -50,8 +47,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from data import paths
+from data.builders.examples import as_text
 from data.errors import DataError
+from data.vocab import cache
 
 PAD_ID, EOS_ID, UNK_ID, BOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("unigram", "bpe")
@@ -67,17 +65,6 @@ _TRAINER_OPTIONS = dict(
     num_threads=4,                    # fixed: the model must not depend on the machine
     minloglevel=1,                    # no INFO lines (warnings and errors still show)
 )
-
-
-def as_text(value) -> str:
-    """A text field of an example (str, UTF-8 bytes, or a 0-d numpy array of either) as str."""
-    if isinstance(value, np.ndarray):
-        value = value.item()
-    if isinstance(value, (bytes, np.bytes_)):
-        return bytes(value).decode("utf-8")
-    if isinstance(value, str):
-        return str(value)
-    raise DataError(f"a text (str or UTF-8 bytes) expected, got {type(value).__name__}")
 
 
 class Tokenizer:
@@ -129,27 +116,14 @@ def cache_name(dataset: str, split: str, keys: Sequence[str]) -> str:
     return f"{dataset}.{split}.{'+'.join(keys)}"
 
 
-def _safe(name: str) -> str:
-    """`name` as a file name; a short hash keeps apart names that differ only in odd characters."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", name)
-    if safe != name:
-        safe += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
-    return safe
-
-
 def cache_path(name: str, *, vocab_size: int, model_type: str = "unigram",
                character_coverage: float = 1.0, max_sentences: int | None = 1_000_000,
                cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
     """The cache file of a model of texts `name` with these settings (see the module docstring)."""
-    folder = paths.data_root() / "vocab" if cache_dir is None else pathlib.Path(cache_dir)
     cap = "all" if max_sentences is None else str(int(max_sentences))
-    return folder / (f"{_safe(name)}.{model_type}.v{int(vocab_size)}.cov{character_coverage:g}"
-                     f".max{cap}.{FORMAT}.model")
-
-
-def _lock(path: pathlib.Path):
-    """Serialises the training of one cache file between processes on this machine."""
-    return paths.file_lock(path.parent / f".{path.name}.lock")
+    return cache.folder(cache_dir) / (
+        f"{cache.safe_name(name)}.{model_type}.v{int(vocab_size)}.cov{character_coverage:g}"
+        f".max{cap}.{FORMAT}.model")
 
 
 def load_model_file(path: str | os.PathLike, *, vocab_size: int | None = None,
@@ -230,11 +204,8 @@ def load_or_train(name: str, texts_fn: Callable[[], Iterable[str | bytes]], *,
     path = cache_path(name, vocab_size=vocab_size, model_type=model_type,
                       character_coverage=character_coverage, max_sentences=max_sentences,
                       cache_dir=cache_dir)
-    if path.exists():  # files appear only by an atomic rename: no lock needed to read
-        return load_model_file(path, vocab_size=vocab_size)
-    with _lock(path):
-        if path.exists():  # another process trained it while we waited
-            return load_model_file(path, vocab_size=vocab_size)
+
+    def train() -> bytes:
         texts = (t for t in map(as_text, texts_fn()) if t)
         texts = itertools.islice(texts, max_sentences)
         if verbose:
@@ -245,9 +216,10 @@ def load_or_train(name: str, texts_fn: Callable[[], Iterable[str | bytes]], *,
         problem = _mismatch(Tokenizer(proto), vocab_size)
         if problem:  # the cache's own check, before writing: never a file called corrupt
             raise RuntimeError(f"the SentencePiece model just trained for {path} has {problem}: "
-                               "a bug in data/sentencepiece_vocab.py (the file was not written)")
-        paths.write_atomically(path, proto)
-    return Tokenizer(proto, path)
+                               "a bug in data/vocab/sentencepiece.py (the file was not written)")
+        return proto
+
+    return cache.load_or_create(path, lambda p: load_model_file(p, vocab_size=vocab_size), train)
 
 
 # ------------------------------------------------------------------------- from a data source
@@ -306,11 +278,11 @@ def load_or_train_for_dataset(name: str, *, split: str, keys: Sequence[str],
                               max_sentences: int | None = 1_000_000,
                               cache_dir: str | os.PathLike | None = None,
                               verbose: bool = True) -> Tokenizer:
-    """The shared vocabulary of dataset `name` (`data.sources.get_data_source(name, split,
+    """The shared vocabulary of dataset `name` (`data.builders.sources.get_data_source(name, split,
     source=source)`), whose data source is opened only when the model must be trained."""
 
     def texts() -> Iterator[str]:
-        from data.sources import get_data_source  # data.sources imports the image pipeline
+        from data.builders.sources import get_data_source  # imports the image pipeline
 
         yield from source_texts(get_data_source(name, split, source=source), keys,
                                 max_sentences=max_sentences)()

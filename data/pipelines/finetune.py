@@ -1,5 +1,6 @@
 """Grain pipeline of BERT fine-tuning batches: WordPiece, [CLS] a [SEP] (b [SEP]), truncation,
-padding, labels laid out for each task kind (data/finetune_datasets.py has the raw forms).
+padding, labels laid out for each task kind (data/pipelines/finetune_datasets.py has the raw
+forms).
 
     enc = FeatureEncoder("classify", tokenizer, max_seq_length=128, num_labels=2)
     it = finetune_batches(examples, enc, batch_size=32, train=True, seed=0)
@@ -35,10 +36,10 @@ pieces of its first words (the later words lose their labels); span keeps the qu
 `max_query_length` pieces (BERT: 64) and cuts the context to the rest (BERT slides windows over
 long contexts instead; a training example whose answer is cut away gets weight 0: it is
 counted as 'dropped'); multiple_choice truncates each (context, choice) pair. Every truncated
-example is counted; the counts ride along in the batches and the returned iterator (data/text.py's
-`TextIterator`) removes and totals them: `it.stats`, part of `get_state()`.
+example is counted; the counts ride along in the batches and the returned iterator
+(data/pipelines/counts.py) removes and totals them: `it.stats`, part of `get_state()`.
 
-Order (as data/images.py): all processes build the same global stream of batches of
+Order (data/pipelines/sharding.py): all processes build the same global stream of batches of
 `batch_size` (per process), and process i takes batches i, i + P, i + 2P, ...
   train=True   shuffled with `seed`, reshuffled every epoch, endless; full batches only.
   train=False  one pass in order, padded with mask=0 rows to whole global batches: every
@@ -54,15 +55,15 @@ from typing import Any, Sequence
 import grain
 import numpy as np
 
+from data.builders.examples import read_examples
 from data.errors import DataError
-from data.finetune_datasets import KINDS
-from data.random_access import read_examples
-from data.text import STAT_NAMES, TextIterator
+from data.pipelines.counts import STAT_KEYS, CountingIterator
+from data.pipelines.finetune_datasets import KINDS
+from data.pipelines.sharding import check_sharding, padded_size, seeds
 
 IGNORE = -100  # label of the positions a tag loss skips
 LABELLED_KINDS = ("classify", "pair_classify", "tag")  # label indices into num_labels classes
 MAX_ANSWERS = 3  # SQuAD v1.1 dev has up to 3 reference answers per question (more are dropped)
-_STATS = {name: f"_num_{name}" for name in STAT_NAMES}  # the keys TextIterator pops
 _DEFAULT_READ = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
 
 
@@ -266,26 +267,16 @@ class _LoadBatch:
         batch = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
         batch["mask"] = np.zeros((len(indices),), np.float32)
         batch["mask"][: len(real)] = 1.0
-        batch.update({_STATS["examples"]: len(real), _STATS["truncated"]: truncated,
-                      _STATS["dropped"]: dropped})
+        batch.update({STAT_KEYS["examples"]: len(real), STAT_KEYS["truncated"]: truncated,
+                      STAT_KEYS["dropped"]: dropped})
         return batch
-
-
-def _shuffle_seed(seed: int) -> int:
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise DataError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(np.random.SeedSequence(int(seed)).generate_state(1)[0])
 
 
 def finetune_batches(examples: Sequence[dict], encoder: FeatureEncoder, *, batch_size: int,
                      train: bool, seed: int = 0, process_index: int = 0, process_count: int = 1,
-                     read_options: grain.ReadOptions | None = None) -> TextIterator:
+                     read_options: grain.ReadOptions | None = None) -> CountingIterator:
     """Iterator over this process's batches of `examples` (see the module docstring)."""
-    if batch_size < 1:
-        raise DataError(f"batch_size must be positive, got {batch_size}")
-    if not 0 <= process_index < process_count:
-        raise DataError(f"process_index {process_index} not in [0, process_count="
-                        f"{process_count})")
+    check_sharding(batch_size, process_index, process_count)
     n = len(examples)
     if n == 0:
         raise DataError("no examples to batch")
@@ -293,19 +284,14 @@ def finetune_batches(examples: Sequence[dict], encoder: FeatureEncoder, *, batch
         if n < batch_size * process_count:
             raise DataError(f"{n} training examples cannot fill one global batch of "
                             f"{batch_size} x {process_count} processes")
-        ds = grain.MapDataset.range(n).shuffle(seed=_shuffle_seed(seed)).repeat(None)
+        ds = grain.MapDataset.range(n).shuffle(seed=seeds(seed, 1)[0]).repeat(None)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
-        global_batch = batch_size * process_count
-        ds = grain.MapDataset.range(-(-n // global_batch) * global_batch).batch(batch_size)
+        ds = grain.MapDataset.range(padded_size(n, batch_size=batch_size,
+                                                process_count=process_count)).batch(batch_size)
     ds = ds.map(_LoadBatch(examples, encoder))
     ds = ds[process_index::process_count]
-    return TextIterator(iter(ds.to_iter_dataset(read_options or _DEFAULT_READ)))
-
-
-def num_batches(num_examples: int, *, batch_size: int, process_count: int = 1) -> int:
-    """Batches each process yields in one eval pass (train=False) over `num_examples`."""
-    return -(-num_examples // (batch_size * process_count))
+    return CountingIterator(iter(ds.to_iter_dataset(read_options or _DEFAULT_READ)))
 
 
 def texts_of(example: dict, kind: str) -> list[str]:

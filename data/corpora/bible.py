@@ -5,8 +5,8 @@
 `python -m data.fetch bible_en_es` puts the two SWORD zText modules of Debian's `sword-text-web`
 (engWEB2015eb, versification NRSVA) and `sword-text-sparv` (spaRV1909eb, versification KJV) under
 `<root>/raw/bible_en_es/usr/share/sword/` (a SWORD library: mods.d/*.conf + modules/). Both are
-public domain. data/sword.py reads the modules; this file turns verses into plain text and pairs
-them by (book, chapter, verse):
+public domain. data/formats/sword.py reads the modules; this file turns verses into plain text
+and pairs them by (book, chapter, verse):
 
 - Text. Footnotes, cross-references (`<note>`), the speaker labels of the Song of Songs and
   non-canonical titles are dropped with their content; canonical titles (the Psalm
@@ -29,9 +29,9 @@ them by (book, chapter, verse):
   fold the overflow into the chapter's last slot (1 Chr 21:15-30 are one verse off), divide two
   verses differently (2 Sam 2:31-32) or carry words the WEB lacks (the colophons after Paul's
   letters, 1 John 5:7): no slot is empty, but the pairs no longer translate each other. Each
-  chapter's verses are aligned by their lengths (data/alignment.py, Gale & Church 1993); where
-  the likeliest alignment matches two verses with one, the verses from the first such match to
-  the end of the last are skipped.
+  chapter's verses are aligned by their lengths (data/corpora/alignment.py, Gale & Church 1993);
+  where the likeliest alignment matches two verses with one, the verses from the first such
+  match to the end of the last are skipped.
   With the Debian modules: 30,408 pairs; 31,077 verses have text on both sides, 592 of them in
   the 24 skipped chapters (Num 12-13, Job 38-41, Jonah 1-2, Rom 16, ...) and 77 in the stretches
   of 15 chapters skipped by the alignment (1 Kgs 22:43-53, 1 Chr 21:15-30, ...).
@@ -44,9 +44,10 @@ import pathlib
 import re
 from typing import Iterator
 
-from data import builders, paths, sword
-from data.alignment import gale_church_align
+from data import paths
+from data.corpora.alignment import gale_church_align
 from data.errors import DataError
+from data.formats import sword
 
 NAME = "bible_en_es"  # the name data.fetch and the builder know it by
 LIBRARY_SUBDIR = "usr/share/sword"  # the SWORD library inside the packages
@@ -79,7 +80,7 @@ def check_raw_files(folder: pathlib.Path | None = None) -> None:
     """DataError with the fetch command when a file is missing, a conf unreadable or an index
     of the wrong size (cheap: reads the confs and the index sizes only)."""
     folder = raw_folder() if folder is None else pathlib.Path(folder)
-    builders.require_files(NAME, folder, REQUIRED_FILES)
+    paths.require_files(NAME, folder, REQUIRED_FILES)
     try:
         for module in MODULES.values():
             sword.check_module(sword.read_conf(folder, module))
@@ -157,7 +158,7 @@ def _shifted_chapters(en: dict, es: dict, common: list[sword.Ref]) -> set[tuple[
 def _misaligned_verses(en: dict, es: dict, common: list[sword.Ref],
                        skipped: set[tuple[str, int]]) -> set[sword.Ref]:
     """Verses of the other chapters where the one-to-one pairing is not the likeliest: in each
-    chapter, the verses with text on both sides are aligned by length (data/alignment.py,
+    chapter, the verses with text on both sides are aligned by length (data/corpora/alignment.py,
     Gale & Church 1993) and those from the first 2-1 or 1-2 match to the end of the last are
     returned (see the module docstring)."""
     chapters: dict[tuple[str, int], list[sword.Ref]] = {}
@@ -179,7 +180,7 @@ def _misaligned_verses(en: dict, es: dict, common: list[sword.Ref],
 def read_modules(folder: pathlib.Path | None = None) -> dict[str, dict[sword.Ref, str]]:
     """{'en': {ref: plain text}, 'es': {...}} of every verse of both modules."""
     folder = raw_folder() if folder is None else pathlib.Path(folder)
-    builders.require_files(NAME, folder, REQUIRED_FILES)
+    paths.require_files(NAME, folder, REQUIRED_FILES)
     try:
         return {lang: {ref: clean_verse(text)
                        for ref, text in sword.read_module(folder, module).items()}

@@ -30,28 +30,27 @@ either side is handled by `long_examples`:
 Evaluation never drops: inputs and targets are truncated (the targets only for the eval loss), and
 'target_text' keeps the whole reference for BLEU.
 
-Counting. Each example carries its own flags through the pipeline as data (so the counts are
-right with any number of grain threads or worker processes); the returned `TextIterator` removes
-them from the batch in the consuming process and adds them up. `it.stats` holds the totals over
-the batches taken so far: 'examples' (in those batches), 'truncated' (examples truncated on at
-least one side) and 'dropped'; `it.last_stats` those of the last batch. The totals are part of
-`get_state()`, so they continue across a restore.
+Counting. Each example carries its own flags through the pipeline as data, and the returned
+`CountingIterator` (data/pipelines/counts.py) removes them from the batch and adds them up:
+`it.stats` holds the totals over the batches taken so far: 'examples' (in those batches),
+'truncated' (examples truncated on at least one side) and 'dropped'; `it.last_stats` those of
+the last batch. The totals are part of `get_state()`, so they continue across a restore.
 
 Training order (train=True). The examples are shuffled with `seed`, reshuffled differently
 (deterministically) each epoch and repeated forever. Process i of P reads the examples i, i + P,
-i + 2P, ... of that one global stream, as data/images.py shards its batch stream: the shards are
-disjoint and together cover every example once per epoch. Each process then packs its own
-examples, so a global batch (unlike for images) depends on the number of processes.
+i + 2P, ... of that one global stream, as the image pipeline shards its batch stream
+(data/pipelines/sharding.py): the shards are disjoint and together cover every example once per
+epoch. Each process then packs its own examples, so a global batch (unlike for images) depends on
+the number of processes.
 
 Packing (train=True, `pack=True`). Vaswani et al. 2017 (Sec. 5.1) batch sentence pairs of
 similar length to waste little on padding; packing several pairs into each row does the same
-with static shapes.
-grain's `FirstFitPackIterDataset` fills `batch_size` rows: each example, in stream order, goes
-into the first row where both its inputs and its targets still fit; when one fits nowhere the rows
-are emitted as one batch and a new set starts with it (so a batch holds a contiguous stretch of
-the stream). Both sides of an example get the same row and the same segment id. `pack=False`
-gives one example per row, padded (segmentation 1 / 0, positions 0..n-1), for comparisons.
-`batch_size` counts rows in both cases.
+with static shapes. grain's `FirstFitPackIterDataset` fills `batch_size` rows: each example, in
+stream order, goes into the first row where both its inputs and its targets still fit; when one
+fits nowhere the rows are emitted as one batch and a new set starts with it (so a batch holds a
+contiguous stretch of the stream). Both sides of an example get the same row and the same segment
+id. `pack=False` gives one example per row, padded (segmentation 1 / 0, positions 0..n-1), for
+comparisons. `batch_size` counts rows in both cases.
 
 Evaluation (train=False): one pass in order, one example per row, padded with mask=0 rows to a
 whole number of global batches, so every example is seen exactly once and every process runs
@@ -71,25 +70,18 @@ import numpy as np
 from absl import flags as absl_flags
 from grain.experimental import FirstFitPackIterDataset
 
+from data.builders.examples import as_text, read_examples
 from data.errors import DataError
-from data.random_access import read_examples
-from data.sentencepiece_vocab import EOS_ID, PAD_ID, Tokenizer, as_text
+from data.pipelines.counts import STAT_KEYS, CountingIterator
+from data.pipelines.sharding import check_sharding, describe, padded_size, seeds
+from data.vocab.sentencepiece import EOS_ID, PAD_ID, Tokenizer
 
 LONG_EXAMPLE_POLICIES = ("truncate", "drop")
 ARRAY_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
               "inputs_position", "targets_position")
 TEXT_KEYS = ("source_text", "target_text")
-STAT_NAMES = ("examples", "truncated", "dropped")
-_STAT_KEYS = {name: f"_num_{name}" for name in STAT_NAMES}  # carried in batches, removed at the end
 
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=64)
-
-
-def _describe(source) -> str:
-    """'name split S' of a TFDS data source, or the type name of anything else."""
-    info = getattr(source, "dataset_info", None)
-    name = getattr(info, "name", None) or type(source).__name__
-    return f"{name} split {getattr(source, 'split', None) or '?'}"
 
 
 def without_text(batch: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -192,8 +184,8 @@ class _UnpackedRow:
 
     def __call__(self, example: dict[str, Any]) -> dict[str, Any]:
         row = _padded_row(example["inputs"], example["targets"], self.length)
-        row.update({_STAT_KEYS["examples"]: 1, _STAT_KEYS["truncated"]: example["truncated"],
-                    _STAT_KEYS["dropped"]: example["dropped"]})
+        row.update({STAT_KEYS["examples"]: 1, STAT_KEYS["truncated"]: example["truncated"],
+                    STAT_KEYS["dropped"]: example["dropped"]})
         return row
 
 
@@ -204,86 +196,40 @@ def _packed_row(row: dict[str, Any]) -> dict[str, Any]:
         out[key] = row[key]
         out[f"{key}_segmentation"] = row[f"{key}_segment_ids"]
         out[f"{key}_position"] = row[f"{key}_positions"]
-    out[_STAT_KEYS["examples"]] = int(row["targets_segment_ids"].max())
-    out[_STAT_KEYS["truncated"]] = int(sum(row["truncated"]))
-    out[_STAT_KEYS["dropped"]] = int(sum(row["dropped"]))
+    out[STAT_KEYS["examples"]] = int(row["targets_segment_ids"].max())
+    out[STAT_KEYS["truncated"]] = int(sum(row["truncated"]))
+    out[STAT_KEYS["dropped"]] = int(sum(row["dropped"]))
     return out
-
-
-# -------------------------------------------------------------------------------- iterator
-
-
-class TextIterator(grain.DatasetIterator):
-    """The pipeline's iterator: batches without the carried flags, whose totals it keeps.
-
-    `stats`: totals over the batches taken ('examples', 'truncated', 'dropped'), restored by
-    `set_state`; `last_stats`: the same for the last batch.
-    """
-
-    def __init__(self, parent: grain.DatasetIterator):
-        super().__init__(parent)
-        self.stats = dict.fromkeys(STAT_NAMES, 0)
-        self.last_stats = dict.fromkeys(STAT_NAMES, 0)
-
-    def __next__(self) -> dict[str, Any]:
-        batch = dict(next(self._parent))
-        for name, key in _STAT_KEYS.items():
-            self.last_stats[name] = int(np.sum(batch.pop(key)))
-            self.stats[name] += self.last_stats[name]
-        return batch
-
-    def get_state(self) -> dict[str, Any]:
-        return {"pipeline": self._parent.get_state(), "stats": dict(self.stats)}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self._parent.set_state(state["pipeline"])
-        self.stats = {name: int(state["stats"][name]) for name in STAT_NAMES}
-        self.last_stats = dict.fromkeys(STAT_NAMES, 0)
 
 
 # ------------------------------------------------------------------------------- pipelines
 
 
-def long_example_counts(iterator: TextIterator) -> dict[str, int]:
-    """What a trainer logs about the data so far: examples taken, truncated, dropped."""
-    return {name: int(value) for name, value in iterator.stats.items()}
-
-
 def _check(source, tokenizer: Tokenizer, source_key: str, target_key: str, batch_size: int,
            max_length: int, process_index: int, process_count: int) -> int:
     """Validates the common arguments; returns len(source)."""
-    if batch_size < 1:
-        raise DataError(f"batch_size must be positive, got {batch_size}")
+    check_sharding(batch_size, process_index, process_count)
     if max_length < 2:
         raise DataError(f"max_length must be at least 2 (one token and EOS), got {max_length}")
-    if not 0 <= process_index < process_count:
-        raise DataError(f"process_index {process_index} not in [0, process_count="
-                        f"{process_count})")
     if tokenizer.pad_id != PAD_ID or tokenizer.eos_id != EOS_ID:
         raise DataError(f"the tokenizer's pad/eos ids ({tokenizer.pad_id}, {tokenizer.eos_id}) "
                         f"must be ({PAD_ID}, {EOS_ID})")
     n = len(source)
     if n == 0:
-        raise DataError(f"{_describe(source)} has no examples")
+        raise DataError(f"{describe(source)} has no examples")
     first = source[0]
     missing = [k for k in (source_key, target_key) if k not in first]
     if missing:
-        raise DataError(f"{_describe(source)}: examples have no field {missing} (fields: "
+        raise DataError(f"{describe(source)}: examples have no field {missing} (fields: "
                         f"{sorted(first)})")
     return n
-
-
-def _shuffle_seed(seed: int) -> int:
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise DataError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(np.random.SeedSequence(int(seed)).generate_state(1)[0])
 
 
 def translation_batches(source, tokenizer: Tokenizer, *, source_key: str, target_key: str,
                         batch_size: int, max_length: int, train: bool, seed: int = 0,
                         pack: bool | None = None, long_examples: str = "truncate",
                         process_index: int = 0, process_count: int = 1, worker_count: int = 0,
-                        read_options: grain.ReadOptions | None = None) -> TextIterator:
+                        read_options: grain.ReadOptions | None = None) -> CountingIterator:
     """Iterator over this process's batches of `source` (see the module docstring).
 
     train=True: endless, shuffled with `seed`, packed unless pack=False, long examples
@@ -301,7 +247,7 @@ def translation_batches(source, tokenizer: Tokenizer, *, source_key: str, target
                         f"{list(LONG_EXAMPLE_POLICIES)}")
     if train:
         return _train_iterator(source, n, tokenizer, source_key, target_key, batch_size,
-                               max_length, _shuffle_seed(seed), pack is not False, long_examples,
+                               max_length, seeds(seed, 1)[0], pack is not False, long_examples,
                                process_index, process_count, worker_count,
                                read_options or _DEFAULT_READ)
     if pack or long_examples != "truncate" or worker_count:
@@ -314,11 +260,11 @@ def translation_batches(source, tokenizer: Tokenizer, *, source_key: str, target
 
 def _train_iterator(source, n, tokenizer, source_key, target_key, batch_size, max_length,
                     shuffle_seed, pack, long_examples, process_index, process_count,
-                    worker_count, read_options) -> TextIterator:
+                    worker_count, read_options) -> CountingIterator:
     ds = grain.MapDataset.source(source).shuffle(seed=shuffle_seed).repeat(None)
     ds = ds[process_index::process_count]
     ds = ds.map(_Tokenize(tokenizer, source_key, target_key, max_length, long_examples))
-    ds = _SkipDropped(ds.to_iter_dataset(read_options), give_up_after=n, what=_describe(source))
+    ds = _SkipDropped(ds.to_iter_dataset(read_options), give_up_after=n, what=describe(source))
     if pack:
         ds = FirstFitPackIterDataset(ds, length_struct={"inputs": max_length,
                                                         "targets": max_length},
@@ -332,7 +278,7 @@ def _train_iterator(source, n, tokenizer, source_key, target_key, batch_size, ma
         if not absl_flags.FLAGS.is_parsed():  # grain reads its absl flags; outside absl.app.run
             absl_flags.FLAGS.mark_as_parsed()  # nobody parsed them: use their defaults
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
-    return TextIterator(iter(ds))
+    return CountingIterator(iter(ds))
 
 
 class _LoadEvalBatch:
@@ -363,19 +309,14 @@ class _LoadEvalBatch:
         index = np.full((b,), -1, np.int32)
         index[: len(real)] = real
         return {**batch, "mask": mask, "index": index, **texts,
-                _STAT_KEYS["examples"]: len(real), _STAT_KEYS["truncated"]: truncated,
-                _STAT_KEYS["dropped"]: 0}
+                STAT_KEYS["examples"]: len(real), STAT_KEYS["truncated"]: truncated,
+                STAT_KEYS["dropped"]: 0}
 
 
 def _eval_iterator(source, n, tokenizer, source_key, target_key, batch_size, max_length,
-                   process_index, process_count, read_options) -> TextIterator:
-    global_batch = batch_size * process_count
-    ds = grain.MapDataset.range(-(-n // global_batch) * global_batch).batch(batch_size)
+                   process_index, process_count, read_options) -> CountingIterator:
+    ds = grain.MapDataset.range(padded_size(n, batch_size=batch_size,
+                                            process_count=process_count)).batch(batch_size)
     ds = ds.map(_LoadEvalBatch(source, tokenizer, source_key, target_key, max_length))
     ds = ds[process_index::process_count]
-    return TextIterator(iter(ds.to_iter_dataset(read_options)))
-
-
-def num_batches(num_examples: int, *, batch_size: int, process_count: int = 1) -> int:
-    """Batches each process yields in one eval pass (train=False) over `num_examples`."""
-    return -(-num_examples // (batch_size * process_count))
+    return CountingIterator(iter(ds.to_iter_dataset(read_options)))

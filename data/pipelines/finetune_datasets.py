@@ -12,13 +12,16 @@ Each dataset has one `kind`, which fixes the form of its raw examples:
                    (character offsets into the context; [] when there is no answer)
   multiple_choice  {'context': str, 'choices': [str] * num_choices, 'label': int}
 
-Labels and tags are indices into `labels`. data/finetune.py turns examples into BERT inputs.
+Labels and tags are indices into `labels`. data/pipelines/finetune.py turns examples into BERT
+inputs.
 
 The datasets (local: `python -m data.fetch NAME` first; tfds: the standard catalog, which needs
 internet access once):
 
-  spam         classify, ham/spam emails (data/spam.py); train/validation/test by text hash
-  tweets       classify, negative/neutral/positive tweets (data/tweets.py); the same splits
+  spam         classify, ham/spam emails (data/corpora/spam.py); train/validation/test by text
+               hash
+  tweets       classify, negative/neutral/positive tweets (data/corpora/tweets.py); the same
+               splits
   brown_genre  classify, one Brown PARAGRAPH (its sentences joined) -> its document's genre
                (15 labels)
   brown_pos    tag, one Brown sentence's words -> coarse POS tags (data/corpora/brown_tags.py)
@@ -51,11 +54,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from data import paths
+from data.builders.documents import read_documents
+from data.builders.examples import as_text, as_texts, read_examples
+from data.builders.sources import SOURCE_KINDS, get_data_source
+from data.corpora import brown, spam, tweets
+from data.corpora.brown_tags import COARSE_TAGS, coarse_tag
+from data.corpora.splits import SPLITS, assign_splits
 from data.errors import DataError
-from data.random_access import read_examples
 
 KINDS = ("classify", "pair_classify", "tag", "span", "multiple_choice")
-SOURCE_KINDS = ("local", "tfds")
 BROWN_VALIDATION_FRACTION = 0.1  # of each genre's Brown training documents
 
 
@@ -152,14 +160,6 @@ def sliced(spec: str, read_split: Callable[[str], Sequence[dict]]) -> list[dict]
     return [e for part in parts for e in whole[str(part.splitname)][part.from_:part.to]]
 
 
-def as_text(value) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def _texts(values) -> list[str]:
-    return [as_text(v) for v in np.asarray(values, dtype=object).reshape(-1)]
-
-
 # ----------------------------------------------------------------------------- local: texts
 
 
@@ -169,8 +169,6 @@ def _text_example(example: dict) -> dict:
 
 def _read_tfds_text(name: str) -> Callable:
     def read(split: str, source: str, data_dir) -> Sequence[dict]:
-        from data.sources import get_data_source
-
         return MappedExamples(get_data_source(name, split, source=source, data_dir=data_dir),
                               _text_example)
 
@@ -184,20 +182,15 @@ def _read_tfds_text(name: str) -> Callable:
 def _brown_documents(split: str, root: str, data_dir: str | None) -> tuple:
     """The Brown Documents of one of OUR splits (module docstring), cached per data root."""
     del root  # part of the cache key only: PAPERS_JAX_DATA may change between calls
-    from data.corpora.documents import read_documents
-    from data.corpora.splits import assign_splits
-
     if split == "test":
-        return tuple(read_documents("brown", "validation", data_dir=data_dir))
-    docs = list(read_documents("brown", "train", data_dir=data_dir))
+        return tuple(read_documents(brown.NAME, "validation", data_dir=data_dir))
+    docs = list(read_documents(brown.NAME, "train", data_dir=data_dir))
     assignment = assign_splits([d.doc_id for d in docs], [d.metadata["genre"] for d in docs],
                                BROWN_VALIDATION_FRACTION)
     return tuple(d for d in docs if assignment[d.doc_id] == split)
 
 
 def _brown(split: str, data_dir) -> tuple:
-    from data import paths
-
     return _brown_documents(split, str(paths.data_root()), None if data_dir is None
                             else str(data_dir))
 
@@ -209,18 +202,14 @@ def _check_local(name: str, source: str) -> None:
 
 
 def _read_brown_genre(split: str, source: str, data_dir) -> list[dict]:
-    from data.corpora.brown import GENRE_NAMES
-
     _check_local("brown_genre", source)
-    index = {g: i for i, g in enumerate(GENRE_NAMES)}
+    index = {g: i for i, g in enumerate(brown.GENRE_NAMES)}
     return sliced(split, lambda name: [
         {"text": " ".join(paragraph), "label": index[doc.metadata["genre"]]}
         for doc in _brown(name, data_dir) for paragraph in doc.paragraphs])
 
 
 def _read_brown_pos(split: str, source: str, data_dir) -> list[dict]:
-    from data.corpora.brown_tags import COARSE_TAGS, coarse_tag
-
     _check_local("brown_pos", source)
     index = {t: i for i, t in enumerate(COARSE_TAGS)}
     return sliced(split, lambda name: [
@@ -233,8 +222,6 @@ def _read_brown_pos(split: str, source: str, data_dir) -> list[dict]:
 
 
 def _tfds_source(name: str, split: str, source: str, data_dir):
-    from data.sources import get_data_source
-
     if source != "tfds":
         raise DataError(f"dataset {name!r} comes from the TFDS catalog (no package carries it "
                         "here); use source='tfds' on a machine that can download it")
@@ -245,7 +232,7 @@ def _squad_example(example: dict) -> dict:
     answers = example["answers"]
     return {"question": as_text(example["question"]), "context": as_text(example["context"]),
             "answers": [(int(s), t) for s, t in zip(np.asarray(answers["answer_start"]).reshape(-1),
-                                                     _texts(answers["text"]))]}
+                                                     as_texts(answers["text"]))]}
 
 
 def _read_squad(split: str, source: str, data_dir) -> Sequence[dict]:
@@ -253,7 +240,7 @@ def _read_squad(split: str, source: str, data_dir) -> Sequence[dict]:
 
 
 def _hellaswag_example(example: dict) -> dict:
-    return {"context": as_text(example["context"]), "choices": _texts(example["endings"]),
+    return {"context": as_text(example["context"]), "choices": as_texts(example["endings"]),
             "label": int(example["label"])}
 
 
@@ -265,23 +252,19 @@ def _read_hellaswag(split: str, source: str, data_dir) -> Sequence[dict]:
 
 
 def _builtin() -> dict[str, FinetuneDataset]:
-    from data import spam, tweets
-    from data.corpora.brown import GENRE_NAMES
-    from data.corpora.brown_tags import COARSE_TAGS
-
-    splits = ("train", "validation", "test")
     return {d.name: d for d in (
-        FinetuneDataset("spam", "classify", spam.LABELS, splits, _read_tfds_text("spam"),
-                        description="SpamAssassin emails: ham or spam", fetched=("spam",)),
-        FinetuneDataset("tweets", "classify", tweets.LABELS, splits, _read_tfds_text("tweets"),
+        FinetuneDataset("spam", "classify", spam.LABELS, SPLITS, _read_tfds_text(spam.NAME),
+                        description="SpamAssassin emails: ham or spam", fetched=(spam.NAME,)),
+        FinetuneDataset("tweets", "classify", tweets.LABELS, SPLITS,
+                        _read_tfds_text(tweets.NAME),
                         description="tweets: negative, neutral or positive",
-                        fetched=("tweets",)),
-        FinetuneDataset("brown_genre", "classify", GENRE_NAMES, splits, _read_brown_genre,
+                        fetched=(tweets.NAME,)),
+        FinetuneDataset("brown_genre", "classify", brown.GENRE_NAMES, SPLITS, _read_brown_genre,
                         description="Brown paragraphs: the genre of their document",
-                        fetched=("brown",)),
-        FinetuneDataset("brown_pos", "tag", COARSE_TAGS, splits, _read_brown_pos,
+                        fetched=(brown.NAME,)),
+        FinetuneDataset("brown_pos", "tag", COARSE_TAGS, SPLITS, _read_brown_pos,
                         description="Brown sentences: 12 coarse POS tags per word",
-                        fetched=("brown",)),
+                        fetched=(brown.NAME,)),
         FinetuneDataset("squad", "span", (), ("train", "validation"), _read_squad,
                         source="tfds", description="SQuAD v1.1 (TFDS 'squad')"),
         FinetuneDataset("swag", "multiple_choice", (), ("train", "validation"),

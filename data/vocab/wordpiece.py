@@ -36,18 +36,16 @@ and the special tokens are the smallest vocabulary of the texts (`minimum_size`:
 the spam emails' 1,549 characters): a smaller `vocab_size` gets exactly them, characters only,
 and `load_or_train` says so.
 
-The cache. A trained vocabulary is a `tokenizer.json` (loadable by any HF `tokenizers`) under
-`cache_dir` (default `data.paths.data_root()/vocab/`) whose name encodes the datasets, split,
-vocabulary size, casing and `FORMAT` (bumped when the training procedure changes), e.g.
+The cache. A trained vocabulary is a `tokenizer.json` (loadable by any HF `tokenizers`), trained
+once and kept (data/vocab/cache.py: the folder, the lock, the atomic write) under a name that
+encodes the datasets, split, vocabulary size, casing and `FORMAT` (bumped when the training
+procedure changes), e.g.
     brown+austen+sotu.train.wordpiece.v8000.uncased.wp1.json
 A different setting never reuses a stale file; a change of the texts under the same names is not
 seen: delete the file then (a training run keeps its own copy in its workdir, so deleting or
-retraining the cache never changes a run already started: train/vocabulary.py). A new file is
-written to a temporary file in the same folder and renamed into place while holding a lock file
-(`.<name>.lock`, there only while held), so two processes never train it twice or read half a
-file. A file that does not load, or does not match its name, raises DataError naming it; a
-vocabulary just trained passes the same check before it is written (failing it is a bug here,
-and nothing is written).
+retraining the cache never changes a run already started: train/vocabulary.py). A file that does
+not load, or does not match its name, raises DataError naming it; a vocabulary just trained
+passes the same check before it is written (failing it is a bug here, and nothing is written).
 
 Worker processes. A `WordPieceTokenizer` holds its serialized JSON and pickles as it.
 """
@@ -60,14 +58,13 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from data import paths
 from data.errors import DataError
+from data.vocab import cache
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 of a trained vocabulary
@@ -328,14 +325,6 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool,
 # ------------------------------------------------------------------------------------- cache
 
 
-def _safe(name: str) -> str:
-    """`name` as a file name; a short hash keeps apart names that differ only in odd characters."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", name)
-    if safe != name:
-        safe += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
-    return safe
-
-
 def _names(datasets: str | Sequence[str]) -> str:
     names = [datasets] if isinstance(datasets, str) else list(datasets)
     if not names or not all(names):
@@ -346,15 +335,9 @@ def _names(datasets: str | Sequence[str]) -> str:
 def cache_path(datasets: str | Sequence[str], split: str, *, vocab_size: int, lowercase: bool,
                cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
     """The cache file of a vocabulary of these texts and settings (module docstring)."""
-    folder = paths.data_root() / "vocab" if cache_dir is None else pathlib.Path(cache_dir)
     casing = "uncased" if lowercase else "cased"
-    return folder / (f"{_safe(_names(datasets) + '.' + str(split))}.wordpiece.v{int(vocab_size)}"
-                     f".{casing}.{FORMAT}.json")
-
-
-def _lock(path: pathlib.Path):
-    """Serialises the training of one cache file between processes on this machine."""
-    return paths.file_lock(path.parent / f".{path.name}.lock")
+    name = cache.safe_name(_names(datasets) + "." + str(split))
+    return cache.folder(cache_dir) / f"{name}.wordpiece.v{int(vocab_size)}.{casing}.{FORMAT}.json"
 
 
 def _mismatch(tok: WordPieceTokenizer, vocab_size: int, lowercase: bool) -> str | None:
@@ -414,36 +397,26 @@ def load_or_train(datasets: str | Sequence[str], split: str,
     """
     path = cache_path(datasets, split, vocab_size=vocab_size, lowercase=lowercase,
                       cache_dir=cache_dir)
-    if path.exists():  # files appear only by an atomic rename: no lock needed to read
-        tok = _load_cached(path, vocab_size, lowercase)
-    else:
-        with _lock(path):
-            if path.exists():  # another process trained it while we waited
-                tok = _load_cached(path, vocab_size, lowercase)
-            else:
-                tok = _train_into(path, texts_fn, datasets=datasets, split=split,
-                                  vocab_size=vocab_size, lowercase=lowercase, verbose=verbose)
+
+    def train() -> bytes:
+        """The vocabulary, checked as the cache checks a file before it is written: one this
+        code just trained that fails the check is a bug here, never a corrupt file left for the
+        user to delete."""
+        if verbose:
+            print(f"training a WordPiece vocabulary of {vocab_size} tokens "
+                  f"({'uncased' if lowercase else 'cased'}) on {_names(datasets)} {split} -> "
+                  f"{path}", flush=True)
+        tok = train_wordpiece(texts_fn(), vocab_size=vocab_size, lowercase=lowercase)
+        problem = _mismatch(tok, vocab_size, lowercase)
+        if problem:
+            raise RuntimeError(f"the WordPiece vocabulary just trained for {path} has {problem}: "
+                               "a bug in data/vocab/wordpiece.py (the file was not written)")
+        return tok.tokenizer_json.encode("utf-8")
+
+    tok = cache.load_or_create(path, lambda p: _load_cached(p, vocab_size, lowercase), train)
     if verbose:
         _note_size(tok, vocab_size)
     return tok
-
-
-def _train_into(path: pathlib.Path, texts_fn: Callable[[], Iterable[str]], *, datasets, split,
-                vocab_size: int, lowercase: bool, verbose: bool) -> WordPieceTokenizer:
-    """Trains the vocabulary and writes it to `path` (under the lock). It is checked as the cache
-    checks a file before it is written: a vocabulary this code just trained that fails the check
-    is a bug here, never a corrupt file left for the user to delete."""
-    if verbose:
-        print(f"training a WordPiece vocabulary of {vocab_size} tokens "
-              f"({'uncased' if lowercase else 'cased'}) on {_names(datasets)} {split} -> "
-              f"{path}", flush=True)
-    tok = train_wordpiece(texts_fn(), vocab_size=vocab_size, lowercase=lowercase)
-    problem = _mismatch(tok, vocab_size, lowercase)
-    if problem:
-        raise RuntimeError(f"the WordPiece vocabulary just trained for {path} has {problem}: a "
-                           "bug in data/wordpiece.py (the file was not written)")
-    paths.write_atomically(path, tok.tokenizer_json.encode("utf-8"))
-    return WordPieceTokenizer(tok.tokenizer_json, path)
 
 
 def document_texts(documents) -> Iterator[str]:

@@ -7,11 +7,9 @@ Every batch is a dict of numpy arrays for ONE process:
 
 Order of examples. The pipeline works on example indices, so reading is batched
 (`source.__getitems__`). All processes build the same global stream of batches of `batch_size`
-(`batch_size` is per process); process i takes the batches i, i + P, i + 2P, ... of it. So the
-batches of step k, concatenated in process order (what `jax.make_array_from_process_local_data`
-builds), are the same global batch whatever the number of processes, the shards of the
-processes are disjoint and together cover every example, and every process yields the same
-number of batches (no process waits on another at the end).
+(`batch_size` is per process); process i takes the batches i, i + P, i + 2P, ... of it
+(data/pipelines/sharding.py): the same global batch whatever the number of processes, disjoint
+shards that together cover every example, and as many batches in every process.
 
   train=True   indices shuffled with `seed`, reshuffled differently (deterministically) each
                epoch, repeated forever or `num_epochs` times, batches of `batch_size` (a
@@ -23,11 +21,12 @@ number of batches (no process waits on another at the end).
                from an rng seeded with (seed, global batch index) through grain's
                `random_map`, so it is reproducible and survives set_state.
   train=False  one pass in order, padded with mask=0 rows to a whole number of global batches:
-               every example is seen exactly once and all shapes stay static.
+               every example is seen exactly once, all shapes stay static, and every process
+               yields `num_batches(len(source), ...)` batches.
 
-Normalisation uses fixed per-channel constants from the dataset's train split (`NORMALIZATION`,
-e.g. Fashion-MNIST mean 0.2860, std 0.3530), looked up by the source's TFDS name, or `mean`/`std`
-passed in (see `compute_mean_std` for a dataset not in the table).
+Normalisation uses fixed per-channel constants from the dataset's train split (`NORMALIZATION` of
+data/builders/sources.py, e.g. Fashion-MNIST mean 0.2860, std 0.3530), looked up by the source's
+TFDS name, or `mean`/`std` passed in (see `compute_mean_std` for a dataset not in the table).
 
 Checkpointing: the returned `grain.DatasetIterator` has `get_state() -> {'next_index': int}`
 (batches this process has taken; JSON-serialisable) and `set_state(state)`. A state resumes
@@ -42,26 +41,12 @@ from typing import Sequence
 import grain
 import numpy as np
 
+from data.builders.examples import read_examples
+from data.builders.sources import NORMALIZATION
 from data.errors import DataError
-from data.random_access import read_examples
-
-# Per-channel mean and std of x / 255 over the train split (checked against the data where we
-# have it: Fashion-MNIST 0.28604, 0.35302 from the 60,000 train images).
-NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "fashion_mnist": ((0.2860,), (0.3530,)),
-    "fashion_mnist_local": ((0.2860,), (0.3530,)),
-    "mnist": ((0.1307,), (0.3081,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-}
+from data.pipelines.sharding import check_sharding, dataset_name, describe, padded_size, seeds
 
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
-
-
-def _describe(source) -> tuple[str, str]:
-    """(dataset name, split) of a TFDS data source, or best-effort names for anything else."""
-    info = getattr(source, "dataset_info", None)
-    name = getattr(info, "name", None) or type(source).__name__
-    return name, str(getattr(source, "split", None) or "?")
 
 
 def crop_padding(height: int) -> int:
@@ -101,9 +86,8 @@ class _LoadBatch:
         for j, example in enumerate(examples):
             image = np.asarray(example["image"])
             if image.shape != self.image_shape:
-                name, split = _describe(self.source)
                 raise DataError(f"images of shape {self.image_shape} expected, found "
-                                f"{image.shape} in {name} split {split} (example {real[j]})")
+                                f"{image.shape} in {describe(self.source)} (example {real[j]})")
             images[j] = image
             labels[j] = example["label"]
         mask = np.zeros((len(indices),), np.float32)
@@ -148,14 +132,6 @@ class _Normalize:
         return {**batch, "image": image}
 
 
-def _seeds(seed: int) -> tuple[int, int]:
-    """Independent 32-bit seeds for the shuffle and the augmentation, derived from `seed`."""
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise DataError(f"seed must be a non-negative integer, got {seed!r}")
-    shuffle_seed, augment_seed = np.random.SeedSequence(int(seed)).generate_state(2)
-    return int(shuffle_seed), int(augment_seed)
-
-
 def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   image_shape: Sequence[int], process_index: int = 0, process_count: int = 1,
                   augment: str = "none", num_epochs: int | None = None,
@@ -163,23 +139,19 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Iterator over this process's batches of `source` (see the module docstring)."""
     image_shape = tuple(int(d) for d in image_shape)
-    name, split = _describe(source)
+    name = dataset_name(source)
     if augment not in AUGMENTATIONS:
         raise DataError(f"augment={augment!r} is not one of {list(AUGMENTATIONS)}")
-    if batch_size < 1:
-        raise DataError(f"batch_size must be positive, got {batch_size}")
-    if not 0 <= process_index < process_count:
-        raise DataError(f"process_index {process_index} not in [0, process_count="
-                        f"{process_count})")
+    check_sharding(batch_size, process_index, process_count)
     if num_epochs is not None and num_epochs < 1:
         raise DataError(f"num_epochs must be None (forever) or positive, got {num_epochs}")
     n = len(source)
     if n == 0:
-        raise DataError(f"{name} split {split} has no examples")
+        raise DataError(f"{describe(source)} has no examples")
     first = np.asarray(source[0]["image"])
     if first.shape != image_shape:
         raise DataError(f"images of shape {image_shape} expected, found {first.shape} in "
-                        f"{name} split {split}")
+                        f"{describe(source)}")
     if (mean is None) != (std is None):
         raise DataError(f"mean={mean} and std={std}: pass both (per channel) or neither (the "
                         "dataset's constants)")
@@ -187,14 +159,14 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
         if name not in NORMALIZATION:
             raise DataError(f"no normalisation constants for dataset {name!r} (known: "
                             f"{sorted(NORMALIZATION)}); pass mean= and std= (per channel), e.g. "
-                            "from data.images.compute_mean_std(train_source)")
+                            "from data.pipelines.images.compute_mean_std(train_source)")
         mean, std = NORMALIZATION[name]
     if len(mean) != image_shape[-1] or len(std) != image_shape[-1]:
         raise DataError(f"mean {mean} and std {std} need one value per channel "
                         f"({image_shape[-1]})")
     if not all(np.isfinite(mean)) or not all(s > 0 for s in std):  # `not >` catches NaN too
         raise DataError(f"mean {mean} must be finite and std {std} positive")
-    shuffle_seed, augment_seed = _seeds(seed)
+    shuffle_seed, augment_seed = seeds(seed, 2)
 
     ds = grain.MapDataset.range(n)
     if train:
@@ -203,20 +175,14 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
         if num_epochs is not None:  # every process gets the same number of batches
             ds = ds[: len(ds) // process_count * process_count]
     else:
-        global_batch = batch_size * process_count
-        padded = -(-n // global_batch) * global_batch
+        padded = padded_size(n, batch_size=batch_size, process_count=process_count)
         ds = grain.MapDataset.range(padded).batch(batch_size)
     ds = ds.map(_LoadBatch(source, image_shape))
     if train and augment != "none":
         ds = ds.random_map(_Augment(augment), seed=augment_seed)  # seeded by global batch index
     ds = ds[process_index::process_count]
     if len(ds) == 0:
-        raise DataError(f"{name} split {split}: {n} examples x {num_epochs} epochs give no batch "
+        raise DataError(f"{describe(source)}: {n} examples x {num_epochs} epochs give no batch "
                         f"of {batch_size} for each of {process_count} processes")
     ds = ds.map(_Normalize(mean, std))
     return iter(ds.to_iter_dataset(read_options or _DEFAULT_READ))
-
-
-def num_batches(num_examples: int, *, batch_size: int, process_count: int = 1) -> int:
-    """Batches each process yields in one eval pass (train=False) over `num_examples`."""
-    return -(-num_examples // (batch_size * process_count))
