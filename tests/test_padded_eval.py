@@ -1,8 +1,8 @@
 """An evaluation does not depend on how the eval split is cut into batches.
 
 Every task's eval pipeline pads the split's last global batch with mask-0 rows, so that shapes
-stay static and every process runs the same number of steps (data/images.py, data/text.py,
-data/pretraining.py, data/finetune.py). The padding must count for nothing. For each task, and
+stay static and every process runs the same number of steps (data/pipelines/: images.py,
+translation.py, pretraining.py, finetune.py). The padding must count for nothing. For each task, and
 each fine-tuning data kind, the metric sums and counts of the whole split in one unpadded batch
 equal those of batches that leave a padded last batch, fed by two or three processes (each
 process's batches from the task's `eval_batches`, concatenated in process order into the global

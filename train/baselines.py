@@ -16,7 +16,7 @@
                   form), and the most frequent tag overall for words never seen in training;
                   token accuracy over words, also split into seen / unseen words.
 
-Every number comes from the same splits the fine-tuning runs use (data/finetune_datasets.py).
+Every number comes from the same splits the fine-tuning runs use (data/pipelines/finetune_datasets.py).
 With --workdir, the results go to DIR/record.json (train/run_record.py: the command, the
 machine, the code version), which `python -m train.records save DIR baselines` commits.
 """

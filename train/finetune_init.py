@@ -6,7 +6,7 @@
 
   'scratch'   a random encoder of config.model's dimensions; the WordPiece vocabulary is
               config.data.vocab_file, or one trained on the task's training texts (cached);
-  'minilm'    all-MiniLM-L6-v2 (data/pretrained.py; `python -m data.fetch minilm`): its
+  'minilm'    all-MiniLM-L6-v2 (data/fetching/pretrained.py; `python -m data.fetch minilm`): its
               config.json gives the model dimensions (overriding config.model's), its
               tokenizer.json the vocabulary, its weights the encoder (models/hf_bert.py);
   <path>      the workdir of a pretraining run (`python -m train --config configs/bert/
@@ -110,7 +110,7 @@ def _scratch(config, scratch_vocab) -> Pretrained:
     pending = "" if tok is not None else (
         f"the size of the WordPiece vocabulary trained on the {data.train_split} texts of "
         f"{data.name} when the run starts, config.data.vocab_size={data.vocab_size} asked for "
-        "(the texts may give fewer or more: data/wordpiece.py); not trained yet")
+        "(the texts may give fewer or more: data/vocab/wordpiece.py); not trained yet")
     return Pretrained(cfg, tok, None, _describe("random, config.model's sizes", cfg, tok),
                       pending)
 

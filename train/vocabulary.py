@@ -7,7 +7,7 @@
 
 The vocabulary a task builds at a run's first start comes from the config: a file it names
 (config.data.vocab_file), a pretrained model's, or one trained on the training texts and cached
-under the data root by dataset name and settings (data/wordpiece.py, data/sentencepiece_vocab.py).
+under the data root by dataset name and settings (data/vocab/wordpiece.py, data/vocab/sentencepiece.py).
 The cache can change under a run: deleted and retrained, retrained on another version of the
 texts, or read from another data root. A vocabulary of the same size but other tokens fits the
 checkpoint's embedding table and would be accepted without a word, every id now meaning another
@@ -48,8 +48,8 @@ def settings_of(config, keys) -> dict[str, Any]:
 
 
 def kind_of(tokenizer: Any) -> str:
-    """'wordpiece' or 'sentencepiece' for the tokenizers of data/wordpiece.py and
-    data/sentencepiece_vocab.py."""
+    """'wordpiece' or 'sentencepiece' for the tokenizers of data/vocab/wordpiece.py and
+    data/vocab/sentencepiece.py."""
     from data.vocab import sentencepiece as sentencepiece_vocab
     from data.vocab import wordpiece
 

@@ -40,7 +40,7 @@ Optional, with the defaults below:
   flops_per_example_at(step) -> float          FLOPs of one example at train step `step`, for
                                                tasks whose cost changes during a run (BERT's
                                                longer phase 2); flops_per_example() otherwise
-  tokenizer                a text task's vocabulary (data/wordpiece.py, data/sentencepiece_vocab.py),
+  tokenizer                a text task's vocabulary (data/vocab/wordpiece.py, data/vocab/sentencepiece.py),
                            which the trainer keeps in the workdir; None for image tasks
   vocabulary_settings      the config keys that decided it ('data.vocab_size', ...); () when it
                            came from a file or a pretrained model

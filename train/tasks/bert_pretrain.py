@@ -9,9 +9,9 @@ per sequence, `nsp_random_fraction` (the share of sequences whose B is random: t
 always guessing "random" is max(it, 1 - it)), and the train step's `loss` (their sum, what is
 optimised).
 
-Examples are built in the input pipeline (data/pretraining.py): sentence pairs, truncation and
+Examples are built in the input pipeline (data/pipelines/pretraining.py): sentence pairs, truncation and
 masking, with every rate from the config. An optional second phase switches to longer
-sequences for the last `data.phase2_fraction` of the steps (data/phases.py).
+sequences for the last `data.phase2_fraction` of the steps (data/pipelines/phases.py).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class BertPretrainingTask(Task):
             "model.vocab_size": f"the size of the WordPiece vocabulary trained on "
                                 f"{'+'.join(data.names)} {data.train_split} when the run starts, "
                                 f"config.data.vocab_size={data.vocab_size} asked for (the texts "
-                                "may give fewer or more: data/wordpiece.py); not trained yet"})
+                                "may give fewer or more: data/vocab/wordpiece.py); not trained yet"})
 
     def _masking(self, max_predictions: int) -> MaskingConfig:
         data = self.config.data

@@ -1,6 +1,6 @@
 """BERT fine-tuning (Devlin et al. 2019, Sec. 4) and feature-based use (Sec. 5.3, Table 7).
 
-One task for the five kinds of labelled data (data/finetune_datasets.py), each with the head of
+One task for the five kinds of labelled data (data/pipelines/finetune_datasets.py), each with the head of
 models/bert_heads.py that BERT's Fig. 4 draws for it:
 
   kind             head                             loss (train/losses.py cross_entropy)
@@ -54,7 +54,7 @@ FEATURE_KINDS = ("classify", "pair_classify", "tag")
 
 
 def _scratch_vocab_key(data: ml_collections.ConfigDict) -> dict:
-    """The cache entry (data/wordpiece.py) of the vocabulary trained on a task's texts."""
+    """The cache entry (data/vocab/wordpiece.py) of the vocabulary trained on a task's texts."""
     return dict(datasets=f"finetune-{data.name}", split=data.train_split,
                 vocab_size=data.vocab_size, lowercase=data.lowercase)
 
