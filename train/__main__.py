@@ -1,18 +1,19 @@
 """python -m train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]
 
-Trains the experiment a config file describes. DIR/config.json records the resolved config,
-the model that ran (a pretrained model's sizes, the vocabulary's size), and
-DIR/requested_config.json the config as given (train/run_config.py); logs go to
-DIR/metrics.jsonl and DIR/tensorboard/, checkpoints to DIR/checkpoints/; what ran, on what and what it measured to
-DIR/record.json when the run ends or is stopped (train/run_record.py). Starting again with the
-same workdir resumes from the latest checkpoint. A workdir that holds another (requested)
-config is refused, naming the keys that differ: where they leave the train state as saved
-(train.*, learning rates, evaluation and data settings) --allow_config_change resumes anyway;
-another task or model needs a new --workdir (train/workdir.py). --print_config prints the
-resolved config without training (--workdir optional: with one, as a start there would
-resolve it). A damaged checkpoint is set aside as DIR/checkpoints/STEP.corrupt-TIME and
-the previous one resumed; a workdir left with only such set-aside checkpoints is refused
-unless --fresh_start is given.
+Trains the experiment a config file describes. Into DIR go: config.json, the resolved config
+(the model that ran: a pretrained model's sizes, the vocabulary's size) and
+requested_config.json, the config as given (train/run_config.py); metrics.jsonl and
+tensorboard/; checkpoints/; record.json, what ran, on what and what it measured, when the run
+ends or is stopped (train/run_record.py).
+
+Starting again with the same workdir resumes from the latest checkpoint. A workdir that holds
+another (requested) config is refused, naming the keys that differ: where they leave the train
+state as saved (train.*, learning rates, evaluation and data settings) --allow_config_change
+resumes anyway; another task or model needs a new --workdir (train/workdir.py). A damaged
+checkpoint is set aside as checkpoints/STEP.corrupt-TIME and the previous one resumed; a
+workdir left with only such set-aside checkpoints is refused unless --fresh_start is given.
+--print_config prints the resolved config without training (--workdir optional: with one, as
+a start there would resolve it).
 """
 
 from __future__ import annotations
