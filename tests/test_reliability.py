@@ -23,7 +23,8 @@ from train.checkpointing import Checkpointer
 from train.config import apply_override, load_config_file
 from train.metrics_writer import SUPERSEDED, _drop_records_after
 from train.optimizers import make_optimizer
-from train.trainer import NonFiniteError, Trainer, TrainState, make_train_step
+from train.step_log import NonFiniteError, StepLog
+from train.trainer import Trainer, TrainState, make_train_step
 
 STEPS = 30
 # Checkpoint every 3 steps and log every step, so a kill lands between checkpoints.
@@ -311,28 +312,29 @@ def test_stop_mode_names_the_first_non_finite_step_and_what_was_non_finite(finit
                                                                            finite_grads, which):
     """With nonfinite='stop' the host check raises for a step whose loss alone, or gradient norm
     alone, was non-finite, naming that step (the first bad one) and the last checkpoint; a run
-    of finite steps passes. In 'skip' mode the flags are only cleared."""
-    import types
-
+    of finite steps passes. In 'skip' mode the flags are only dropped."""
     def flag(value):
-        return (np.float32(value), np.float32(1.0))
+        return jnp.asarray([value, 1.0], jnp.float32)  # (sum, count), as the step returns
 
-    fine = [(step, (flag(1.0), flag(1.0))) for step in (4, 5)]
-    bad = [(6, (flag(finite_loss), flag(finite_grads))), (7, (flag(0.0), flag(1.0)))]
-    checkpointer = types.SimpleNamespace(latest_step=lambda: 5, directory="/run/checkpoints")
-    trainer = types.SimpleNamespace(config=smoke(**{"train.nonfinite": "stop"}))
-    pending = list(fine)
-    Trainer._check_finite(trainer, pending, checkpointer)
-    assert pending == []
+    def log_of(steps, skip=False):
+        import types
+
+        task = types.SimpleNamespace(flops_per_example_at=lambda step: 0.0)
+        log = StepLog(task, global_batch=1, peak_flops=1.0, skip_nonfinite=skip)
+        for step, (loss, grads) in steps:
+            log.add(step, {"finite_loss": flag(loss), "finite_grads": flag(grads)})
+        return log
+
+    kept = "the last good checkpoint, step 5, is kept in /run/checkpoints"
+    fine = [(4, (1.0, 1.0)), (5, (1.0, 1.0))]
+    bad = [(6, (finite_loss, finite_grads)), (7, (0.0, 1.0))]
+    log = log_of(fine)
+    log.check_finite(kept)
+    log.check_finite(kept)  # the flags were consumed: nothing left to raise about
     with pytest.raises(NonFiniteError) as error:
-        Trainer._check_finite(trainer, fine + bad, checkpointer)
-    assert str(error.value).startswith(
-        f"non-finite {which} at step 6; stopping (the last good checkpoint, step 5, is kept in "
-        "/run/checkpoints)")
-    skipping = types.SimpleNamespace(config=smoke(**{"train.nonfinite": "skip"}))
-    pending = fine + bad
-    Trainer._check_finite(skipping, pending, checkpointer)
-    assert pending == []
+        log_of(fine + bad).check_finite(kept)
+    assert str(error.value).startswith(f"non-finite {which} at step 6; stopping ({kept})")
+    log_of(fine + bad, skip=True).check_finite(kept)
 
 
 def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashion_mnist_env,

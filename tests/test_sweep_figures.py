@@ -31,7 +31,7 @@ def test_the_docs_embed_only_figures_the_command_writes():
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
     embedded = {Path(link).name for page in pages for link in FIGURE_LINK.findall(page.read_text())}
     assert embedded and embedded <= {f"{folder}.png" for folder in SWEEPS}, embedded
-    assert "python -m train.sweep_figures" in (REPO / "docs" / "results.md").read_text()
+    assert "python -m train.sweep_figures" in (REPO / "docs" / "reproductions.md").read_text()
 
 
 def test_a_sweep_without_records_is_an_error_naming_the_command(tmp_path, capsys):

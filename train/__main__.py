@@ -112,7 +112,7 @@ def _train(args, overrides, argv: list[str], started: float) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
-    from train.trainer import NonFiniteError
+    from train.step_log import NonFiniteError
 
     try:
         config = load_config_file(args.config)

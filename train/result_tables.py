@@ -69,11 +69,14 @@ def provenance(records: dict[str, dict]) -> str:
         peak = ("" if m["peak_flops_per_device"] is None else
                 f", matmul peak {flop_rate(m['peak_flops_per_device'])} per device")
         dirty = " with uncommitted changes" if code["dirty"] is True else ""
+        load = ("" if m["load_average"] is None else
+                ", load average {:.1f} / {:.1f} / {:.1f} (1 / 5 / 15 min) at the end".format(
+                    *m["load_average"]))
         devices = (m["backend"] if m["device_kind"] == m["backend"] else
                    f"{m['backend']} {m['device_kind']}")
         key = (f"{record['date'][:10]}, {m['cpu']} ({m['usable_cpus']} of {m['cpu_count']} "
                f"cores), {devices} x {m['device_count']}{peak}, code "
-               f"{str(code['commit'])[:10]}{dirty}, jax {record['versions']['jax']}")
+               f"{str(code['commit'])[:10]}{dirty}, jax {record['versions']['jax']}{load}")
         groups.setdefault(key, []).append(f"`{name}`")
     return "\n".join(f"Recorded in `notebooks/results/runs/`: {', '.join(names)}: {key}."
                      for key, names in groups.items())
@@ -258,3 +261,54 @@ def headline_runs(records: Records) -> str:
         rows.append([f"`{run.name}`", run.meaning, f"{fetch}`{run.command}`",
                      f"`{run.save_command}`", state])
     return _table(["name", "what it measures", "command", "save", "recorded"], rows)
+
+
+def headline(records: Records) -> str:
+    """The README's one table: each headline number, the wall clock of its run, its record and
+    the page with the whole table (links relative to the repository's root)."""
+    rows = []
+
+    def add(what: str, name: str, value, page: str) -> None:
+        record = records.get(name)
+        link = f"[{name}](notebooks/results/runs/{name}/record.json)"
+        if record is None:
+            rows.append([what, f"not recorded yet: `{RUNS[name].command}`", "-", "-", page])
+            return
+        wall = "-" if record["kind"] == "benchmark" else clock(record["total_wall_s"])
+        rows.append([what, value(record), wall, link, page])
+
+    def ev(record: dict) -> dict:
+        return record["metrics"]["eval"]
+
+    def split(record: dict) -> str:
+        return record["metrics"]["eval_split"]
+
+    results, benchmarks = "[results](docs/results.md)", "[benchmarks](docs/benchmarks.md)"
+    add("ViT on Fashion-MNIST (`make demo`)", "demo",
+        lambda r: f"{percent(ev(r)['accuracy'])} {split(r)} accuracy", results)
+    add("Transformer, Bible en -> es, sinusoids", "translate",
+        lambda r: f"{ev(r)['bleu']:.2f} {split(r)} BLEU", results)
+    add("the same with learned positions (Table 3, E)", "translate_row_E",
+        lambda r: f"{ev(r)['bleu']:.2f} {split(r)} BLEU", results)
+    add("BERT pretraining, Brown + Austen + SOTU", "bert_pretrain",
+        lambda r: f"MLM {percent(ev(r)['mlm_accuracy'], 1)}, NSP "
+                  f"{percent(ev(r)['nsp_accuracy'], 1)} ({split(r)})", results)
+    for name, task in (("finetune_spam", "spam"), ("finetune_tweets", "tweets (3 classes)"),
+                       ("finetune_brown_genre", "Brown genre (15 classes)"),
+                       ("finetune_brown_pos", "Brown POS tagging"),
+                       ("finetune_brown_pos_features", "Brown POS, frozen encoder (Table 7)")):
+        add(f"MiniLM fine-tuned: {task}", name,
+            lambda r: (f"{percent(ev(r)['token_accuracy'])} token accuracy"
+                       if "token_accuracy" in ev(r) else f"{percent(ev(r)['accuracy'])} accuracy")
+            + f" ({split(r)})", results)
+
+    def bench(r: dict) -> str:
+        report = r["metrics"]
+        ours = next(row for row in report["rows"] if row["label"] == "ours")
+        ratio = report["ratios"].get("standard step (peer time / ours)")
+        versus = "" if ratio is None else f", {ratio:.2f}x the Hugging Face step"
+        return f"MFU {percent(ours['mfu'], 1)}{versus}"
+
+    add("BERT-base train step, seq 128, 2-core CPU", "bench_bert_base", bench, benchmarks)
+    add("ViT-B/16 train step, 2-core CPU", "bench_vit_b16", bench, benchmarks)
+    return _table(["result", "value", "wall clock", "record", "table"], rows)

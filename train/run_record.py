@@ -260,6 +260,18 @@ def _values(entry: dict | None) -> dict:
     return {k: v for k, v in (entry or {}).items() if k not in ("step", "split", "time")}
 
 
+def final_eval(workdir: Path) -> dict | None:
+    """The eval metrics the trainer logged at train.num_steps (of the workdir's config.json),
+    or None while the run has not ended there (the sweep runner's test of a finished run)."""
+    try:
+        num_steps = json.loads((workdir / RESOLVED_FILE).read_text())["train"]["num_steps"]
+        evals, _ = _log(workdir)
+    except (OSError, ValueError, KeyError):
+        return None
+    final = [entry for entry in evals if entry.get("step") == num_steps]
+    return _values(final[-1]) if final else None
+
+
 def _earlier_sessions(path: Path, start_step: int) -> list[dict]:
     """The sessions of the run this one continues. A run that starts from step 0 continues
     nothing: an older record there (of a run whose checkpoints are gone) is moved aside to

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from train.run_record import final_eval
 from train.sweep_spec import Sweep, SweepError, load_sweep_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,26 +165,6 @@ def check_spec(sweep_dir: Path, spec: dict, allow_change: bool, save: bool = Tru
 
 
 # ---- finished runs ---------------------------------------------------------------------------
-def final_eval(workdir: Path) -> dict | None:
-    """The eval record the trainer wrote at train.num_steps, or None if the run has not ended."""
-    try:
-        num_steps = json.loads((workdir / "config.json").read_text())["train"]["num_steps"]
-        lines = (workdir / "metrics.jsonl").read_text().splitlines()
-    except (OSError, ValueError, KeyError):
-        return None
-    final = None
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line cut short by a kill
-            continue
-        if record.get("split") == "eval" and record.get("step") == num_steps:
-            final = record
-    if final is None:
-        return None
-    return {k: v for k, v in final.items() if k not in ("step", "split", "time")}
-
-
 def _attempts(workdir: Path) -> list[dict]:
     path = workdir / "sweep_attempts.jsonl"
     if not path.exists():

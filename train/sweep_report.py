@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from train.sweep import Sweep, final_eval
-from train.sweep_spec import SweepError
+from train.run_record import final_eval
+from train.sweep_spec import Sweep, SweepError
 
 
 def collect(sweep: Sweep, sweep_dir: Path) -> list[dict]:

@@ -57,6 +57,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_bert_base": rt.benchmark("bench_bert_base"),
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
     "headline_runs": rt.headline_runs,
+    "headline": rt.headline,
     **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
 }
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import signal
-import time
 from pathlib import Path
 
 import flax.linen as nn
@@ -30,10 +28,12 @@ from data.errors import DataError
 from train import partitioning, run_config, vocabulary
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice
-from train.distributed import differing_processes, sum_over_processes
+from train.distributed import differing_processes
 from train.flops import measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
+from train.preemption import Preemption
+from train.step_log import StepLog
 from train.tasks import get_task
 from train.train_step import TrainState, make_train_step
 
@@ -76,10 +76,6 @@ def _numeric(batch: dict) -> dict:
 
 def _sum_metrics(total, new):
     return jax.tree.map(jnp.add, total, new)
-
-
-class NonFiniteError(RuntimeError):
-    """The loss or the gradient norm became NaN or Inf."""
 
 
 class Trainer:
@@ -201,25 +197,38 @@ class Trainer:
         return measured_peak_flops(), "measured here by train/flops.py measure_matmul_peak"
 
     # ---- the loop ---------------------------------------------------------------------------
-    def _check_finite(self, pending_flags: list, checkpointer) -> None:
-        """Raises NonFiniteError naming the first step whose loss or gradient norm was NaN/Inf.
+    def _decodes_at(self, done: int) -> bool:
+        """Whether the eval after `done` steps also generates (task.decode_every; always at the
+        end for a task that generates)."""
+        every = self.task.decode_every
+        return every is not None and (done == self.config.train.num_steps or
+                                      (every > 0 and done % every == 0))
 
-        Flags stay on the device until a log, a checkpoint or the end needs them, so the host
-        never waits for a step just to look at it; no checkpoint is written before this check.
-        """
-        if self.config.train.nonfinite == "skip" or not pending_flags:
-            pending_flags.clear()
-            return
-        for step, (finite_loss, finite_grads) in jax.device_get(pending_flags):
-            if not (finite_loss[0] and finite_grads[0]):
-                which = "loss" if not finite_loss[0] else "gradient norm"
-                latest = checkpointer.latest_step()
-                kept = (f"the last good checkpoint, step {latest}, is kept in {checkpointer.directory}"
-                        if latest is not None else "no checkpoint had been written yet")
-                raise NonFiniteError(
-                    f"non-finite {which} at step {step}; stopping ({kept}). Lower the learning "
-                    "rate, enable clipping (optimizer.clip_norm), or set train.nonfinite='skip'.")
-        pending_flags.clear()
+    def _restore_or_init(self, checkpointer: Checkpointer, train_iter) -> tuple[TrainState, list]:
+        """The state to train from: the newest usable checkpoint (with the data position it
+        saved), or a new one (refused where every checkpoint was set aside as damaged, unless
+        fresh_start). Then the workdir's run files: config.json, requested_config.json and, at
+        a text run's first start, its vocabulary. Returns the state and the notes to print."""
+        notes = []
+        restored = (None if checkpointer.latest_step() is None else
+                    checkpointer.restore_latest_good(self.abstract_state, notes.append))
+        if restored is None:
+            notes += checkpointer.check_start_from_scratch(self.fresh_start)
+            state = self.init_state()
+            notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
+        else:
+            state, data_state, _ = restored
+            train_iter.set_state(data_state["train_iterator"])
+            notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
+        self.workdir.mkdir(parents=True, exist_ok=True)  # only now: no empty one if stopped
+        if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
+            run_config.write(self.workdir, self.config, self.task.resolution())
+            if self.task.tokenizer is not None and self.saved_vocabulary is None:
+                path = vocabulary.save(self.workdir, self.task.tokenizer, vocabulary.settings_of(
+                    self.config, self.task.vocabulary_settings))
+                notes.append(f"the run's vocabulary ({self.task.tokenizer.vocab_size} tokens) "
+                             f"is kept in {path}")
+        return state, notes
 
     def run(self, until_step: int | None = None) -> dict[str, float]:
         """Trains from the latest checkpoint (or from scratch) to train.num_steps, or only up to
@@ -238,25 +247,7 @@ class Trainer:
             process_index=self.process_index, process_count=self.process_count)
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
-        notes = []
-        restored = (None if checkpointer.latest_step() is None else
-                    checkpointer.restore_latest_good(self.abstract_state, notes.append))
-        if restored is None:  # none usable: damaged ones set aside stop the run unless fresh_start
-            notes += checkpointer.check_start_from_scratch(self.fresh_start)
-            state = self.init_state()
-            notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
-        else:
-            state, data_state, _ = restored
-            train_iter.set_state(data_state["train_iterator"])
-            notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
-        self.workdir.mkdir(parents=True, exist_ok=True)  # only now: no empty one if stopped
-        if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
-            run_config.write(self.workdir, self.config, self.task.resolution())
-            if self.task.tokenizer is not None and self.saved_vocabulary is None:
-                path = vocabulary.save(self.workdir, self.task.tokenizer, vocabulary.settings_of(
-                    self.config, self.task.vocabulary_settings))
-                notes.append(f"the run's vocabulary ({self.task.tokenizer.vocab_size} tokens) "
-                             f"is kept in {path}")
+        state, notes = self._restore_or_init(checkpointer, train_iter)
         start = self.start_step = int(jax.device_get(state.step))
         writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
                                progress_bar=cfg.progress_bar)
@@ -269,61 +260,43 @@ class Trainer:
                        f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
                        f"({self.peak_flops_source})")
 
-        received, previous = [], {}
-        handler = lambda signum, frame: received.append(signal.Signals(signum).name)  # noqa: E731
+        log = StepLog(self.task, global_batch=global_batch, peak_flops=peak,
+                      skip_nonfinite=cfg.nonfinite == "skip")
+        preemption = Preemption()
         self.interrupted = None
         final_eval: dict[str, float] = {}
-        pending, flags, timer_start, timer_steps = None, [], time.perf_counter(), 0
-        timer_flops = 0.0  # model FLOPs of the steps since the last log (for MFU)
-        skipped_total = 0  # a count: logged as a whole number
+
+        def kept() -> str:  # the last good checkpoint, for a NaN's message
+            latest = checkpointer.latest_step()
+            return ("no checkpoint had been written yet" if latest is None else
+                    f"the last good checkpoint, step {latest}, is kept in {checkpointer.directory}")
+
         try:
             for step in range(start, stop):
                 state, metrics = self.train_step(state, next(train_iter))
-                if not previous:  # compiled and running: from now on a signal saves the step
-                    previous = {sig: signal.signal(sig, handler)
-                                for sig in (signal.SIGTERM, signal.SIGINT)}
-                flags.append((step, (metrics["finite_loss"], metrics["finite_grads"])))
-                pending = metrics if pending is None else _sum_metrics(pending, metrics)
-                timer_steps += 1
-                timer_flops += self.task.flops_per_example_at(step) * global_batch
+                preemption.arm()  # compiled and running: from now on a signal saves the step
+                log.add(step, metrics)
                 done = step + 1
-                last = done == cfg.num_steps
-                if done % cfg.log_every == 0 or done == stop or received:
-                    self._check_finite(flags, checkpointer)
-                    sums = jax.device_get(pending)  # waits for the steps to finish
-                    for flag in ("finite_loss", "finite_grads"):
-                        del sums[flag]
-                    skipped_total += int(sums.pop("nonfinite_steps")[0])
-                    values = self.task.derived_metrics(summarize(sums))
-                    data_counts = sum_over_processes(self.task.data_metrics(train_iter))
-                    values.update(data_counts)
-                    values.update(self.task.derived_data_metrics(data_counts))
-                    if cfg.nonfinite == "skip":  # steps whose update was dropped, this run
-                        values["skipped_steps_total"] = skipped_total
-                    elapsed = time.perf_counter() - timer_start
-                    steps_per_s = timer_steps / elapsed
-                    values.update(steps_per_second=steps_per_s,
-                                  examples_per_second=steps_per_s * global_batch,
-                                  mfu=timer_flops / elapsed / peak)
+                stopping = done == stop or bool(preemption.received)
+                if done % cfg.log_every == 0 or stopping:
+                    log.check_finite(kept())
+                    values, steps = log.flush(train_iter)
                     writer.write(done, "train", values)
-                    writer.advance(timer_steps, loss=values["loss"], steps_s=steps_per_s)
-                    pending, timer_start, timer_steps = None, time.perf_counter(), 0
-                    timer_flops = 0.0
-                decode = self.task.decode_every is not None and (
-                    last or (self.task.decode_every > 0 and done % self.task.decode_every == 0))
-                if (cfg.eval_every and done % cfg.eval_every == 0) or last or decode:
+                    writer.advance(steps, loss=values["loss"], steps_s=values["steps_per_second"])
+                decode = self._decodes_at(done)
+                if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.num_steps or decode:
                     final_eval = self.evaluate(state.params, decode=decode, log=writer.message)
                     writer.write(done, "eval", final_eval)
-                    timer_start = time.perf_counter()  # eval time is not train time
-                if done % cfg.checkpoint_every == 0 or done == stop or received:
-                    self._check_finite(flags, checkpointer)
+                    log.restart_clock()  # eval time is not train time
+                if done % cfg.checkpoint_every == 0 or stopping:
+                    log.check_finite(kept())  # a non-finite step is never checkpointed
                     checkpointer.save(done, state, {"train_iterator": train_iter.get_state()},
                                       force=True)
-                if received:
+                if preemption.received:
                     checkpointer.wait()  # committed before we exit; more signals are ignored
-                    self.interrupted = received[0]
-                    writer.message(f"received {received[0]}: saved checkpoint at step {done} in "
-                                   f"{checkpointer.directory}; run the same command to resume")
+                    self.interrupted = preemption.received[0]
+                    writer.message(f"received {self.interrupted}: saved checkpoint at step {done} "
+                                   f"in {checkpointer.directory}; run the same command to resume")
                     break
             if start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
                 final_eval = self.evaluate(state.params, decode=self.task.decode_every is not None,
@@ -332,7 +305,6 @@ class Trainer:
             checkpointer.wait()
             checkpointer.close()
             writer.close()
-            for sig, old_handler in previous.items():
-                signal.signal(sig, old_handler)
+            preemption.disarm()
         self.final_state = state
         return final_eval

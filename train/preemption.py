@@ -1,0 +1,31 @@
+"""SIGTERM / SIGINT during training: noted, so the loop checkpoints the step it reached and stops.
+
+A preempted VM, `scancel` or Ctrl-C sends one of them. The trainer arms the handlers once its
+first step is compiled and running; before that, the caller's handlers apply (`python -m train`
+stops with nothing saved, exit 130 / 143). Further signals during the final save are ignored.
+"""
+
+from __future__ import annotations
+
+import signal
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preemption:
+    def __init__(self):
+        self.received: list[str] = []  # names of the signals caught, e.g. ['SIGTERM']
+        self._previous: dict = {}
+
+    def arm(self) -> None:
+        """From now on a signal is noted instead of handled by the previous handler."""
+        if not self._previous:
+            self._previous = {sig: signal.signal(sig, self._note) for sig in SIGNALS}
+
+    def _note(self, signum, frame) -> None:
+        self.received.append(signal.Signals(signum).name)
+
+    def disarm(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}

@@ -1,0 +1,86 @@
+"""The train loop's bookkeeping between two log lines: metric sums, NaN flags, throughput, MFU.
+
+    log = StepLog(task, global_batch=..., peak_flops=..., skip_nonfinite=...)
+    log.add(step, metrics)          after every step; nothing is read back from the devices
+    log.check_finite(kept)          before a log or a checkpoint: NonFiniteError naming the first
+                                    step whose loss or gradient norm was NaN/Inf (nonfinite='stop')
+    values, n = log.flush(iterator) the train record of the n steps since the last flush
+    log.restart_clock()             after an eval: its time is not train time
+
+The metric sums and flags stay on the devices until a log or a checkpoint needs them, so the
+host never waits for a step just to look at it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+
+from train.distributed import sum_over_processes
+from train.metrics_writer import summarize
+
+FLAGS = ("finite_loss", "finite_grads")
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or the gradient norm became NaN or Inf."""
+
+
+class StepLog:
+    def __init__(self, task, *, global_batch: int, peak_flops: float, skip_nonfinite: bool):
+        self.task = task
+        self.global_batch = global_batch
+        self.peak_flops = peak_flops            # of all devices together
+        self.skip_nonfinite = skip_nonfinite
+        self.skipped_total = 0                  # steps whose update was dropped, this run
+        self._flags: list = []                  # (step, (finite_loss, finite_grads)) on device
+        self._sums = None
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        self._start, self._steps, self._flops = time.perf_counter(), 0, 0.0
+
+    def add(self, step: int, metrics: dict) -> None:
+        self._flags.append((step, tuple(metrics[flag] for flag in FLAGS)))
+        self._sums = metrics if self._sums is None else jax.tree.map(jnp.add, self._sums, metrics)
+        self._steps += 1
+        self._flops += self.task.flops_per_example_at(step) * self.global_batch
+
+    def check_finite(self, kept: str) -> None:
+        """NonFiniteError naming the first step whose loss or gradient norm was not finite, and
+        `kept` (what the last good checkpoint is); with nonfinite='skip' the flags are only
+        dropped (the step's update already was)."""
+        flags, self._flags = self._flags, []
+        if self.skip_nonfinite or not flags:
+            return
+        for step, (finite_loss, finite_grads) in jax.device_get(flags):
+            if not (finite_loss[0] and finite_grads[0]):
+                which = "loss" if not finite_loss[0] else "gradient norm"
+                raise NonFiniteError(
+                    f"non-finite {which} at step {step}; stopping ({kept}). Lower the learning "
+                    "rate, enable clipping (optimizer.clip_norm), or set train.nonfinite='skip'.")
+
+    def flush(self, train_iterator) -> tuple[dict[str, float], int]:
+        """(the means of the metrics since the last flush, the input pipeline's counters summed
+        over the processes, steps/s, examples/s and MFU (model FLOPs / time / peak); how many
+        steps that was)."""
+        sums = jax.device_get(self._sums)  # waits for the steps to finish
+        for flag in FLAGS:
+            del sums[flag]
+        self.skipped_total += int(sums.pop("nonfinite_steps")[0])
+        values = self.task.derived_metrics(summarize(sums))
+        counts = sum_over_processes(self.task.data_metrics(train_iterator))
+        values.update(counts)
+        values.update(self.task.derived_data_metrics(counts))
+        if self.skip_nonfinite:
+            values["skipped_steps_total"] = self.skipped_total
+        elapsed = time.perf_counter() - self._start
+        steps_per_s = self._steps / elapsed
+        values.update(steps_per_second=steps_per_s,
+                      examples_per_second=steps_per_s * self.global_batch,
+                      mfu=self._flops / elapsed / self.peak_flops)
+        steps, self._sums = self._steps, None
+        self.restart_clock()
+        return values, steps
