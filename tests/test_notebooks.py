@@ -101,9 +101,10 @@ def test_committed_outputs_are_one_clean_run(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes_and_shows_what_is_committed(path):
+def test_notebook_executes_and_shows_what_is_committed(path, tmp_path, monkeypatch):
     """At tiny settings, on a copy: a cell that shows something (text, a figure, a table) must
     show the same kinds of thing in the committed file, which the run leaves as it was."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's temporary folders (workdirs)
     committed = path.read_bytes()
     fresh = execute.execute(path, tiny=True)
     assert path.read_bytes() == committed
