@@ -11,7 +11,7 @@ WORKDIR ?= workdirs/vit_fashion_mnist
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench notebooks clean
 
 install: $(STAMP)
 
@@ -27,6 +27,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS) tests
+
+# Execute every notebook of notebooks/ in place, at the settings committed for readers (about
+# 7 minutes of a 2-core CPU; Fashion-MNIST and MiniLM are fetched when missing), then commit them.
+# tests/test_notebooks.py runs them at tiny settings and checks the committed outputs.
+notebooks: $(STAMP)
+	$(BIN)/python notebooks/execute.py
 
 # The train step of our BERT-base (seq 128) and ViT-B/16 (224x224) side by side with Hugging
 # Face transformers' Flax models (in the `test` extra, alone in the `bench` extra), on whatever

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from data import builders, paths
 from data.errors import DataError
@@ -22,20 +21,17 @@ from data.fetching import catalog, raw
 
 
 def _prepare(name: str, *, force: bool) -> None:
-    """Builds the TFDS dataset of `name` when one of our builders reads it."""
+    """Builds the TFDS dataset of `name` when one of our builders reads it (the builder says
+    what it does, data/builders/local.py)."""
     if name not in builders.LOCAL_BUILDERS:  # a source of this kind says what reads it
         print(f"{name}: {catalog.get_source(name).use}")
         return
-    start = time.perf_counter()
-    was_prepared = builders.get_builder(name).is_prepared()
-    builder = builders.prepare(name, force=force)
-    sizes = ", ".join(f"{s} {info.num_examples}" for s, info in sorted(builder.info.splits.items()))
-    if was_prepared and not force:
-        print(f"{name}: TFDS dataset {builder.info.full_name} already prepared in "
-              f"{builder.data_dir} ({sizes})")
-    else:
-        print(f"{name}: TFDS dataset {builder.info.full_name} prepared in {builder.data_dir} "
-              f"({sizes}; {time.perf_counter() - start:.1f} s)")
+    if builders.is_prepared(name) and not force:
+        builder = builders.get_builder(name)
+        print(f"{builder.info.full_name}: TFDS dataset already prepared in {builder.data_dir} "
+              f"({builder.split_sizes()})")
+        return
+    builders.prepare(name, force=force)
 
 
 def _catalog() -> str:

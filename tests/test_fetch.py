@@ -4,8 +4,10 @@ and verified (a stand-in registry copies a local folder)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from conftest import run_python
 
 from data import fetch, paths
 from data.fetching import catalog, raw
@@ -152,3 +154,55 @@ def test_verify_names_each_kind_of_damage(fake_package):
     with pytest.raises(DataError, match=r"lacks expected files \['usr/share/fake/c.txt'\]"):
         raw.fetch(more, force=True, verbose=False)
     assert len(calls) == before + 1 and raw.verify(source) is None  # the old fetch is kept
+
+
+# A registry that hands out the committed Fashion-MNIST excerpt, unpacked as the .deb would be.
+_STAND_IN_APT = """
+import shutil, sys
+from data import fetch
+from data.corpora import fashion_mnist
+from data.fetching import raw
+from data.testing import FIXTURE_DIR
+
+def stand_in_apt(source, workdir):
+    unpacked = workdir / "unpacked"
+    shutil.copytree(FIXTURE_DIR, unpacked / fashion_mnist.RAW_SUBDIR)
+    (unpacked / "usr/share/doc/dataset-fashion-mnist").mkdir(parents=True)
+    shutil.copy(FIXTURE_DIR.parent / "README.md",
+                unpacked / "usr/share/doc/dataset-fashion-mnist/copyright")
+    return unpacked
+
+raw.FETCHERS["apt"] = stand_in_apt
+sys.exit(fetch.main(["fashion_mnist"]))
+"""
+
+
+def test_fetch_and_prepare_say_what_happens_in_our_words(tmp_path):
+    """`python -m data.fetch fashion_mnist` (the first step of `make demo`) on a fresh data
+    root says what it fetches from which registry, what it prepares where, the split sizes and
+    the times, with one progress bar per split on stderr and nothing else there: no absl
+    warning about the folder it is about to make, no TFDS "Downloading and preparing dataset
+    Unknown size" banner, no nested TFDS bars naming temporary files."""
+    env = {"PAPERS_JAX_DATA": str(tmp_path)}
+    first = run_python(["-c", _STAND_IN_APT], env=env)
+    tfds_dir = tmp_path / "tfds" / "fashion_mnist_local" / "1.0.0"
+    lines = first.stdout.splitlines()
+    assert len(lines) == 4, first.stdout
+    assert lines[0] == "fashion_mnist: fetching package dataset-fashion-mnist from Debian's apt ..."
+    assert re.fullmatch(rf"fashion_mnist: fetched 5 files \(1\.\d MB\) into "
+                        rf"{re.escape(str(tmp_path / 'raw' / 'fashion_mnist'))} \(\d+\.\d s\)",
+                        lines[1]), lines[1]
+    assert lines[2] == (f"fashion_mnist_local/1.0.0: preparing the TFDS dataset from the fetched "
+                        f"raw files, into {tfds_dir} ...")
+    assert re.fullmatch(r"fashion_mnist_local/1\.0\.0: prepared \(train 2,000, test 1,000 "
+                        r"examples; \d+\.\d s\)", lines[3]), lines[3]
+    bars = [line for line in re.split(r"[\r\n]+", first.stderr) if line.strip()]
+    assert bars and all(re.match(r"fashion_mnist_local/1\.0\.0 (train|test): ", line)
+                        for line in bars), first.stderr
+    assert any(line.startswith("fashion_mnist_local/1.0.0 train: 2000 examples") for line in bars)
+
+    again = run_python(["-c", _STAND_IN_APT], env=env)
+    assert again.stderr == ""
+    assert again.stdout.splitlines()[1] == (
+        f"fashion_mnist_local/1.0.0: TFDS dataset already prepared in {tfds_dir} "
+        "(train 2,000, test 1,000 examples)")

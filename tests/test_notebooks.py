@@ -1,58 +1,150 @@
-"""Every notebook in notebooks/ runs top to bottom, at tiny settings, and is committed clean.
+"""The notebooks of notebooks/ are committed executed, and their outputs are what their code makes.
 
-The notebooks read PAPERS_JAX_TINY=1 (set here) in their parameters cell and shrink what they
-compute; run by hand they use their full settings. attention_maps.ipynb needs the pretrained
-MiniLM (`python -m data.fetch minilm`) and fetches it itself when it is missing.
+`python notebooks/execute.py` (`make notebooks`) executes them in place at the settings a
+reader should see. Here each one runs again, on a copy, at tiny settings (PAPERS_JAX_TINY=1,
+read by its parameters cell), and its committed outputs are checked where that is cheap:
+  - every notebook: one top-to-bottom run (execution counts 1, 2, ...), no error, no warning,
+    no progress-bar redraws, no path of this machine, a few hundred kB; every cell that shows
+    something when run shows the same kinds of thing in the committed file;
+  - ablation_results.ipynb: its tables are exactly what train/sweep_compare.py renders from the
+    committed records in notebooks/results/.
+attention_maps.ipynb needs the pretrained MiniLM (`python -m data.fetch minilm`) and fetches it
+itself when it is missing.
 """
 
 from __future__ import annotations
 
-import time
+import importlib.util
+import re
+import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+MAX_BYTES = 300_000  # a notebook with its figures; PNG at 80 dpi, 256 colours
+
+_spec = importlib.util.spec_from_file_location("notebooks_execute",
+                                               REPO / "notebooks" / "execute.py")
+execute = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(execute)
 
 
-def test_notebooks_are_committed_without_outputs():
-    assert NOTEBOOKS
-    for path in NOTEBOOKS:
-        notebook = nbformat.read(path, as_version=4)
-        for cell in notebook.cells:
-            if cell.cell_type == "code":
-                assert not cell.outputs and cell.execution_count is None, path.name
-            # Execution leaves timings ('execution') and widget or collapse state in metadata.
-            assert not set(cell.metadata) & {"execution", "collapsed", "scrolled"}, path.name
-        assert "widgets" not in notebook.metadata, path.name
+def _code_cells(notebook) -> list:
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def _texts(cell) -> list[str]:
+    """Every text a code cell's outputs show (streams, plain text, markdown, an error)."""
+    texts = []
+    for output in cell.outputs:
+        if output.output_type == "stream":
+            texts.append(output.text)
+        elif output.output_type == "error":
+            texts.append("\n".join(output.traceback))
+        else:
+            texts += [v for k, v in output.data.items() if k.startswith("text/")]
+    return texts
+
+
+def _kinds(cell) -> set[str]:
+    """What a code cell shows: 'stdout', 'stderr', and the mime types of its displays."""
+    kinds = set()
+    for output in cell.outputs:
+        if output.output_type == "stream":
+            kinds.add(output.name)
+        elif output.output_type != "error":
+            kinds |= set(output.data) - {"text/plain"}
+    return kinds
+
+
+def _warnings(notebook) -> list[str]:
+    """The lines of a notebook's outputs that warn (absl's WARNING:..., Python's ...Warning:)."""
+    return [f"code cell {number} warns: {line}"
+            for number, cell in enumerate(_code_cells(notebook), start=1)
+            for text in _texts(cell) for line in text.splitlines()
+            if re.search("warning", line, re.IGNORECASE)]
+
+
+def _problems(notebook) -> list[str]:
+    """What a reader should not see in a notebook's committed outputs."""
+    problems = _warnings(notebook)
+    places = {str(REPO): "the repository's path", str(Path.home()): "the home folder",
+              tempfile.gettempdir() + "/": "a temporary folder"}
+    for number, cell in enumerate(_code_cells(notebook), start=1):
+        for output in cell.outputs:
+            if output.output_type == "error":
+                problems.append(f"code cell {number}: {output.ename}: {output.evalue}")
+            elif output.output_type == "stream" and "\r" in output.text:
+                problems.append(f"code cell {number}: progress-bar redraws in {output.name}")
+        problems += [f"code cell {number} names {what} ({place})" for text in _texts(cell)
+                     for place, what in places.items() if place in text]
+    return problems
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(path, monkeypatch):
-    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    monkeypatch.setenv("PAPERS_JAX_TINY", "1")
+def test_committed_outputs_are_one_clean_run(path):
+    assert path.stat().st_size <= MAX_BYTES, f"{path.name}: {path.stat().st_size:,} bytes"
     notebook = nbformat.read(path, as_version=4)
-    start = time.perf_counter()
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPO)}}).execute()
-    print(f"{path.name}: {time.perf_counter() - start:.1f} s")
+    counts = [cell.execution_count for cell in _code_cells(notebook)]
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{path.name} is not committed as one top-to-bottom run (execution counts {counts}): "
+        "python notebooks/execute.py " + path.name)
+    assert _problems(notebook) == []
+    for cell in notebook.cells:
+        # Jupyter leaves timings ('execution') and collapse or scroll state in metadata.
+        assert not set(cell.metadata) & {"execution", "collapsed", "scrolled"}, path.name
+    assert "widgets" not in notebook.metadata, path.name
 
 
-def test_ablation_notebook_stops_when_a_sweeps_records_are_missing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes_and_shows_what_is_committed(path, tmp_path, monkeypatch):
+    """At tiny settings, on a copy: a cell that shows something (text, a figure, a table) must
+    show the same kinds of thing in the committed file, which the run leaves as it was."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's temporary folders (workdirs)
+    committed = path.read_bytes()
+    fresh = execute.execute(path, tiny=True)
+    assert path.read_bytes() == committed
+    assert _warnings(fresh) == []
+    cells = zip(_code_cells(fresh), _code_cells(nbformat.reads(committed, as_version=4)))
+    for number, (ran, saved) in enumerate(cells, start=1):
+        assert _kinds(ran) <= _kinds(saved), (
+            f"{path.name}, code cell {number} shows {sorted(_kinds(ran))} when run, the committed "
+            f"file {sorted(_kinds(saved))}: python notebooks/execute.py {path.name}")
+
+
+def test_ablation_tables_are_what_the_records_render():
+    """Each table in ablation_results.ipynb is the Markdown that train/sweep_compare.py makes
+    of the committed records now: a record changed since the notebook was executed, or an
+    output edited by hand, shows here."""
+    from train.sweep_compare import load, markdown_table
+
+    notebook = nbformat.read(REPO / "notebooks" / "ablation_results.ipynb", as_version=4)
+    (parameters,) = [c for c in notebook.cells if "# Parameters" in c.source]
+    (results,) = re.findall(r'^RESULTS = "(.+)"', parameters.source, re.MULTILINE)
+    shown = {}
+    for cell in _code_cells(notebook):
+        for name in re.findall(r'^show\("(\w+)"\)$', cell.source, re.MULTILINE):
+            shown[name] = [o.data["text/markdown"] for o in cell.outputs
+                           if "text/markdown" in o.get("data", {})]
+    assert set(shown) == {"vit_table8", "transformer_table3", "bert_table8"}
+    for name, tables in shown.items():
+        rendered = markdown_table(name, *load(name, REPO / results), REPO / results)
+        assert tables == [rendered], (f"the committed {name} table is not what its records "
+                                      "render: python notebooks/execute.py ablation_results.ipynb")
+
+
+def test_ablation_notebook_stops_when_a_sweeps_records_are_missing(tmp_path):
     """A sweep without records is an error that names the command making them, not a printed
     line in a notebook that then passes with nothing shown."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
     notebook = nbformat.read(REPO / "notebooks" / "ablation_results.ipynb", as_version=4)
     (parameters,) = [c for c in notebook.cells if "# Parameters" in c.source]
     assert 'RESULTS = "notebooks/results"' in parameters.source
     parameters.source = parameters.source.replace('"notebooks/results"', repr(str(tmp_path)))
     with pytest.raises(CellExecutionError) as error:
-        NotebookClient(notebook, timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": str(REPO)}}).execute()
+        execute.run(notebook, tiny=True)
     assert error.value.ename == "FileNotFoundError"
     assert "python -m train.sweep --config configs/ablations/vit_posemb.py" in error.value.evalue

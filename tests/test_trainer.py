@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ import numpy as np
 import optax
 from conftest import run_python, run_two_processes
 
+from data.testing import install_fashion_mnist_fixture
 from train.config import apply_override, load_config_file
 from train.trainer import Trainer
 
@@ -201,13 +203,27 @@ def test_resumed_run_ends_bit_identical_to_uninterrupted(fashion_mnist_env, tmp_
     assert steps == [5, 10, 15, 20]  # logging continues without gaps or repeats
 
 
-def test_cli_end_to_end_on_real_fixture(fixture_data_root, tmp_path):
+def _warnings(stderr: str) -> list[str]:
+    """The lines of a run's stderr that warn (absl's WARNING:..., Python's ...Warning: ...)."""
+    return [line for line in stderr.splitlines() if re.search("warning", line, re.IGNORECASE)]
+
+
+def test_cli_end_to_end_on_real_fixture(tmp_path):
+    """The smoke run on a data root holding only the raw files, as after a fetch: it prepares
+    the dataset, saying so, trains, and ends with the final eval and where its outputs are; no
+    library warns on the way (they would be noise to a user, or hide a real warning)."""
+    install_fashion_mnist_fixture(tmp_path / "data")
     workdir = tmp_path / "run"
-    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    env = {"PAPERS_JAX_DATA": str(tmp_path / "data")}
     args = ["-m", "train", "--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(workdir)]
     result = run_python(args, env=env)
-    final = [line for line in result.stdout.splitlines() if line.startswith("final eval (test split):")]
-    assert final and "accuracy" in final[0] and "loss" in final[0]
+    assert _warnings(result.stderr) == []
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("fashion_mnist_local/1.0.0: preparing the TFDS dataset")
+    assert lines[1].startswith("fashion_mnist_local/1.0.0: prepared (train 2,000, test 1,000")
+    assert re.fullmatch(r"final eval \(test split\): accuracy 0\.\d{4}, loss \d\.\d{4}", lines[2])
+    assert lines[3:] == [f"logs: {workdir}/metrics.jsonl, {workdir}/tensorboard; checkpoints: "
+                         f"{workdir}/checkpoints; record: {workdir}/record.json"]
     assert json.loads((workdir / "config.json").read_text())["model"]["hidden_size"] == 32
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]
@@ -223,4 +239,5 @@ def test_cli_end_to_end_on_real_fixture(fixture_data_root, tmp_path):
     assert again.returncode == 2 and "train.num_steps: 20 in the workdir, 25 now" in again.stderr
     resumed = run_python(args + ["--config.train.num_steps=25", "--allow_config_change"], env=env)
     assert "resumed from" in resumed.stderr and "at step 20" in resumed.stderr
+    assert _warnings(resumed.stderr) == []
     assert json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 25

@@ -149,8 +149,9 @@ def _train(args, overrides, argv: list[str], started: float) -> int:
                   "one:\n" + "\n".join(moved), file=sys.stderr)
         trainer = Trainer(config, workdir, fresh_start=args.fresh_start)  # validates all first
         final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
-        from train.run_record import write_train_record
-        write_train_record(trainer, command=["python", "-m", "train", *argv], started=started)
+        from train import run_record
+        run_record.write_train_record(trainer, command=["python", "-m", "train", *argv],
+                                      started=started)
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -163,7 +164,7 @@ def _train(args, overrides, argv: list[str], started: float) -> int:
     summary = ", ".join(f"{k} {format_value(v, '.4f')}" for k, v in final.items())
     print(f"final eval ({config.data.eval_split} split): {summary}")
     print(f"logs: {workdir / 'metrics.jsonl'}, {workdir / 'tensorboard'}; "
-          f"checkpoints: {workdir / 'checkpoints'}")
+          f"checkpoints: {workdir / 'checkpoints'}; record: {workdir / run_record.FILENAME}")
     return 0
 
 

@@ -56,9 +56,7 @@ def get_builder(name: str, data_dir: str | pathlib.Path | None = None):
 
 def is_prepared(name: str, data_dir: str | pathlib.Path | None = None) -> bool:
     """Whether local dataset `name` is prepared under `data_dir` (default tfds_dir())."""
-    builder = get_builder(name, data_dir)
-    # Asked about a folder that does not exist, TFDS logs a warning: look first.
-    return builder.data_path.exists() and builder.is_prepared()
+    return get_builder(name, data_dir).is_prepared()
 
 
 def prepare(name: str, *, data_dir: str | pathlib.Path | None = None, force: bool = False):

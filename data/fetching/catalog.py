@@ -19,6 +19,7 @@ from data.corpora import austen, bible, brown, ding, fashion_mnist, sotu, spam, 
 from data.errors import DataError
 
 Registry = Literal["apt", "npm", "pypi"]
+REGISTRY_NAMES: dict[str, str] = {"apt": "Debian's apt", "npm": "npm", "pypi": "PyPI"}  # to print
 
 
 @dataclasses.dataclass(frozen=True)

