@@ -62,7 +62,10 @@ def test_single_run_tables_show_their_records_numbers(tmp_path):
         "brown_pos": {"majority_tag": {"token_accuracy": 0.9405, "unseen_accuracy": 0.5,
                                        "unseen_fraction": 0.02}}}}, 60)
     _save(tmp_path, "bench_bert_base", "benchmark", {},
-          {"rows": [], "ratios": {}, "table": "**bert base**, batch 8\n\n| a |\n|---|"}, 100)
+          {"rows": [{"label": "ours", "mfu": 0.587}, {"label": "transformers 4.57.6",
+                                                      "mfu": 0.61}],
+           "ratios": {"standard step (peer time / ours)": 1.153},
+           "table": "**bert base**, batch 8\n\n| a |\n|---|"}, 100)
     render = {name: table(Records(tmp_path)) for name, table in tables.TABLES.items()}
 
     assert render["demo"].startswith("**90.45% test accuracy in 14:17** (5,900 steps of 128 "
@@ -85,6 +88,16 @@ def test_single_run_tables_show_their_records_numbers(tmp_path):
            render["baselines"]
     assert render["bench_bert_base"].startswith("**bert base**, batch 8\n\n| a |")
     assert "`bench_vit_b16`: (not recorded yet" in render["bench_vit_b16"]
+    headline = render["headline"]
+    assert ("| ViT on Fashion-MNIST (`make demo`) | 90.45% test accuracy | 14:17 | "
+            "[demo](notebooks/results/runs/demo/record.json) | [results](docs/results.md) |"
+            ) in headline
+    assert "| 27.36 test BLEU | 1:00:08 |" in headline
+    assert "| MLM 29.1%, NSP 84.2% (validation) | 40:07 |" in headline
+    assert "| 96.10% accuracy (test) | 9:25 |" in headline
+    assert "| MFU 58.7%, 1.15x the Hugging Face step | - |" in headline
+    assert "not recorded yet: `python -m train --config configs/transformer/translate.py:row=E" \
+           in headline
     for name in ("demo", "translation", "bert_pretraining", "finetuning", "baselines",
                  "bench_bert_base"):
         assert "Recorded in `notebooks/results/runs/`" in render[name], name

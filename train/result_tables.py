@@ -304,7 +304,7 @@ def headline(records: Records) -> str:
 
     def bench(r: dict) -> str:
         report = r["metrics"]
-        ours = next(row for row in report["rows"] if row["label"] == "ours")
+        (ours,) = [row for row in report["rows"] if row["label"] == "ours"]
         ratio = report["ratios"].get("standard step (peer time / ours)")
         versus = "" if ratio is None else f", {ratio:.2f}x the Hugging Face step"
         return f"MFU {percent(ours['mfu'], 1)}{versus}"
