@@ -89,8 +89,10 @@ def test_single_run_tables_show_their_records_numbers(tmp_path):
     assert render["bench_bert_base"].startswith("**bert base**, batch 8\n\n| a |")
     assert "`bench_vit_b16`: (not recorded yet" in render["bench_vit_b16"]
     headline = render["headline"]
-    assert ("| ViT on Fashion-MNIST (`make demo`) | 90.45% test accuracy | 14:17 | "
-            "[demo](notebooks/results/runs/demo/record.json) | [results](docs/results.md) |"
+    load = f"{Records(tmp_path).get('demo')['machine']['load_average'][2]:.1f} on "
+    assert ("| ViT on Fashion-MNIST (`make demo`) | 90.45% test accuracy | 14:17 | " + load
+            ) in headline
+    assert (" cores | [demo](notebooks/results/runs/demo/record.json) | [results](docs/results.md) |"
             ) in headline
     assert "| 27.36 test BLEU | 1:00:08 |" in headline
     assert "| MLM 29.1%, NSP 84.2% (validation) | 40:07 |" in headline

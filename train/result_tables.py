@@ -264,18 +264,22 @@ def headline_runs(records: Records) -> str:
 
 
 def headline(records: Records) -> str:
-    """The README's one table: each headline number, the wall clock of its run, its record and
-    the page with the whole table (links relative to the repository's root)."""
+    """The README's one table: each headline number, the wall clock of its run and the machine's
+    load when it ended (other work on the cores slows a run), its record and the page with the
+    whole table (links relative to the repository's root)."""
     rows = []
 
     def add(what: str, name: str, value, page: str) -> None:
         record = records.get(name)
         link = f"[{name}](notebooks/results/runs/{name}/record.json)"
         if record is None:
-            rows.append([what, f"not recorded yet: `{RUNS[name].command}`", "-", "-", page])
+            rows.append([what, f"not recorded yet: `{RUNS[name].command}`", "-", "-", "-", page])
             return
+        machine = record["machine"]
         wall = "-" if record["kind"] == "benchmark" else clock(record["total_wall_s"])
-        rows.append([what, value(record), wall, link, page])
+        load = ("-" if machine["load_average"] is None else
+                f"{machine['load_average'][2]:.1f} on {machine['usable_cpus']} cores")
+        rows.append([what, value(record), wall, load, link, page])
 
     def ev(record: dict) -> dict:
         return record["metrics"]["eval"]
@@ -311,4 +315,5 @@ def headline(records: Records) -> str:
 
     add("BERT-base train step, seq 128, 2-core CPU", "bench_bert_base", bench, benchmarks)
     add("ViT-B/16 train step, 2-core CPU", "bench_vit_b16", bench, benchmarks)
-    return _table(["result", "value", "wall clock", "record", "table"], rows)
+    return _table(["result", "value", "wall clock", "machine load (15 min)", "record", "table"],
+                  rows)
