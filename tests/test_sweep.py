@@ -426,3 +426,8 @@ def test_second_stage_receives_the_first_stage_workdir(two_stage_sweep):
     assert pretrain_attempt["start"] + pretrain_attempt["wall_s"] <= finetune_attempt["start"]
     result = json.loads((ok / "finetune" / "result.json").read_text())
     assert math.isfinite(result["metrics"]["loss"]) and result["attempts"] == 1
+
+
+def test_the_done_line_prints_counts_as_whole_numbers():
+    line = sweep_lib.done_line("base/seed_0/train", 75.0, {"bleu": 5.12345, "decoded": 575})
+    assert line.endswith(": bleu 5.1235, decoded 575"), line

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 
@@ -98,6 +97,8 @@ def _drop_records_after(path: Path, step: int) -> list[str]:
 
 class MetricsWriter:
     def __init__(self, workdir: Path, *, total_steps: int, start_step: int, progress_bar: bool):
+        import jax  # here: the sweep runner formats metrics without starting jax
+
         self.enabled = jax.process_index() == 0
         self._bar = None
         if not self.enabled:

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from train.metrics_writer import format_value
 from train.run_record import final_eval
 from train.sweep_spec import Sweep, SweepError, load_sweep_file
 
@@ -165,6 +166,12 @@ def check_spec(sweep_dir: Path, spec: dict, allow_change: bool, save: bool = Tru
 
 
 # ---- finished runs ---------------------------------------------------------------------------
+def done_line(name: str, seconds: float, metrics: dict) -> str:
+    """'[sweep] done ROW/seed_K/STAGE in TIME: bleu 5.1234, decoded 575' (counts as counts)."""
+    summary = ", ".join(f"{k} {format_value(v, '.4f')}" for k, v in metrics.items())
+    return f"[sweep] done {name} in {_duration(seconds)}: {summary}"
+
+
 def _attempts(workdir: Path) -> list[dict]:
     path = workdir / "sweep_attempts.jsonl"
     if not path.exists():
@@ -310,8 +317,7 @@ def execute(sweep: Sweep, runs: list[Run]) -> tuple[list[str], signal.Signals | 
             durations.append(seconds)
             if outcome == "done":
                 results[run.name] = load_result(run)
-                summary = ", ".join(f"{k} {v:.4f}" for k, v in results[run.name]["metrics"].items())
-                print(f"[sweep] done {run.name} in {_duration(seconds)}: {summary}", flush=True)
+                print(done_line(run.name, seconds, results[run.name]["metrics"]), flush=True)
             else:
                 stuck.add(run.workdir)
                 if not signals.received:
