@@ -2,7 +2,8 @@
 
 Install for development: `pip install -c constraints.txt -e '.[test]'` (what `make` does;
 it includes Hugging Face transformers, the benchmarks' peer, which `.[bench]` installs alone).
-To view runs in TensorBoard: `pip install -c constraints.txt -e '.[tensorboard]'`.
+To view runs in TensorBoard: `pip install -c constraints.txt -e '.[tensorboard]'`. To train with
+a workdir on Cloud Storage (gs://): `pip install -c constraints.txt -e '.[gcs]'`.
 """
 
 from setuptools import find_packages, setup
@@ -34,9 +35,14 @@ setup(
         "tokenizers>=0.20",              # WordPiece vocabularies for BERT
     ],
     extras_require={
-        # transformers: the benchmark's peer, so that its tests run too (tests/test_benchmarks.py)
+        # transformers: the benchmark's peer, so that its tests run too (tests/test_benchmarks.py);
+        # gcsfs and a Cloud Storage emulator: runs with a gs:// workdir, offline
+        # (tests/test_gcs_workdir.py)
         "test": ["pytest", "pytest-xdist", "portpicker", "nbclient", "nbformat", "ipykernel",
-                 "matplotlib", "transformers==4.57.6"],
+                 "matplotlib", "transformers==4.57.6", "gcsfs", "gcp-storage-emulator"],
+        # A workdir on Cloud Storage (--workdir gs://BUCKET/run, train/storage.py): etils.epath
+        # reads and writes it through gcsfs (orbax's arrays go through tensorstore, built in)
+        "gcs": ["gcsfs"],
         # benchmarks/: the peer, Hugging Face's Flax BERT and ViT (4.57.6 is the last release
         # with Flax models; it needs tokenizers <= 0.23.0 and huggingface-hub < 1.0, which
         # constraints.txt pins for everyone).

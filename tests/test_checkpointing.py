@@ -74,7 +74,7 @@ def test_round_trip_is_bit_identical(tmp_path, name):
     state = _make_state(0, name)
     data = {"iterator": {"next_index": 1234, "epoch": 2}, "tokens_seen": 10 ** 12}
     with Checkpointer(tmp_path / "ckpt", save_every=1, keep=3) as ckpt:
-        assert ckpt.directory == str(tmp_path / "ckpt") and os.path.isabs(ckpt.directory)
+        assert os.fspath(ckpt.directory) == str(tmp_path / "ckpt") and os.path.isabs(ckpt.directory)
         assert ckpt.save(7, state, data)
         ckpt.wait()
         sharding = _replicated()

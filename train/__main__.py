@@ -1,7 +1,8 @@
 """python -m train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]
 
-Trains the experiment a config file describes. Into DIR go: config.json, the resolved config
-(the model that ran: a pretrained model's sizes, the vocabulary's size) and
+Trains the experiment a config file describes. DIR is a local folder or a Cloud Storage URL,
+gs://BUCKET/PATH (the `gcs` extra; train/storage.py). Into DIR go: config.json, the resolved
+config (the model that ran: a pretrained model's sizes, the vocabulary's size) and
 requested_config.json, the config as given (train/run_config.py); metrics.jsonl and
 tensorboard/; checkpoints/; record.json, what ran, on what and what it measured, when the run
 ends or is stopped (train/run_record.py).
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from train import run_config
+from train import run_config, storage
 from train.config import ConfigError, apply_override, describe_configs, load_config_file, to_json
 from train.workdir import check_workdir
 
@@ -40,8 +41,9 @@ def parse_args(argv):
         epilog=describe_configs(CONFIGS, Path.cwd()),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/vit/fashion_mnist.py:smoke")
-    parser.add_argument("--workdir", help="logs, checkpoints and config.json go here (required "
-                                          "but with --print_config)")
+    parser.add_argument("--workdir", help="logs, checkpoints and config.json go here: a local "
+                                          "folder or gs://BUCKET/PATH (required but with "
+                                          "--print_config)")
     parser.add_argument("--allow_config_change", action="store_true",
                         help="resume in a workdir whose saved config differs from this one in "
                              "keys that keep the train state (train.*, learning rates, eval, data)")
@@ -122,12 +124,13 @@ def _train(args, overrides, argv: list[str], started: float) -> int:
         if args.print_config:  # nothing trained, loaded or compiled: the task's `plan`
             from train.tasks import plan_task
 
-            resolution = plan_task(config, Path(args.workdir) if args.workdir else None)
+            resolution = plan_task(config, storage.run_path(args.workdir) if args.workdir
+                                   else None)
             for note in resolution.notes:
                 print(note, file=sys.stderr)
             print(run_config.to_text(run_config.resolved(config, resolution)))
             return 0
-        workdir = Path(args.workdir)
+        workdir = storage.run_path(args.workdir)  # a local folder or gs://BUCKET/PATH
         if workdir.exists() and not workdir.is_dir():
             raise ConfigError(f"--workdir {workdir} is a file, not a directory")
         moved = check_workdir(workdir, config_json, args.allow_config_change)

@@ -30,15 +30,16 @@ import json
 import re
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from etils import epath
 
 from data.errors import DataError
+from train import storage
 
 WORD = re.compile(r"[^\W_]+")
 L2_GRID = (1e-6, 1e-5, 1e-4, 1e-3)
@@ -246,15 +247,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{task:12s} {name:13s} ({args.split}) {shown}")
         print(f"{task:12s} ({time.perf_counter() - start:.1f} s)", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        storage.write_atomically(storage.run_path(args.json), json.dumps(results, indent=2))
     if args.workdir:
         path = _write_record(args, results, ["python", "-m", "train.baselines", *argv], started)
         print(f"record: {path}")
     return 0
 
 
-def _write_record(args, results: dict, command: list[str], started: float) -> Path:
+def _write_record(args, results: dict, command: list[str], started: float) -> epath.Path:
     from train import run_record
 
     session = run_record.session(command, started, None, None, "finished", None,
@@ -263,7 +263,7 @@ def _write_record(args, results: dict, command: list[str], started: float) -> Pa
     record = run_record.make("baselines", config=config,
                              metrics={"eval": results, "eval_split": args.split},
                              sessions=[session], finished=True)
-    return run_record.write(Path(args.workdir) / run_record.FILENAME, record)
+    return run_record.write(storage.run_path(args.workdir) / run_record.FILENAME, record)
 
 
 if __name__ == "__main__":

@@ -55,10 +55,14 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
+from train import storage
 from train.checkpoint_damage import (DATA, LEGACY_DATA_FILE, PROCESS_FILE, STATE, find_damage,
                                      process_file)
 
 _SET_ASIDE = re.compile(r"(\d+)\.corrupt-\d+")  # a damaged step's folder, renamed
+# On gs:// orbax marks a step (and each of its items) saved whole with this file; a step folder
+# without it is a half-written one, which orbax ignores and removes.
+_COMMIT_MARKER = "commit_success.txt"
 _barriers = itertools.count()  # set-aside renames, numbered alike on every process
 
 
@@ -71,7 +75,7 @@ class CheckpointDamagedError(CheckpointError):
     """A checkpoint whose files prove it damaged (`damage` says what is); found before orbax
     reads it."""
 
-    def __init__(self, path: str, damage: str):
+    def __init__(self, path: str | os.PathLike, damage: str):
         super().__init__(f"checkpoint {path} is damaged: {damage}")
         self.damage = damage
 
@@ -126,10 +130,7 @@ class Checkpointer:
             raise ValueError(f"save_every={save_every} must be >= 1.")
         if keep < 1:
             raise ValueError(f"keep={keep} must be >= 1.")
-        directory = os.fspath(directory)
-        if "://" not in directory:  # local path; remote ones (gs://...) are absolute already
-            directory = os.path.abspath(directory)
-        self.directory = directory
+        self.directory = storage.run_path(directory)
         self.save_every = save_every
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
@@ -166,7 +167,7 @@ class Checkpointer:
 
     def set_aside_folders(self) -> list[str]:
         """The folders of the damaged steps set aside here (`<step>.corrupt-<time>`), by step."""
-        folder = epath.Path(self.directory)
+        folder = self.directory
         found = [(int(m.group(1)), p.name) for p in (folder.iterdir() if folder.is_dir() else ())
                  if (m := _SET_ASIDE.fullmatch(p.name))]
         return [name for _, name in sorted(found)]
@@ -212,7 +213,7 @@ class Checkpointer:
         elif step not in steps:
             raise FileNotFoundError(f"No checkpoint of step {step} in {self.directory}; "
                                     f"saved steps: {steps}.")
-        path = os.path.join(self.directory, str(step))
+        path = self.directory / str(step)
         damage = find_damage(path, read_arrays=False)
         if damage is not None:
             raise CheckpointDamagedError(path, damage)
@@ -234,14 +235,14 @@ class Checkpointer:
         saved = _array_shapes(getattr(metadata, "tree", metadata), stored=True)
         differences = state_differences(saved, _array_shapes(abstract_state, stored=False))
         if differences:
-            path = os.path.join(self.directory, str(step))
+            path = self.directory / str(step)
             raise CheckpointMismatchError(
                 f"checkpoint {path} holds another train state than this run's, so it is left as "
                 "it is:\n" + "\n".join(differences) + "\nIt was saved by a run with another "
                 "model or optimizer config: resume with that config, or train in a new --workdir.")
 
     def _read_data_state(self, step: int, warn: Callable[[str], None]) -> dict:
-        folder = epath.Path(self.directory) / str(step) / DATA
+        folder = self.directory / str(step) / DATA
         own = folder / process_file(jax.process_index(), jax.process_count())
         if own.exists():
             return json.loads(own.read_text())
@@ -273,7 +274,7 @@ class Checkpointer:
         """
         self.wait()
         for step in reversed(self.all_steps()):
-            path = os.path.join(self.directory, str(step))
+            path = self.directory / str(step)
             try:
                 return self.restore(abstract_state, step, warn)
             except CheckpointMismatchError:
@@ -291,7 +292,7 @@ class Checkpointer:
                  "checkpoint is tried")
         return None
 
-    def _damage(self, path: str, error: Exception) -> str:
+    def _damage(self, path: epath.Path, error: Exception) -> str:
         """What `find_damage` finds in the step whose restore raised `error`; CheckpointError
         when the files are whole or cannot be read to tell."""
         try:
@@ -310,13 +311,15 @@ class Checkpointer:
     def _set_aside(self, step: int) -> str:
         """Renames the damaged `step`; its new path. Process 0 renames once every process has
         judged the step (one still reading it would find it gone and stop), and the others
-        wait until it has."""
-        path = os.path.join(self.directory, str(step))
+        wait until it has. On gs:// the rename is a copy, checked, then the deletion of the
+        original, its commit markers first (train/storage.py move_folder): stopped half-way,
+        the step is either whole or no longer a saved step, and its copy is whole or gone."""
+        path = self.directory / str(step)
         moved = f"{path}.corrupt-{int(time.time())}"
         barrier = next(_barriers)
         ocp.multihost.sync_global_processes(f"checkpoint_judged_{barrier}")
         if jax.process_index() == 0:
-            epath.Path(path).rename(moved)
+            storage.move_folder(path, storage.run_path(moved), delete_first=(_COMMIT_MARKER,))
         else:
             moved = f"{path}.corrupt-* (renamed by process 0)"
         ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{barrier}")
@@ -373,9 +376,9 @@ def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
     shardings are needed: this is how fine-tuning and analysis start from a pretraining run.
     Raises CheckpointError naming the folder when it holds no readable checkpoint.
     """
-    directory = os.path.abspath(workdir)
-    if os.path.isdir(os.path.join(directory, "checkpoints")):
-        directory = os.path.join(directory, "checkpoints")
+    directory = storage.run_path(workdir)
+    if (directory / "checkpoints").is_dir():
+        directory = directory / "checkpoints"
     with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
         steps = sorted(manager.all_steps())
         if not steps or (step is not None and step not in steps):

@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pathlib
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from etils import epath
 from flax import traverse_util
 
 from models.bert import SCAN_NAME, BertConfig, with_layer_layout
+from train import storage
 from train.config import ConfigError, to_dataclass
 
 INIT_NAMES = ("scratch", "minilm")  # or a path
@@ -93,7 +94,7 @@ def resolve_init(config: ml_collections.ConfigDict, scratch_vocab: Callable[[], 
     if not init:
         raise ConfigError(f"config.init is empty; use one of {list(INIT_NAMES)} or the workdir "
                           "of a pretraining run")
-    return _workdir(config, pathlib.Path(init), build)
+    return _workdir(config, storage.run_path(init), build)  # a local folder or gs:// URL
 
 
 def _scratch(config, scratch_vocab) -> Pretrained:
@@ -135,7 +136,7 @@ def _minilm(config, build: bool) -> Pretrained:
     return Pretrained(cfg, tok, params, _describe(f"all-MiniLM-L6-v2 from {folder}", cfg, tok))
 
 
-def _workdir(config, workdir: pathlib.Path, build: bool) -> Pretrained:
+def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
     from data.vocab import wordpiece
     from data.builders.documents import read_documents
     from train import vocabulary
@@ -143,21 +144,21 @@ def _workdir(config, workdir: pathlib.Path, build: bool) -> Pretrained:
 
     saved_path = workdir / "config.json"
     if not saved_path.is_file():
-        raise ConfigError(f"config.init={str(workdir)!r} is neither {list(INIT_NAMES)} nor a "
+        raise ConfigError(f"config.init={config.init!r} is neither {list(INIT_NAMES)} nor a "
                           f"pretraining workdir: {saved_path} does not exist (python -m train "
                           "writes it)")
     saved = json.loads(saved_path.read_text())
     task = saved.get("task", {}).get("name")
     if task != "bert_pretrain":
-        raise ConfigError(f"config.init={str(workdir)!r}: that run's task is {task!r}, not "
+        raise ConfigError(f"config.init={config.init!r}: that run's task is {task!r}, not "
                           "'bert_pretrain'")
     data = saved["data"]
     pending = ""
     tok = vocabulary.load(  # kept there since the run began (train/vocabulary.py)
-        workdir, fix=f"it is the vocabulary of config.init={str(workdir)!r}: restore it from a copy")
+        workdir, fix=f"it is the vocabulary of config.init={config.init!r}: restore it from a copy")
     if tok is not None:
         if vocabulary.kind_of(tok) != "wordpiece":
-            raise ConfigError(f"config.init={str(workdir)!r}: its vocabulary {tok.path} is not "
+            raise ConfigError(f"config.init={config.init!r}: its vocabulary {tok.path} is not "
                               "WordPiece")
     elif data.get("vocab_file"):  # a workdir from before runs kept their vocabulary
         tok = wordpiece.load_tokenizer(data["vocab_file"], lowercase=data["lowercase"])

@@ -1,7 +1,10 @@
 """Where metrics go: `metrics.jsonl` and TensorBoard event files in the workdir, and a progress bar.
 
 Only process 0 writes; other processes get a writer that does nothing, so the loop needs no
-`if process_index == 0` branches.
+`if process_index == 0` branches. Both files go through train/storage.py, so a gs:// workdir
+holds them too: tensorboardX writes a local logdir itself, and a URL's event files through
+`_EventFiles` (its own gs:// writer would bypass the run's path type: another client, other
+credentials, and nothing a test can put in memory).
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from etils import epath
+
+from train import storage
 
 
 def summarize(metric_sums: dict) -> dict[str, float]:
@@ -48,14 +53,7 @@ def _damage(line: str) -> str | None:
     return None
 
 
-def _append(path: Path, lines: list[str]) -> None:
-    with open(path, "a", encoding="utf-8") as aside:
-        aside.write("".join(lines))
-        aside.flush()
-        os.fsync(aside.fileno())
-
-
-def _drop_records_after(path: Path, step: int) -> list[str]:
+def _drop_records_after(path: epath.Path, step: int) -> list[str]:
     """A run killed after its last checkpoint logged steps it will now redo: take them out of
     the log, so it continues without repeats. They are appended to `metrics.superseded.jsonl`
     beside it (a run that restarts from scratch moves the whole log there: nothing logged is
@@ -78,37 +76,52 @@ def _drop_records_after(path: Path, step: int) -> list[str]:
         return []
     notes = []
     if superseded:
-        _append(path.with_name(SUPERSEDED), superseded)
+        storage.append(path.with_name(SUPERSEDED), "".join(superseded))
         notes.append(f"{path.name}: {len(superseded)} record(s) after step {step}, which this "
                      f"run redoes, moved to {path.with_name(SUPERSEDED)}")
     if damaged:
-        _append(path.with_name(DAMAGED), [
+        storage.append(path.with_name(DAMAGED), "".join(
             json.dumps({"line": number, "reason": reason, "text": line}) + "\n"
-            for number, reason, line in damaged])
+            for number, reason, line in damaged))
         listed = "; ".join(f"line {number}: {reason}" for number, reason, _ in damaged[:3])
         more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
         notes.append(f"{path.name}: {len(damaged)} damaged line(s) moved to "
                      f"{path.with_name(DAMAGED)} ({listed}{more})")
-    temporary = path.with_suffix(".jsonl.tmp")
-    temporary.write_text("".join(kept), encoding="utf-8")
-    temporary.replace(path)
+    storage.write_atomically(path, "".join(kept))
     return notes
 
 
+class _EventFiles:
+    """tensorboardX's record-writer factory for a URL logdir: event files through the run's
+    path type (train/storage.py AppendFile, uploaded whole at each flush)."""
+
+    @staticmethod
+    def open(path: str) -> storage.AppendFile:
+        return storage.AppendFile(storage.run_path(path), binary=True)
+
+    @staticmethod
+    def directory_check(path: str) -> None:
+        """Nothing to make: an object store has no folders."""
+
+
 class MetricsWriter:
-    def __init__(self, workdir: Path, *, total_steps: int, start_step: int, progress_bar: bool):
+    def __init__(self, workdir: str | os.PathLike, *, total_steps: int, start_step: int,
+                 progress_bar: bool):
         import jax  # here: the sweep runner formats metrics without starting jax
 
         self.enabled = jax.process_index() == 0
         self._bar = None
         if not self.enabled:
             return
-        from tensorboardX import SummaryWriter
-        path = Path(workdir) / "metrics.jsonl"
+        from tensorboardX import SummaryWriter, record_writer
+        workdir = storage.run_path(workdir)
+        path = workdir / "metrics.jsonl"
         moved = _drop_records_after(path, start_step)
-        self._jsonl = open(path, "a", encoding="utf-8")
+        self._jsonl = storage.AppendFile(path)
+        for scheme in storage.SCHEMES:
+            record_writer.register_writer_factory(scheme, _EventFiles)
         # purge_step: TensorBoard hides events a killed run wrote after its last checkpoint.
-        self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"), purge_step=start_step + 1)
+        self._tb = SummaryWriter(os.fspath(workdir / "tensorboard"), purge_step=start_step + 1)
         if progress_bar:
             from tqdm import tqdm
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step",

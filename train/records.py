@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from etils import epath
+
 from train import run_record
+from train.config import ConfigError
 from train.headline_runs import RUNS
 
 RUNS_DIR = run_record.REPO / "notebooks" / "results" / "runs"
@@ -57,7 +61,8 @@ def _relative_config(item: str) -> str:
     return item
 
 
-def save(source: Path, name: str, *, runs_dir: Path = RUNS_DIR, force: bool = False) -> Path:
+def save(source: str | os.PathLike, name: str, *, runs_dir: Path = RUNS_DIR, force: bool = False
+         ) -> epath.Path:
     """Checks the record at `source` and copies it to RUNS_DIR/NAME/record.json."""
     if name not in RUNS:
         raise run_record.RecordError(
@@ -104,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where records are committed (default: %(default)s)")
     commands = parser.add_subparsers(dest="action", required=True)
     saving = commands.add_parser("save", help="commit a finished run's record under NAME")
-    saving.add_argument("source", type=Path, help="the run's workdir, or a record file")
+    saving.add_argument("source", help="the run's workdir (a local folder or gs:// URL), or a "
+                                       "record file")
     saving.add_argument("name", help=f"one of: {', '.join(RUNS)}")
     saving.add_argument("--force", action="store_true",
                         help="save although the command differs, or replace a saved record")
@@ -115,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         path = save(args.source, args.name, runs_dir=args.runs_dir, force=args.force)
-    except run_record.RecordError as error:
+    except (run_record.RecordError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"saved {path}; now `python -m train.tables` renders the docs' tables from it")

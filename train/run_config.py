@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pathlib
+import os
 from typing import Any, Mapping
 
 import ml_collections
+from etils import epath
 
+from train import storage
 from train.config import ConfigError
 
 RESOLVED_FILE = "config.json"
@@ -72,26 +74,26 @@ def to_text(tree: Mapping[str, Any]) -> str:
     return json.dumps(tree, indent=2, sort_keys=True, default=list)
 
 
-def write(workdir: str | pathlib.Path, config: ml_collections.ConfigDict,
+def write(workdir: str | os.PathLike, config: ml_collections.ConfigDict,
           resolution: Resolution) -> None:
     """Writes requested_config.json, then config.json (so a workdir with the new config.json
     always has the requested one beside it)."""
-    workdir = pathlib.Path(workdir)
-    (workdir / REQUESTED_FILE).write_text(to_text(config.to_dict()))
-    (workdir / RESOLVED_FILE).write_text(to_text(resolved(config, resolution)))
+    workdir = storage.run_path(workdir)
+    storage.write_atomically(workdir / REQUESTED_FILE, to_text(config.to_dict()))
+    storage.write_atomically(workdir / RESOLVED_FILE, to_text(resolved(config, resolution)))
 
 
-def request_path(workdir: str | pathlib.Path) -> pathlib.Path | None:
+def request_path(workdir: str | os.PathLike) -> epath.Path | None:
     """The file holding the requested config of the run in `workdir`: requested_config.json, or
     config.json in a workdir written before runs kept both; None for a new workdir."""
-    workdir = pathlib.Path(workdir)
+    workdir = storage.run_path(workdir)
     for name in (REQUESTED_FILE, RESOLVED_FILE):
         if (workdir / name).exists():
             return workdir / name
     return None
 
 
-def saved_request(workdir: str | pathlib.Path) -> dict[str, Any] | None:
+def saved_request(workdir: str | os.PathLike) -> dict[str, Any] | None:
     """The requested config of the run in `workdir` (module docstring), None for a new one."""
     path = request_path(workdir)
     if path is None:

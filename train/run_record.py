@@ -48,6 +48,9 @@ import sys
 import time
 from pathlib import Path
 
+from etils import epath
+
+from train import storage
 from train.run_config import RESOLVED_FILE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,13 +211,11 @@ def validate(record, where: str) -> dict:
     return record
 
 
-def write(path: Path, record: dict) -> Path:
+def write(path: str | os.PathLike, record: dict) -> epath.Path:
     """Writes atomically (a reader never sees half a record)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(record, indent=2, default=_plain) + "\n")
-    temporary.replace(path)
+    path = storage.run_path(path)
+    storage.make_folder(path.parent)
+    storage.write_atomically(path, json.dumps(record, indent=2, default=_plain) + "\n")
     return path
 
 
@@ -225,9 +226,9 @@ def _plain(value):
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def load(path: Path) -> dict:
+def load(path: str | os.PathLike) -> dict:
     """A checked record from `path` (a record file, or a directory holding record.json)."""
-    path = Path(path)
+    path = storage.run_path(path)
     if path.is_dir() or path.suffix != ".json":
         path = path / FILENAME
     if not path.is_file():
@@ -241,7 +242,7 @@ def load(path: Path) -> dict:
 
 
 # ---- python -m train ------------------------------------------------------------------------
-def _log(workdir: Path) -> tuple[list[dict], dict | None]:
+def _log(workdir: epath.Path) -> tuple[list[dict], dict | None]:
     """Every eval record of the workdir's metrics.jsonl and its last train record."""
     evals, train = [], None
     for line in (workdir / "metrics.jsonl").read_text().splitlines():
@@ -260,7 +261,7 @@ def _values(entry: dict | None) -> dict:
     return {k: v for k, v in (entry or {}).items() if k not in ("step", "split", "time")}
 
 
-def final_eval(workdir: Path) -> dict | None:
+def final_eval(workdir: epath.Path) -> dict | None:
     """The eval metrics the trainer logged at train.num_steps (of the workdir's config.json),
     or None while the run has not ended there (the sweep runner's test of a finished run)."""
     try:
@@ -272,7 +273,7 @@ def final_eval(workdir: Path) -> dict | None:
     return _values(final[-1]) if final else None
 
 
-def _earlier_sessions(path: Path, start_step: int) -> list[dict]:
+def _earlier_sessions(path: epath.Path, start_step: int) -> list[dict]:
     """The sessions of the run this one continues. A run that starts from step 0 continues
     nothing: an older record there (of a run whose checkpoints are gone) is moved aside to
     record.superseded.json, as one that cannot be read is to record.unreadable.json."""
@@ -289,7 +290,7 @@ def _earlier_sessions(path: Path, start_step: int) -> list[dict]:
     return sessions
 
 
-def write_train_record(trainer, *, command: list[str], started: float) -> Path | None:
+def write_train_record(trainer, *, command: list[str], started: float) -> epath.Path | None:
     """WORKDIR/record.json at the end of a `python -m train` session (process 0 only): a new
     one, or the workdir's extended by this session when the run resumed. A session killed
     without a chance to write (SIGKILL, a crash) is not in `sessions`: the next one's

@@ -1,7 +1,8 @@
 """python -m train.sweep --config FILE[:ARG] --workdir DIR [--seeds N] [--rows a,b] [--config.k=v]
 
 Runs an ablation: every row of a sweep config x every seed (x every stage), each as its own
-`python -m train` subprocess in DIR/<row>/seed_<k>/<stage> with `config.seed = k`, then tabulates
+`python -m train` subprocess in DIR/<row>/seed_<k>/<stage> with `config.seed = k` (DIR a local
+folder or gs://BUCKET/PATH, train/storage.py), then tabulates
 the final evals beside the paper's numbers in DIR/results.csv, results.md and results.png. Each
 finished run leaves DIR/<row>/seed_<k>/<stage>/result.json: its row, seed, stage, final eval,
 wall time, command and, under `record`, the run's own record.json (train/run_record.py: the
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -50,6 +52,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from etils import epath
+
+from train import storage
+from train.config import ConfigError
 from train.metrics_writer import format_value
 from train.run_record import final_eval
 from train.sweep_spec import Sweep, SweepError, load_sweep_file
@@ -63,9 +69,9 @@ class Run:
     row: str
     seed: int
     stage: str
-    workdir: Path
+    workdir: epath.Path        # absolute, or a gs:// URL (train/storage.py)
     argv: tuple[str, ...]      # after `python -m train`
-    previous: Path | None      # the workdir of the stage it needs: it must finish first
+    previous: epath.Path | None  # the workdir of the stage it needs: it must finish first
 
     @property
     def name(self) -> str:
@@ -92,14 +98,16 @@ def _with_arg(config: str, arg: str) -> str:
 def _resolve(config: str) -> str:
     """A relative config path that is not found from the cwd is taken from the repo root."""
     path, sep, arg = config.partition(":")
-    if not Path(path).is_absolute() and not Path(path).exists() and (REPO / path).exists():
+    config_file = Path(path)  # local path: a config file
+    if not config_file.is_absolute() and not config_file.exists() and (REPO / path).exists():
         path = str(REPO / path)
     return f"{path}{sep}{arg}"
 
 
-def plan(sweep: Sweep, sweep_dir: Path, rows: list[str], seeds: list[int],
+def plan(sweep: Sweep, sweep_dir: str | os.PathLike, rows: list[str], seeds: list[int],
          cli_overrides: list[str]) -> list[Run]:
     """Seed by seed, row by row, stage by stage; each run's `python -m train` arguments."""
+    sweep_dir = storage.run_path(sweep_dir)
     runs = []
     for seed in seeds:
         for row in rows:
@@ -119,7 +127,7 @@ def plan(sweep: Sweep, sweep_dir: Path, rows: list[str], seeds: list[int],
                 argv.append(f"--config.seed={seed}")
                 source = done[stage.workdir_from] if stage.workdir_from else previous
                 if stage.previous_workdir_key:
-                    argv.append(f"--config.{stage.previous_workdir_key}={source.absolute()}")
+                    argv.append(f"--config.{stage.previous_workdir_key}={source}")
                 runs.append(Run(row, seed, stage.name, workdir, tuple(argv), source))
                 previous = done[stage.name] = workdir
     return runs
@@ -140,7 +148,7 @@ def run_spec(sweep: Sweep, cli_overrides: list[str]) -> dict:
     return _jsonable({"stages": stages, "overrides": list(cli_overrides), "rows": dict(sweep.rows)})
 
 
-def check_spec(sweep_dir: Path, spec: dict, allow_change: bool, save: bool = True) -> None:
+def check_spec(sweep_dir: epath.Path, spec: dict, allow_change: bool, save: bool = True) -> None:
     """Refuses to define a run of DIR differently from before; saves the (merged) spec."""
     path = sweep_dir / "sweep.json"
     saved = json.loads(path.read_text()) if path.exists() else None
@@ -161,8 +169,8 @@ def check_spec(sweep_dir: Path, spec: dict, allow_change: bool, save: bool = Tru
                   "or --allow_config_change (finished runs are kept as they are).")
         spec = {**spec, "rows": {**saved.get("rows", {}), **spec["rows"]}}  # rows may be added
     if save:
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(spec, indent=2) + "\n")
+        storage.make_folder(sweep_dir)
+        storage.write_atomically(path, json.dumps(spec, indent=2) + "\n")
 
 
 # ---- finished runs ---------------------------------------------------------------------------
@@ -172,7 +180,7 @@ def done_line(name: str, seconds: float, metrics: dict) -> str:
     return f"[sweep] done {name} in {_duration(seconds)}: {summary}"
 
 
-def _attempts(workdir: Path) -> list[dict]:
+def _attempts(workdir: epath.Path) -> list[dict]:
     path = workdir / "sweep_attempts.jsonl"
     if not path.exists():
         return []
@@ -193,7 +201,7 @@ def _result(run: Run, metrics: dict) -> dict:
 
 
 def _write_result(run: Run, result: dict) -> None:
-    (run.workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    storage.write_atomically(run.workdir / "result.json", json.dumps(result, indent=2) + "\n")
 
 
 def load_result(run: Run) -> dict | None:
@@ -239,17 +247,17 @@ def _duration(seconds: float) -> str:
     return f"{rest // 60}m{rest % 60:02d}s"
 
 
-def _tail(path: Path, lines: int = 15) -> str:
-    text = path.read_text(errors="replace").splitlines() if path.exists() else []
+def _tail(path: epath.Path, lines: int = 15) -> str:
+    text = path.read_bytes().decode(errors="replace").splitlines() if path.exists() else []
     return "\n".join("    " + line for line in text[-lines:])
 
 
 def attempt(run: Run, signals: _Signals) -> tuple[str, float]:
     """Runs (or resumes) one trainer subprocess; returns ('done' | 'failed (...)', seconds)."""
-    run.workdir.mkdir(parents=True, exist_ok=True)
+    storage.make_folder(run.workdir)
     command = [sys.executable, "-m", "train", *run.argv]
     start = time.time()
-    with open(run.workdir / "train.log", "a") as log:
+    with storage.output_file(run.workdir / "train.log") as log:
         log.write(f"\n=== sweep attempt {len(_attempts(run.workdir)) + 1}, "
                   f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
         log.flush()
@@ -266,9 +274,8 @@ def attempt(run: Run, signals: _Signals) -> tuple[str, float]:
         outcome = "failed (stopped before its final eval; the same command resumes it)"
     else:
         outcome = f"failed (exit status {returncode})"
-    with open(run.workdir / "sweep_attempts.jsonl", "a") as log:
-        log.write(json.dumps({"start": start, "wall_s": seconds, "returncode": returncode,
-                              "outcome": outcome}) + "\n")
+    storage.append(run.workdir / "sweep_attempts.jsonl", json.dumps(
+        {"start": start, "wall_s": seconds, "returncode": returncode, "outcome": outcome}) + "\n")
     if metrics is not None:
         _write_result(run, _result(run, metrics))
     return outcome, seconds
@@ -361,8 +368,8 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args, cli_overrides = parse_args(sys.argv[1:] if argv is None else argv)
-    sweep_dir = Path(args.workdir)
     try:
+        sweep_dir = storage.run_path(args.workdir)
         sweep = load_sweep_file(args.config)
         rows = list(sweep.rows) if not args.rows else [r.strip() for r in args.rows.split(",")]
         if len(set(rows)) != len(rows):  # a repeat would run a finished run a second time
@@ -385,7 +392,7 @@ def main(argv=None) -> int:
                          "resumes" if (run.workdir / "checkpoints").exists() else "new")
                 print(f"{run.name} [{state}]: python -m train {' '.join(run.argv)}")
             return 0
-    except SweepError as error:
+    except (SweepError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.allow_config_change:
@@ -405,7 +412,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _report(sweep: Sweep, sweep_dir: Path, config: str) -> int:
+def _report(sweep: Sweep, sweep_dir: epath.Path, config: str) -> int:
     from train import sweep_report  # numpy and matplotlib only when writing the report
 
     paths = sweep_report.write_reports(sweep, sweep_dir, config)

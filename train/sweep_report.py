@@ -7,17 +7,20 @@ the sample standard deviation over its seeds (ddof=1; none with one seed).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-from pathlib import Path
+import os
 
 import numpy as np
+from etils import epath
 
+from train import storage
 from train.run_record import final_eval
 from train.sweep_spec import Sweep, SweepError
 
 
-def collect(sweep: Sweep, sweep_dir: Path) -> list[dict]:
+def collect(sweep: Sweep, sweep_dir: epath.Path) -> list[dict]:
     """One record per row x seed whose stages all finished: row, seed, {label: value}, wall_s."""
     records = []
     for row in sweep.rows:
@@ -71,15 +74,16 @@ def _best(sweep: Sweep, summary: dict) -> str | None:
     return (max if metric.better == "max" else min)(scored, key=scored.get)
 
 
-def write_csv(sweep: Sweep, records: list[dict], path: Path) -> None:
+def write_csv(sweep: Sweep, records: list[dict], path: epath.Path) -> None:
     labels = [sweep.label(m) for m in sweep.metrics]
-    with open(path, "w", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(["row", "seed", *labels, "wall_s"])
-        for record in records:
-            writer.writerow([record["row"], record["seed"],
-                             *(repr(record["metrics"][k]) for k in labels),
-                             f"{record['wall_s']:.1f}"])
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["row", "seed", *labels, "wall_s"])
+    for record in records:
+        writer.writerow([record["row"], record["seed"],
+                         *(repr(record["metrics"][k]) for k in labels),
+                         f"{record['wall_s']:.1f}"])
+    storage.write_atomically(path, text.getvalue())
 
 
 def _cell(mean: float, std: float) -> str:
@@ -88,7 +92,7 @@ def _cell(mean: float, std: float) -> str:
     return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
 
 
-def write_markdown(sweep: Sweep, summary: dict, config: str, path: Path) -> None:
+def write_markdown(sweep: Sweep, summary: dict, config: str, path: epath.Path) -> None:
     labels = [sweep.label(m) for m in sweep.metrics]
     with_paper = [k for k in labels if any(k in v for v in sweep.paper.values())]
     best = _best(sweep, summary)
@@ -115,10 +119,10 @@ def write_markdown(sweep: Sweep, summary: dict, config: str, path: Path) -> None
         wall = stats["wall_s"][0]
         cells.append("-" if math.isnan(wall) else f"{wall:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
-    path.write_text("\n".join(lines) + "\n")
+    storage.write_atomically(path, "\n".join(lines) + "\n")
 
 
-def write_plot(sweep: Sweep, records: list[dict], summary: dict, path: Path) -> None:
+def write_plot(sweep: Sweep, records: list[dict], summary: dict, path: epath.Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -152,12 +156,15 @@ def write_plot(sweep: Sweep, records: list[dict], summary: dict, path: Path) -> 
         ax.legend(*handles, fontsize="small")
     figure.suptitle(sweep.title)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    image = io.BytesIO()  # matplotlib would take a gs:// URL for a local file name
+    figure.savefig(image, format="png", dpi=100)
     plt.close(figure)
+    storage.write_atomically(path, image.getvalue())
 
 
-def write_reports(sweep: Sweep, sweep_dir: Path, config: str) -> list[Path]:
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+def write_reports(sweep: Sweep, sweep_dir: str | os.PathLike, config: str) -> list[epath.Path]:
+    sweep_dir = storage.run_path(sweep_dir)
+    storage.make_folder(sweep_dir)
     records = collect(sweep, sweep_dir)
     summary = summarize(sweep, records)
     paths = [sweep_dir / "results.csv", sweep_dir / "results.md", sweep_dir / "results.png"]

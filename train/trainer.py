@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from pathlib import Path
+import os
 
 import flax.linen as nn
 import jax
@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 
 from data.errors import DataError
-from train import partitioning, run_config, vocabulary
+from train import partitioning, run_config, storage, vocabulary
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice
 from train.distributed import differing_processes
@@ -81,10 +81,10 @@ def _sum_metrics(total, new):
 class Trainer:
     """Builds everything a run needs from the config; `run()` trains and returns final evals."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path, *,
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str | os.PathLike, *,
                  fresh_start: bool = False):
         self.config = config
-        self.workdir = Path(workdir).absolute()
+        self.workdir = storage.run_path(workdir)  # absolute, or a gs:// URL
         self.fresh_start = fresh_start  # train from step 0 when every checkpoint was set aside
         self.mesh = partitioning.make_mesh(config.mesh)
         self.rules = partitioning.LOGICAL_RULES
@@ -220,7 +220,7 @@ class Trainer:
             state, data_state, _ = restored
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
-        self.workdir.mkdir(parents=True, exist_ok=True)  # only now: no empty one if stopped
+        storage.make_folder(self.workdir)  # only now: no empty one if stopped
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
             run_config.write(self.workdir, self.config, self.task.resolution())
             if self.task.tokenizer is not None and self.saved_vocabulary is None:

@@ -30,9 +30,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pathlib
 from typing import Any, Callable
 
+from etils import epath
+
+from train import storage
 from train.config import ConfigError
 
 FOLDER = "vocabulary"
@@ -82,17 +84,15 @@ def same(a: Any, b: Any) -> bool:
     return a.model_proto == b.model_proto
 
 
-def save(workdir: str | os.PathLike, tokenizer: Any, settings: dict[str, Any]) -> pathlib.Path:
+def save(workdir: str | os.PathLike, tokenizer: Any, settings: dict[str, Any]) -> epath.Path:
     """Writes `tokenizer` and the `settings` it was built from to `workdir`/vocabulary/ (each
     file atomically, the settings first); returns the vocabulary file's path."""
-    from data.paths import write_atomically
-
-    folder = pathlib.Path(workdir) / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = storage.run_path(workdir) / FOLDER
+    storage.make_folder(folder)
     text = json.dumps(settings, indent=2, sort_keys=True) + "\n"
-    write_atomically(folder / SETTINGS_FILE, text.encode())
+    storage.write_atomically(folder / SETTINGS_FILE, text)
     path = folder / FILES[kind_of(tokenizer)]
-    write_atomically(path, _contents(tokenizer))
+    storage.write_atomically(path, _contents(tokenizer))
     return path
 
 
@@ -100,11 +100,9 @@ def load(workdir: str | os.PathLike, *, fix: str | None = None) -> Any | None:
     """The vocabulary saved in `workdir`, or None when there is none (a new workdir, or one
     written before runs kept their vocabulary). DataError naming a corrupt file, with `fix`
     (what to do) or the advice for a run's own workdir."""
-    from data.vocab import sentencepiece as sentencepiece_vocab
-    from data.vocab import wordpiece
     from data.errors import DataError
 
-    folder = pathlib.Path(workdir) / FOLDER
+    folder = storage.run_path(workdir) / FOLDER
     present = [kind for kind, name in FILES.items() if (folder / name).is_file()]
     if not present:
         return None
@@ -115,13 +113,34 @@ def load(workdir: str | os.PathLike, *, fix: str | None = None) -> Any | None:
     path = folder / FILES[present[0]]
     fix = fix or ("it is the vocabulary this run's checkpoints were trained with: restore it "
                   "from a copy, or start a new --workdir")
-    if present[0] == "sentencepiece":
-        tokenizer = sentencepiece_vocab.load_model_file(path, fix=fix)
-    else:
-        try:
-            tokenizer = wordpiece.load_tokenizer_json(path)
-        except DataError as error:
-            raise DataError(f"{error}; {fix}") from error
+    try:
+        contents = path.read_bytes()
+    except OSError as error:
+        raise DataError(f"the vocabulary file {path} is unreadable ({type(error).__name__}: "
+                        f"{error}); {fix}") from error
+    tokenizer = _from_contents(present[0], contents, path, fix)
+    tokenizer.path = path  # the data/ classes keep a local pathlib.Path; this may be a URL
+    return tokenizer
+
+
+def _from_contents(kind: str, contents: bytes, path: epath.Path, fix: str) -> Any:
+    """The tokenizer a saved file holds (bytes read through the run's path type), checked as
+    data/ checks the files it loads itself."""
+    from data.errors import DataError
+    from data.vocab import sentencepiece as sentencepiece_vocab
+    from data.vocab import wordpiece
+
+    try:
+        if kind == "wordpiece":
+            return wordpiece.WordPieceTokenizer(contents.decode("utf-8"))
+        tokenizer = sentencepiece_vocab.Tokenizer(contents)
+    except (DataError, RuntimeError, UnicodeDecodeError) as error:
+        raise DataError(f"the vocabulary file {path} is corrupt ({type(error).__name__}: "
+                        f"{str(error).strip()[:200]}); {fix}") from error
+    problem = sentencepiece_vocab._mismatch(tokenizer, None)  # data/'s own check of a model
+    if problem:
+        raise DataError(f"the SentencePiece model file {path} has {problem}; it is corrupt or "
+                        f"not ours: {fix}")
     return tokenizer
 
 
@@ -140,7 +159,7 @@ def check_settings(workdir: str | os.PathLike, current: dict[str, Any]) -> None:
     naming each difference; DataError when the record is missing or corrupt."""
     from data.errors import DataError
 
-    path = pathlib.Path(workdir) / FOLDER / SETTINGS_FILE
+    path = storage.run_path(workdir) / FOLDER / SETTINGS_FILE
     fix = "restore it from a copy, or start a new --workdir"
     try:
         recorded = json.loads(path.read_text())

@@ -14,9 +14,9 @@ from it is sorted by what the difference does to resuming:
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 
-from train import run_config
+from train import run_config, storage
 from train.config import ConfigError
 
 # Where a run computes, not what: the same experiment may resume on another mesh (the
@@ -58,11 +58,11 @@ def _importance(key: str) -> tuple:
     return section, not key.endswith(".name"), key
 
 
-def has_checkpoints(workdir: Path) -> bool:
+def has_checkpoints(workdir: str | os.PathLike) -> bool:
     """Whether `workdir/checkpoints` holds an orbax step folder (named by its step number) or a
     damaged one set aside (`<step>.corrupt-<time>`, train/checkpointing.py): either way a run
     trained there, with the vocabulary and train state it saved."""
-    directory = Path(workdir) / "checkpoints"
+    directory = storage.run_path(workdir) / "checkpoints"
     return directory.is_dir() and any(p.name.isdigit() or ".corrupt-" in p.name
                                       for p in directory.iterdir())
 
@@ -86,7 +86,7 @@ def keeps_train_state(key: str, saved, current) -> bool:
     return any(key == name or (name.endswith(".") and key.startswith(name)) for name in RESUMABLE)
 
 
-def check_workdir(workdir: Path, config_json: str, allow_change: bool) -> list[str]:
+def check_workdir(workdir: str | os.PathLike, config_json: str, allow_change: bool) -> list[str]:
     """Refuses to mix two different experiments in one workdir; returns the placement keys
     (the mesh) that changed, as lines to report. `config_json` is the requested config, compared
     with the one the workdir's run requested (run_config.saved_request: cheap, and in the keys
