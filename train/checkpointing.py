@@ -369,6 +369,21 @@ def _describe(error: BaseException) -> str:
                                for e in (error, error.__cause__) if e is not None)
 
 
+def _checkpoints_folder(workdir: str | os.PathLike) -> epath.Path:
+    directory = storage.run_path(workdir)
+    return directory / "checkpoints" if (directory / "checkpoints").is_dir() else directory
+
+
+def checkpoint_steps(workdir: str | os.PathLike) -> list[int]:
+    """The saved steps of a run's workdir (or its checkpoints/ folder), oldest first; [] when
+    there are none. Reads the folder's listing only."""
+    directory = _checkpoints_folder(workdir)
+    if not directory.is_dir():
+        return []
+    with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
+        return sorted(manager.all_steps())
+
+
 def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
     """The parameters of a run's checkpoint (default the latest), as host NumPy arrays.
 
@@ -376,9 +391,7 @@ def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
     shardings are needed: this is how fine-tuning and analysis start from a pretraining run.
     Raises CheckpointError naming the folder when it holds no readable checkpoint.
     """
-    directory = storage.run_path(workdir)
-    if (directory / "checkpoints").is_dir():
-        directory = directory / "checkpoints"
+    directory = _checkpoints_folder(workdir)
     with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
         steps = sorted(manager.all_steps())
         if not steps or (step is not None and step not in steps):
