@@ -46,6 +46,15 @@ def _finetune(name: str, variant: str, meaning: str) -> HeadlineRun:
                            "tweets" if "tweets" in variant else "brown"))
 
 
+def _distil_speed(task: str, shape: str) -> HeadlineRun:
+    """The inference speed of MiniLM and its 3-layer DistilBERT student on `task`'s inputs."""
+    return HeadlineRun(
+        f"bench_distil_{task}", f"DistilBERT student (3 of MiniLM's 6 layers) beside its teacher: "
+                                f"inference sequences/s on {task} ({shape}, batch 64)",
+        f"python -m benchmarks.distill_speed --task {task} --json workdirs/bench/distil_{task}.json",
+        fetch="minilm")
+
+
 # What `make bench` runs (its default BENCH_ARGS), the record in its --json file.
 _BENCH = ("python -m benchmarks.train_step {model} --steps 3 --repeats 5 "
           "--json workdirs/bench/{file}.json")
@@ -84,4 +93,6 @@ RUNS = {run.name: run for run in (
     HeadlineRun("bench_vit_b16", "`make bench`: ViT-B/16 train step (224x224, batch 8) beside "
                                  "Hugging Face's Flax ViT",
                 _BENCH.format(model="--model vit --size B/16 --batch 8", file="vit_b16")),
+    _distil_speed("spam", "seq 128"),
+    _distil_speed("tweets", "seq 64, as Brown POS"),
 )}
