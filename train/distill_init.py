@@ -71,6 +71,8 @@ def init_from_teacher(variables: dict, teacher, layers, *, segments: bool, poole
     scanned = any(k[:3] == ("bert", "encoder", "layers") or k[:2] == ("encoder", "layers")
                   for k in current)
     taken = student_params(teacher.params, layers, segments=segments, pooler=pooler)
+    if "bert" in variables["params"] and "bert" not in taken:  # a bare encoder (MiniLM)
+        taken = {"bert": taken}
     loaded = traverse_util.flatten_dict(with_layer_layout(taken, scan=scanned))
     problems = [f"missing {'/'.join(k)} {tuple(nn.meta.unbox(v).shape)}"
                 for k, v in current.items() if k not in loaded and k[0] not in keep_random]
