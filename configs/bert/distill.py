@@ -35,10 +35,12 @@ Variants (`:arg`, comma-separated):
 Layers other than one out of two: `--config.distill.layers=0,2` (teacher layer indices).
 e.g. `...distill.py:mode=task,task=tweets` or `...distill.py:drop=cos,teacher=workdirs/bert`.
 
-The CPU budgets (2-core machine): general, the 2-layer student of the 4 x 128 teacher, about
-0.5 s a step with ce_positions=real (1,000 steps: 8-10 minutes); task, the 3-layer student of
-MiniLM, about the teacher's fine-tuning time per step (the teacher's forward pass costs a third
-of its training step and the student's step half of it).
+The CPU budgets (2-core machine), estimated from the FLOPs of a step (train/flops.py) against
+the steps these teachers were measured at: general, the 2-layer student of the 4 x 128 teacher,
+2.0x a pretraining step's FLOPs with ce_positions=real (the [V]-wide heads of both models on
+every token) and 0.9x with masked, so about 1.1 s and 0.5 s a step at configs/bert/pretrain.py's
+1.8 steps/s (1,000 steps: about 18 or 8 minutes); task, the 3-layer student of MiniLM, 0.83x the
+teacher's fine-tuning step (its forward pass is a third of that step, the student's step half).
 """
 
 from __future__ import annotations
