@@ -108,10 +108,17 @@ def test_command_runs_as_written(where, argv):
             apply_override(config, key, value)
         if config.get("init") in WORKDIRS:  # the page trains that workdir first
             return
+        if "distill" in config and config.distill.teacher in WORKDIRS:  # ... or that teacher
+            return
         try:  # what --print_config checks: the model, the task, the variant's values
             plan_task(config, None)
         except DataError:  # data not fetched here (a pretrained model's sizes): checked above
             pass
+        return
+    if module == "benchmarks.distill_speed":  # its options and the task's name
+        from benchmarks.distill_speed import parse_args as benchmark_args
+
+        benchmark_args(args)
         return
     known = {"train.baselines", "train.tables", "train.records", "train.sweep_figures",
              "benchmarks.train_step"}
