@@ -10,7 +10,8 @@ notebooks/**/*.md) from the committed records under notebooks/results/:
 so that no number in the docs is typed by hand. The tables (TABLES below): single runs from
 notebooks/results/runs/NAME/record.json (train/result_tables.py; a run not recorded yet renders
 as the commands that make and save its record), the three sweeps from their runs' result.json
-(train/sweep_compare.py). --check writes nothing and exits 1 naming every region that differs
+(train/sweep_compare.py) and the verdicts on the papers' findings they test (train/findings.py).
+--check writes nothing and exits 1 naming every region that differs
 from its records (tests/test_tables.py runs it on the repository's docs).
 """
 
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from train import findings
 from train import result_tables as rt
 from train.run_record import REPO, RecordError
 from train.sweep_compare import SWEEPS, load, markdown_table
@@ -59,6 +61,9 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
+    **{f"findings_{folder}": (lambda records, folder=folder:
+                              findings.markdown_table(folder, records.results))
+       for folder in SWEEPS},
 }
 
 
