@@ -47,6 +47,7 @@ def optimizer_config(**overrides) -> ml_collections.ConfigDict:
     """train/optimizers.py reads exactly these keys."""
     config = ml_collections.ConfigDict()
     config.name = "adam"                # 'adam' | 'adamw' (decoupled decay, no decay on biases/norms)
+                                        # | 'sgd' (heavy-ball momentum)
     config.schedule = "inverse_sqrt"    # 'inverse_sqrt' (Vaswani eq. 3) | 'linear' | 'cosine' | 'constant'
     config.learning_rate = 1.0          # peak lr; for 'inverse_sqrt' the scale on d_model^-0.5 * min(..)
     config.warmup_steps = 4000          # linear warmup length in optimizer updates
@@ -55,6 +56,7 @@ def optimizer_config(**overrides) -> ml_collections.ConfigDict:
     config.b1 = 0.9                     # Adam beta1
     config.b2 = 0.98                    # Adam beta2 (Vaswani et al.: 0.98)
     config.eps = 1e-9                   # Adam epsilon (Vaswani et al.: 1e-9)
+    config.momentum = 0.0               # SGD's velocity decay ('sgd' only; ViT fine-tuning: 0.9)
     config.weight_decay = 0.0           # decoupled weight decay, 'adamw' only
     config.clip_norm = 0.0              # global gradient-norm clipping; 0 disables
     config.update(overrides)

@@ -33,7 +33,7 @@ RESUMABLE = (
     "seed", "train.",
     "optimizer.schedule", "optimizer.learning_rate", "optimizer.end_learning_rate",
     "optimizer.warmup_steps", "optimizer.total_steps", "optimizer.b1", "optimizer.b2",
-    "optimizer.eps", "optimizer.weight_decay",
+    "optimizer.eps", "optimizer.momentum", "optimizer.weight_decay",
     "model.dropout_rate", "model.attention_dropout_rate", "model.attention_implementation",
     "model.remat", "model.dtype",
     "task.label_smoothing", "task.beam_size", "task.length_penalty", "task.max_decode_length",
