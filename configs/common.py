@@ -72,6 +72,8 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     config.eval_every = 1000            # steps between evals (0: only at the end)
     config.checkpoint_every = 1000      # steps between checkpoints (always one at the end)
     config.keep_checkpoints = 3         # how many recent checkpoints to keep
+    config.average_checkpoints = 0      # >0: the final eval is of the mean of the last N
+                                        # checkpoints' parameters (Vaswani et al. Sec. 6.1)
     config.async_checkpoint = True      # write checkpoints in the background
     config.peak_flops = 0.0             # per-device peak FLOP/s for MFU; 0 = measure a matmul here
     config.progress_bar = True          # tqdm bar on the terminal (process 0 only)

@@ -34,7 +34,7 @@ def _make_state(seed: int, name: str = "adamw", steps: int = 2) -> State:
     model = nn.Dense(3)
     cfg = ml_collections.ConfigDict(dict(
         name=name, schedule="linear", learning_rate=1e-2, warmup_steps=1, total_steps=10,
-        end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6,
+        end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6, momentum=0.0,
         weight_decay=0.01 if name == "adamw" else 0.0, clip_norm=1.0))
     tx, _ = optimizers.make_optimizer(cfg)
     x = jax.random.normal(jax.random.key(seed), (4, 5))

@@ -16,13 +16,17 @@ from data.pipelines import images as image_data
 from data.pipelines.sharding import num_batches
 from data.builders import sources
 from models.vit import ViT, ViTConfig
-from train import flops
+from train import flops, vit_init
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
 from train.run_config import Resolution
 from train.tasks.base import Task
 
 MODELS = {"vit": (ViT, ViTConfig)}
+# How pixels become model inputs: the dataset's per-channel mean and std
+# (data/builders/sources.py NORMALIZATION), or x / 127.5 - 1, the [-1, 1] range of the ViT
+# paper's input pipeline (and of the published ViT checkpoints).
+NORMALIZATIONS = {"dataset": None, "minus_one_to_one": (0.5, 0.5)}
 
 
 def _model_config(config: ml_collections.ConfigDict):
@@ -42,7 +46,10 @@ class ClassificationTask(Task):
                               "used by a text task, not image classification; use a new --workdir")
         check_choice(config, "data.source", ("local", "tfds"))
         check_choice(config, "data.augment", image_data.AUGMENTATIONS)
+        check_choice(config, "data.eval_resize", image_data.EVAL_RESIZES)
+        check_choice(config, "data.normalize", NORMALIZATIONS)
         self.model_config = _model_config(config)
+        vit_init.check_resolution(config.init, self.model_config)
         self.model = MODELS[config.model.name][0](self.model_config)
         self.config = config
         self.label_smoothing = float(config.task.label_smoothing)
@@ -54,6 +61,14 @@ class ClassificationTask(Task):
                               f"match config.data.image_shape={shape}")
         self.image_shape = shape
         self.d_model = self.model_config.hidden_size
+        self.backbone = vit_init.load_backbone(config.init)  # None: random weights
+
+    def resolution(self) -> Resolution:
+        if self.backbone is None:
+            return Resolution(self.model_config)
+        return Resolution(self.model_config, notes=(
+            f"weights: the backbone of the latest checkpoint in {self.config.init}; the head "
+            "(pre_logits, head) replaced by a zero-initialised linear layer",))
 
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
@@ -62,14 +77,18 @@ class ClassificationTask(Task):
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The model of config.model: nothing is decided at run time."""
-        return Resolution(_model_config(config))
+        model_config = _model_config(config)
+        vit_init.check_resolution(config.init, model_config)
+        return Resolution(model_config)
 
     # ---- model -----------------------------------------------------------------------------
     def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
         return {"image": np.zeros((batch_size, *self.image_shape), np.float32)}
 
     def init_variables(self, rng, inputs):
-        return self.model.init({"params": rng}, inputs["image"], train=False)
+        """Random variables, the backbone of config.init (if any) put in place."""
+        variables = self.model.init({"params": rng}, inputs["image"], train=False)
+        return vit_init.replace_backbone(variables, self.backbone)
 
     def flops_per_example(self) -> float:
         return flops.vit_train_flops_per_example(self.model_config, channels=self.image_shape[-1])
@@ -101,18 +120,27 @@ class ClassificationTask(Task):
     def _source(self, split: str):
         return sources.get_data_source(self.config.data.name, split, source=self.config.data.source)
 
+    def _pixels(self) -> dict:
+        """How the pipeline brings images to the model's size and scale (config.data)."""
+        data = self.config.data
+        centre = NORMALIZATIONS[data.normalize]
+        channels = self.image_shape[-1]
+        return dict(image_shape=self.image_shape, eval_resize=data.eval_resize,
+                    mean=None if centre is None else (centre[0],) * channels,
+                    std=None if centre is None else (centre[1],) * channels)
+
     def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
         """Endless, shuffled, per-process batches; a grain iterator with get_state/set_state."""
         return image_data.image_batches(
             self._source(self.config.data.train_split), batch_size=batch_size, train=True,
-            seed=seed, image_shape=self.image_shape, process_index=process_index,
-            process_count=process_count, augment=self.config.data.augment)
+            seed=seed, process_index=process_index, process_count=process_count,
+            augment=self.config.data.augment, **self._pixels())
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         """(iterator over this process's eval batches, number of batches every process runs)."""
         source = self._source(self.config.data.eval_split)
         iterator = image_data.image_batches(
-            source, batch_size=batch_size, train=False, seed=0, image_shape=self.image_shape,
-            process_index=process_index, process_count=process_count, augment="none")
+            source, batch_size=batch_size, train=False, seed=0, process_index=process_index,
+            process_count=process_count, augment="none", **self._pixels())
         return iterator, num_batches(len(source), batch_size=batch_size,
                                                 process_count=process_count)
