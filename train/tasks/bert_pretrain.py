@@ -83,6 +83,11 @@ def _vocabulary(config: ml_collections.ConfigDict, saved, documents_fn):
         saved, lambda: wordpiece.vocab_for_documents(documents_fn, **key), kind="wordpiece")
 
 
+def phase2_steps(config) -> int:
+    """The steps of phase 2: the last data.phase2_fraction of train.num_steps, rounded."""
+    return int(round(config.train.num_steps * config.data.phase2_fraction))
+
+
 def _check_source(data) -> None:
     """The keys of the TFDS stream are set for data.source='tfds' and off for 'local'."""
     stream = dict(shuffle_window=data.shuffle_window,
@@ -155,7 +160,7 @@ class BertPretrainingTask(Task):
 
     @property
     def phase2_steps(self) -> int:
-        return int(round(self.config.train.num_steps * self.config.data.phase2_fraction))
+        return phase2_steps(self.config)
 
     def global_batch_at(self, step: int) -> int:
         """Sequences in the global batch of train step `step`: data.phase2_batch_size in phase 2
