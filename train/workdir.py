@@ -44,7 +44,8 @@ RESUMABLE = (
     "data.max_seq_length", "data.max_query_length", "data.max_predictions", "data.mask_prob",
     "data.select_prob", "data.random_prob", "data.keep_prob", "data.whole_word",
     "data.short_seq_prob", "data.dupe_factor", "data.input_format", "data.phase2_fraction",
-    "data.phase2_max_seq_length", "data.phase2_max_predictions",
+    "data.phase2_max_seq_length", "data.phase2_max_predictions", "data.phase2_batch_size",
+    "data.shuffle_window",
 )
 
 # How many differing keys a refusal lists, those that decide the train state first (in this

@@ -2,7 +2,7 @@
 
 ViT trained from scratch on ImageNet (ILSVRC-2012, TFDS `imagenet2012`: 1,281,167 training and
 50,000 validation images, 1,000 classes), then fine-tuned at a higher resolution: the recipe of
-Dosovitskiy et al. 2021, Table 3 and App. B.1 (the paper's ViT-B/16 row of Table 5: 77.91% top-1
+Dosovitskiy et al. 2021 (its Table 3 and appendix B.1; its Table 5 gives ViT-B/16 77.91% top-1
 after fine-tuning at 384 px). GPU-node / pod scale: docs/launch.md has the commands and costs.
 
 The data. ImageNet cannot be downloaded by a script: register at https://image-net.org, put

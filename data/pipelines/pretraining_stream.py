@@ -93,11 +93,9 @@ class _DocumentExamples:
             borrowed = [end_of_doc]                 # token offset where the next B goes
 
             def random_segment(need: int):
-                for _ in range(RANDOM_B_ATTEMPTS):
-                    other = rng.randrange(self.length - 1) if self.length > 1 else 0
+                for _ in range(RANDOM_B_ATTEMPTS):  # another article: len(source) >= 2
+                    other = rng.randrange(self.length - 1)
                     other += other >= index
-                    if other >= self.length:
-                        return None
                     sentences = document_sentences(self.source, other, self.to_document)
                     if sentences:
                         break

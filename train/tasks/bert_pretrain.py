@@ -183,7 +183,8 @@ class BertPretrainingTask(Task):
             return Resolution(_model_config(config, tokenizer.vocab_size))
         return Resolution(_model_config(config, data.vocab_size), pending={
             "model.vocab_size": f"the size of the WordPiece vocabulary trained on "
-                                f"{'+'.join(data.names)} {data.train_split} when the run starts, "
+                                f"{'+'.join(data.names)} {_vocabulary_split(data)} when the run "
+                                "starts, "
                                 f"config.data.vocab_size={data.vocab_size} asked for (the texts "
                                 "may give fewer or more: data/vocab/wordpiece.py); not trained yet"})
 
