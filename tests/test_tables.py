@@ -184,6 +184,20 @@ def test_a_sweep_table_is_the_paired_comparison_of_its_runs():
             assert cells[row][2] == f"{statistics.mean(d):+.2f} ± {se:.2f}", row
 
 
+def test_a_sweep_table_with_runs_missing_says_which(tmp_path):
+    """A sweep in progress (or a record deleted) renders the runs it has and names the ones it
+    has not, so the table never reads as complete when it is not."""
+    shutil.copytree(REPO / "notebooks" / "results" / "vit_table8", tmp_path / "vit_table8")
+    shutil.rmtree(tmp_path / "vit_table8" / "rope_2d" / "seed_1")
+    shutil.rmtree(tmp_path / "vit_table8" / "alibi_2d")
+    text = tables.TABLES["sweep_vit_table8"](Records(tmp_path))
+    cells = _cells(text)
+    assert cells["rope_2d"][0] == "2" and "alibi_2d" not in cells
+    assert ("Not recorded yet, so not in the table: rope_2d seed 1, alibi_2d seed 0, alibi_2d "
+            "seed 1, alibi_2d seed 2.") in text
+    assert "Not recorded yet" not in tables.TABLES["sweep_vit_table8"](Records())
+
+
 @pytest.mark.parametrize("folder", list(SWEEPS))
 def test_the_committed_sweep_reports_are_their_runs_records(folder, tmp_path):
     """results.csv and results.md beside a sweep's runs are what `python -m train.sweep
