@@ -172,6 +172,8 @@ class _BlockConfig(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     value_head_dim: int | None = None      # d_v; None: head_dim (see MultiHeadAttention)
+    relative_positions: int = 0            # >0: 1-D relative self-attention (EncoderBlock only)
+    relative_prefix_tokens: int = 0        # unpositioned tokens before those positions
 
     def _check(self):
         if self.norm_position not in NORM_POSITIONS:
@@ -187,8 +189,9 @@ class _BlockConfig(nn.Module):
             num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
             dropout_rate=self.attention_dropout_rate, use_bias=self.use_bias,
             rotary_base=rotary_base, implementation=self.implementation,
-            value_head_dim=self.value_head_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-            name=name)
+            value_head_dim=self.value_head_dim, relative_positions=self.relative_positions,
+            relative_prefix_tokens=self.relative_prefix_tokens, dtype=self.dtype,
+            param_dtype=self.param_dtype, name=name)
 
     def _mlp(self):
         return FeedForward(hidden_dim=self.mlp_dim, activation=self.activation,
@@ -215,7 +218,8 @@ class EncoderBlock(_BlockConfig):
     ``mask`` / ``bias`` go to the attention, ``positions`` ``[b, l]`` drive RoPE if enabled
     (``[b, l, k]``: axial RoPE over ``k`` position axes, e.g. a ViT's patch row and column).
     ``dropout_rate`` drops each sublayer output and the FFN hidden activations;
-    ``attention_dropout_rate`` drops attention probabilities.
+    ``attention_dropout_rate`` drops attention probabilities. ``relative_positions`` > 0 gives the
+    self-attention its own 1-D relative keys (``models.relative_attention``).
     """
 
     @nn.compact
@@ -256,6 +260,9 @@ class DecoderBlock(_BlockConfig):
                  positions=None, encoded_positions=None, deterministic: bool = True,
                  decode: bool = False):
         self._check()
+        if self.relative_positions:
+            raise ValueError('DecoderBlock: relative_positions is for EncoderBlock (relative '
+                             'attention has no decoding cache); set it to 0.')
         self_attention = self._attention('self_attention', self.rotary_base)
         x = self._residual(
             x, lambda h: self_attention(h, mask=self_mask, bias=self_bias, q_positions=positions,

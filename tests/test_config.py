@@ -24,9 +24,13 @@ def test_every_config_docstring_starts_with_its_command():
 
 
 def test_variants_select_table_8_rows_and_sizes():
-    for posemb in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d",
-                   "alibi_2d"):
+    for posemb in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative",
+                   "relative_bias_2d", "rope_2d", "alibi_2d"):
         assert load_config_file(f"{CONFIG}:posemb={posemb}").model.posemb == posemb
+    assert load_config_file(CONFIG).model.posemb_mode == "stem"  # Table 8's columns
+    for mode in ("every_layer", "every_layer_shared"):
+        model = load_config_file(f"{CONFIG}:posemb=learned_2d,posemb_mode={mode}").model
+        assert (model.posemb, model.posemb_mode) == ("learned_2d", mode)
     config = load_config_file(f"{CONFIG}:size=B,smoke")
     assert config.model.hidden_size == 32  # smoke shrinks whatever size was chosen
     assert load_config_file(f"{CONFIG}:size=B").model.num_layers == 12

@@ -3,10 +3,16 @@
 A small ViT trained from scratch on Fashion-MNIST (28x28 grey images, 10 classes) on a CPU.
 
 Variants (`:arg`, comma-separated):
-  posemb=none|learned_1d|learned_2d|sincos_2d|relative   ViT paper Table 8 rows (default learned_1d)
-         |rope_2d|alibi_2d                               2-D RoPE and ALiBi (not in the paper)
-  size=custom|Ti|S|B|L|H                                  ViT Table 1 widths/depths (default custom)
-  smoke                                                   a seconds-long run for tests
+  posemb=none|learned_1d|learned_2d|relative   ViT paper Table 8 rows (default learned_1d;
+                                               relative: the paper's 1-D relative attention)
+         |sincos_2d|relative_bias_2d           fixed 2-D sin-cos, learned scalar bias per 2-D
+         |rope_2d|alibi_2d                     offset, 2-D RoPE, 2-D ALiBi (not in the paper)
+  posemb_mode=stem|every_layer|every_layer_shared   Table 8's columns: the table added once
+                                               (default), learned and added at every layer, or
+                                               one table added at every layer (learned_1d,
+                                               learned_2d; sincos_2d: stem|every_layer_shared)
+  size=custom|Ti|S|B|L|H                       ViT Table 1 widths/depths (default custom)
+  smoke                                        a seconds-long run for tests
 e.g. `--config configs/vit/fashion_mnist.py:posemb=sincos_2d` or `...:smoke`.
 """
 
@@ -19,7 +25,8 @@ from models.sizes import vit_size
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    args = common.parse_arg(arg, posemb="learned_1d", size="custom", smoke=False)
+    args = common.parse_arg(arg, posemb="learned_1d", posemb_mode="stem", size="custom",
+                            smoke=False)
     config = ml_collections.ConfigDict()
     config.seed = 0                          # parameter init, dropout and data order
 
@@ -37,7 +44,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.num_heads = 4
     config.model.mlp_dim = 256
     config.model.posemb = args.posemb        # none|learned_1d|learned_2d|sincos_2d|relative|
-                                             # rope_2d|alibi_2d (models/vit.py POSEMB_KINDS)
+                                             # relative_bias_2d|rope_2d|alibi_2d (models/vit.py)
+    config.model.posemb_mode = args.posemb_mode  # stem|every_layer|every_layer_shared: where a
+                                             # position table is added (Table 8's columns)
     config.model.pool = "mean"               # mean of patch tokens (converges faster here) | cls (paper)
     config.model.head_hidden_size = 0        # >0: tanh pre-logits layer
     config.model.stem_channels = 16          # hybrid input: patches of a 3x3-conv feature map; 0 = pure ViT
