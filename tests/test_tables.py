@@ -187,15 +187,16 @@ def test_a_sweep_table_is_the_paired_comparison_of_its_runs():
 def test_a_sweep_table_with_runs_missing_says_which(tmp_path):
     """A sweep in progress (or a record deleted) renders the runs it has and names the ones it
     has not, so the table never reads as complete when it is not."""
-    shutil.copytree(REPO / "notebooks" / "results" / "vit_table8", tmp_path / "vit_table8")
-    shutil.rmtree(tmp_path / "vit_table8" / "rope_2d" / "seed_1")
-    shutil.rmtree(tmp_path / "vit_table8" / "alibi_2d")
-    text = tables.TABLES["sweep_vit_table8"](Records(tmp_path))
+    folder = "bert_table8"
+    shutil.copytree(REPO / "notebooks" / "results" / folder, tmp_path / folder)
+    shutil.rmtree(tmp_path / folder / "80-20-0" / "seed_1")
+    shutil.rmtree(tmp_path / folder / "untrained")
+    text = tables.TABLES[f"sweep_{folder}"](Records(tmp_path))
     cells = _cells(text)
-    assert cells["rope_2d"][0] == "2" and "alibi_2d" not in cells
-    assert ("Not recorded yet, so not in the table: rope_2d seed 1, alibi_2d seed 0, alibi_2d "
-            "seed 1, alibi_2d seed 2.") in text
-    assert "Not recorded yet" not in tables.TABLES["sweep_vit_table8"](Records())
+    assert cells["80-20-0"][0] == "2" and "untrained" not in cells
+    assert ("Not recorded yet, so not in the table: 80-20-0 seed 1, untrained seed 0, untrained "
+            "seed 1, untrained seed 2.") in text
+    assert "Not recorded yet" not in tables.TABLES[f"sweep_{folder}"](Records())
 
 
 @pytest.mark.parametrize("folder", list(SWEEPS))

@@ -32,7 +32,7 @@ e.g. `--config configs/ablations/vit_posemb.py:steps=1200` or `... --rows none,l
 from __future__ import annotations
 
 from configs import common
-from train.sweep_spec import Metric, Stage, Sweep
+from train.sweep_spec import Finding, Metric, Stage, Sweep
 
 BASE = "configs/vit/fashion_mnist.py"
 
@@ -78,6 +78,43 @@ PAPER_TABLE8 = {
 }
 
 
+def _paper(row: str, against: str) -> str:
+    """'64.21 vs 61.38 (+2.82)': two cells of Table 8, in %."""
+    a, b = 100 * PAPER_TABLE8[row]["accuracy"], 100 * PAPER_TABLE8[against]["accuracy"]
+    return f"5-shot {a:.2f} vs {b:.2f} ({a - b:+.2f})"
+
+
+def _beats_none(row: str, name: str) -> Finding:
+    return Finding(f"{name} beats no position embedding", metric="accuracy",
+                   row=row, against="none", expect="higher", paper=_paper(row, "none"),
+                   if_not="the 3x3 convolution stem and its zero padding already tell each "
+                          "patch where it is, and 16 patches leave little order to learn")
+
+
+def _level(row: str, against: str, claim: str) -> Finding:
+    return Finding(claim, metric="accuracy", row=row, against=against, expect="level",
+                   tolerance=0.5, paper=_paper(row, against))
+
+
+# App. D.4: "there is a large gap between the performances of the model with no positional
+# embedding and models with positional embedding, [but] little to no difference between
+# different ways of encoding positional information"; nor, in Table 8, where they are added.
+FINDINGS = (
+    _beats_none("learned_1d", "A learned 1-D embedding"),
+    _beats_none("learned_2d", "A learned 2-D embedding"),
+    _beats_none("relative", "1-D relative attention"),
+    _level("learned_2d", "learned_1d", "2-D and 1-D learned embeddings do equally well "
+                                       "(within half a point)"),
+    _level("relative", "learned_1d", "Relative attention and a learned 1-D embedding do "
+                                     "equally well (within half a point)"),
+    *(_level(f"{kind}.{column}", kind, f"Adding the {kind} table {where} does as well as "
+                                       "adding it once after the stem (within half a point)")
+      for kind in ("learned_1d", "learned_2d")
+      for column, where in (("every_layer", "at every layer, a table each"),
+                            ("every_layer_shared", "at every layer, one shared table"))),
+)
+
+
 def get_sweep(arg: str | None = None) -> Sweep:
     args = common.parse_arg(arg, steps=600, smoke=False)
     if args.steps < 1:
@@ -106,4 +143,5 @@ def get_sweep(arg: str | None = None) -> Sweep:
                    "suffix is its 'Default/Stem' column, `.every_layer` its 'Every Layer' and "
                    "`.every_layer_shared` its 'Every Layer-Shared' column): another model, data "
                    "set and measure, so compare how the rows order, not the values.",
+        findings=() if args.smoke else FINDINGS,
     )
