@@ -17,6 +17,7 @@ from models import beam_search as B
 from models import decode as D
 from models import search as S
 from models.attention import MultiHeadAttention, causal_mask
+from models.sampling import Sampling
 from models.transformer import Transformer, shift_right
 
 from tiny_transformer import PAD, EOS, BOS, tiny, words
@@ -357,3 +358,23 @@ def test_predict_passes_row_limits_to_the_search():
         np.testing.assert_array_equal(tokens[row, :limit], alone[0])
         np.testing.assert_allclose(scores[row], alone_score[0], rtol=1e-5)
         assert np.all(np.asarray(tokens)[row, limit:] == PAD)
+
+
+def test_predict_samples_with_the_shared_library():
+    """Sampling on the Transformer: top-k = 1 and a near-zero temperature are greedy; a hot
+    temperature departs from it, the same key draws the same translation."""
+    model, params, inputs, _ = setup_model(tiny(posemb="rope", num_layers=1), seed=5)
+    kwargs = dict(max_decode_len=6, eos_id=EOS, bos_id=BOS, beam_size=1)
+    greedy, greedy_lp = D.predict(model, params, inputs, **kwargs)
+    for sampling in (Sampling(top_k=1), Sampling(temperature=1e-4)):
+        tokens, lp = D.predict(model, params, inputs, sampling=sampling,
+                               rng=jax.random.PRNGKey(0), **kwargs)
+        np.testing.assert_array_equal(tokens, greedy)
+        np.testing.assert_allclose(lp, greedy_lp, rtol=1e-5)
+    hot = jax.jit(lambda key: D.predict(model, params, inputs, sampling=Sampling(temperature=4.0),
+                                        rng=key, **kwargs)[0])
+    np.testing.assert_array_equal(hot(jax.random.PRNGKey(1)), hot(jax.random.PRNGKey(1)))
+    assert not np.array_equal(hot(jax.random.PRNGKey(1)), greedy)
+    with pytest.raises(ValueError, match="use beam_size=1, not 4"):
+        D.predict(model, params, inputs, **{**kwargs, "beam_size": 4}, sampling=Sampling(),
+                  rng=jax.random.PRNGKey(0))
