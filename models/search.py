@@ -28,6 +28,7 @@ Conventions, the same in every search:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -43,12 +44,12 @@ TokensToLogits = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
 
 def stop_ids(eos_id: int | Sequence[int]) -> jax.Array:
     """The stop tokens as a 1-D int32 array, from one id or a non-empty sequence of ids."""
-    ids = [eos_id] if isinstance(eos_id, int) else list(eos_id)
-    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+    ids = [eos_id] if isinstance(eos_id, numbers.Integral) else list(eos_id)
+    if not ids or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0
                           for i in ids):
         raise ValueError(f"eos_id={eos_id!r}: give one token id or a non-empty sequence of "
-                         "token ids (ints >= 0)")
-    return jnp.asarray(ids, jnp.int32)
+                         "token ids (integers >= 0)")
+    return jnp.asarray([int(i) for i in ids], jnp.int32)
 
 
 def is_stop(tokens, stops) -> jax.Array:

@@ -17,6 +17,7 @@ from models.beam_search import beam_search
 from models.decoder_lm import POSEMB_KINDS, DecoderLM, with_layer_layout
 from models.sampling import Sampling
 
+from remat_checks import primitive_names
 from tiny_lm import VOCAB, random_params, tiny, tokens
 
 PAD = 0
@@ -213,3 +214,23 @@ def test_scanned_model_decodes_like_the_loop_and_the_learned_table_is_a_limit():
         L.generate(model, params, prompts, lengths, max_new_tokens=8, eos_id=1)
     with pytest.raises(ValueError, match=r"prompt_lengths \[0, 1\] must lie in \[1, 4\]"):
         L.generate(model, params, prompts, np.array([0, 1]), max_new_tokens=2, eos_id=1)
+
+
+@pytest.mark.parametrize("how", [dict(), dict(sampling=Sampling(top_k=5, top_p=0.9)),
+                                 dict(beam_size=2)], ids=["greedy", "sampling", "beam"])
+def test_generate_traces_to_one_program_with_one_token_loop(how):
+    """The prefill outside, every token inside one while loop whose body runs the model (all
+    its matmuls); no host callback anywhere: nothing leaves the device until the end."""
+    cfg = tiny(posemb="rope")
+    params, model = random_params(cfg), DecoderLM(cfg)
+    prompts, lengths = right_padded([[3, 4, 5], [6]])
+    rng = jax.random.PRNGKey(0) if "sampling" in how else None
+    jaxpr = jax.make_jaxpr(lambda p, x, n: L.generate(
+        model, p, x, n, max_new_tokens=5, eos_id=1, rng=rng, **how))(params, prompts, lengths)
+    loops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "while"]
+    assert len(loops) == 1
+    body = loops[0].params["body_jaxpr"]
+    # Per block: query, key, value, out, wi, wo and the two attention einsums; plus the logits.
+    assert len([e for e in body.jaxpr.eqns if e.primitive.name == "dot_general"]) == \
+        8 * cfg.num_layers + 1
+    assert not {n for n in primitive_names(jaxpr) if "callback" in n}

@@ -165,3 +165,21 @@ def test_several_stop_tokens():
     with pytest.raises(ValueError, match=r"bos_id has shape \(3,\)"):
         S.greedy_search(chain(table), cache, batch_size=2, max_length=5,
                         bos_id=jnp.array([2, 2, 2]), eos_id=EOS)
+
+
+def test_successive_draws_are_independent():
+    """A chain whose next-token distribution never changes: each row's second draw repeats its
+    first as often as chance says (sum of p_i^2; a key reused across steps would repeat it
+    always), and the two steps' joint counts fit the product of the marginals."""
+    logits = np.log([0.05, 0.3, 0.25, 0.2, 0.15, 0.05])
+    table = np.broadcast_to(logits, (1, 6, 6))
+    rows = 4000
+    tokens, _ = S.sample_search(chain(table), {"example": jnp.zeros((rows,), jnp.int32)},
+                                Sampling(), jax.random.PRNGKey(7), batch_size=rows,
+                                max_length=2, bos_id=BOS, eos_id=[9], suppress_pad=False)
+    tokens = np.asarray(tokens)
+    p = np.exp(logits)
+    joint = np.zeros((6, 6))
+    np.add.at(joint, (tokens[:, 0], tokens[:, 1]), 1)
+    assert stats.chisquare(joint.ravel(), rows * np.outer(p, p).ravel()).pvalue > 1e-3
+    assert abs(np.mean(tokens[:, 0] == tokens[:, 1]) - np.sum(p ** 2)) < 0.03
