@@ -234,7 +234,7 @@ class DecoderLM(nn.Module):
         cfg = self.config
         if tokens.ndim != 2:
             raise ValueError(f"tokens of shape [batch, length] expected, got {tuple(tokens.shape)}")
-        batch, length = tokens.shape
+        length = tokens.shape[1]
         if decode and cfg.scan_layers:
             raise ValueError("cached decoding runs the loop layout: decode with "
                              "models.decoder_lm.loop_layout(model, params) (models.lm_decode "
@@ -244,7 +244,7 @@ class DecoderLM(nn.Module):
             positions, segment_ids, key_positions, key_segments = keys
             # The attention cache adds the causal part (slots up to each query's own).
             mask = segment_mask(segment_ids, key_segments)
-        else:
+        else:   # whole sequences, or the cache-sizing call (the cache holds `length` positions)
             cfg.check_length(length)
             if positions is None:
                 positions = (document_positions(segment_ids) if segment_ids is not None else
@@ -292,8 +292,6 @@ class DecoderLM(nn.Module):
         every slot, the new ones written in."""
         batch, length = tokens.shape
         filled = self.has_variable("cache", "slot_index")
-        if not filled:
-            self.config.check_length(length)   # the cache holds `length` positions
         index = self.variable("cache", "slot_index", lambda: jnp.array(0, jnp.int32))
         slot_positions = self.variable("cache", "slot_positions", jnp.zeros, (batch, length),
                                        jnp.int32)
