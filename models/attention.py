@@ -264,7 +264,9 @@ class MultiHeadAttention(nn.Module):
     decoding cache); ``num_kv_heads=1`` is multi-query attention (Shazeer 2019).
 
     Kernels default to Glorot/Xavier uniform over the flattened ``[fan_in, fan_out]`` matrix
-    (as the ViT reference code does), biases to zero.
+    (as the ViT reference code does), biases to zero. ``out_kernel_init`` (default: the same)
+    initialises the output projection on its own: GPT-2 shrinks the projections that write
+    into the residual stream (``models.decoder_lm``).
 
     ``__call__(inputs_q [b, q, e], inputs_kv [b, k, e] | None, *, mask, bias, q_positions,
     kv_positions, deterministic, decode) -> [b, q, out_features]``. ``inputs_kv=None`` means
@@ -313,14 +315,18 @@ class MultiHeadAttention(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = nn.initializers.xavier_uniform()
+    out_kernel_init: Initializer | None = None   # the 'out' projection's; None: kernel_init
     bias_init: Initializer = nn.initializers.zeros
 
     def _projection(self, features, axis, kernel_names, bias_names, name):
+        kernel_init = self.kernel_init
+        if name == 'out' and self.out_kernel_init is not None:
+            kernel_init = self.out_kernel_init
         return Projection(
             features=features if isinstance(features, tuple) else (features,),
             num_contracted=len(axis) if isinstance(axis, tuple) else 1,
             kernel_names=kernel_names, bias_names=bias_names, use_bias=self.use_bias,
-            dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+            dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=kernel_init,
             bias_init=self.bias_init, name=name)
 
     @nn.compact

@@ -24,7 +24,8 @@ exact erf GELU (HF ``hidden_act='gelu'``; 'gelu_new' etc. are tanh approximation
 sharded checkpoints (``model.safetensors.index.json``), ``pytorch_model.bin`` (a pickle), models
 without a pooler, decoders with cross-attention.
 
-The safetensors files are read and written by ``models.safetensors_file``.
+The safetensors files are read and written by ``models.safetensors_file``, the folder by
+``models.hf_checkpoint`` (shared with ``models.hf_gpt2``).
 
 This module is pure NumPy (plus our ``BertConfig``): it never imports train or data.
 """
@@ -32,22 +33,18 @@ This module is pure NumPy (plus our ``BertConfig``): it never imports train or d
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import pathlib
-import shutil
-import tempfile
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from models.bert import BertConfig, with_layer_layout
-from models.safetensors_file import (CheckpointError, contiguous, read_safetensors,
-                                     write_safetensors)
-
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
+from models.hf_checkpoint import (CONFIG_FILE, WEIGHTS_FILE, flatten, mismatch_error, nest,
+                                  numpy_dtype, read_config_json, require_files, unboxed,
+                                  write_checkpoint)
+from models.safetensors_file import CheckpointError, contiguous, read_safetensors
 HEADS = ("auto", "model", "pretraining")
 BERT_PREFIX = "bert."
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # HF buffers, not weights
@@ -216,19 +213,6 @@ def hf_names(cfg: BertConfig, head: str = "model") -> dict[str, tuple[int, ...]]
     return {e.hf: e.hf_shape for e in _mapping(cfg, head)}
 
 
-def _mismatch_error(what: str, missing: Iterable[str], unexpected: Iterable[str],
-                    misshaped: Iterable[tuple[str, tuple, tuple]]) -> CheckpointError | None:
-    missing, unexpected, misshaped = sorted(missing), sorted(unexpected), sorted(misshaped)
-    if not (missing or unexpected or misshaped):
-        return None
-    lines = [f"missing: {name}" for name in missing]
-    lines += [f"unexpected: {name}" for name in unexpected]
-    lines += [f"wrong shape: {name}: expected {list(want)}, found {list(got)}"
-              for name, want, got in misshaped]
-    return CheckpointError(f"{what}: {len(missing)} missing, {len(unexpected)} unexpected, "
-                           f"{len(misshaped)} mis-shaped:\n  " + "\n  ".join(lines))
-
-
 def _describe(cfg: BertConfig) -> str:
     return (f"vocab_size={cfg.vocab_size}, hidden_size={cfg.hidden_size}, num_layers="
             f"{cfg.num_layers}, num_heads={cfg.num_heads}, mlp_dim={cfg.mlp_dim}, "
@@ -267,52 +251,20 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: BertConfig, *,
     misshaped = [(name, e.hf_shape, tuple(np.shape(tensors[name])))
                  for name, e in expected.items()
                  if name in tensors and tuple(np.shape(tensors[name])) != e.hf_shape]
-    error = _mismatch_error(f"checkpoint tensors do not match HF Bert"
+    error = mismatch_error(f"checkpoint tensors do not match HF Bert"
                             f"{'ForPreTraining' if head == 'pretraining' else 'Model'}"
                             f"({_describe(cfg)})", missing, unexpected, misshaped)
     if error is not None:
         raise error
-    dtype = _param_dtype(cfg)
-    params: dict = {}
-    for name, entry in expected.items():
-        node = params
-        for key in entry.path[:-1]:
-            node = node.setdefault(key, {})
-        node[entry.path[-1]] = contiguous(
-            entry.from_hf(np.asarray(tensors[name])).astype(dtype, copy=False))
+    dtype = numpy_dtype(cfg.param_dtype)
+    params = nest({entry.path: contiguous(entry.from_hf(np.asarray(tensors[name])).astype(
+        dtype, copy=False)) for name, entry in expected.items()})
     for name in sorted(tied & set(tensors)):  # HF's tied copies: what our MLM head uses?
         if not np.array_equal(tensors[name], tensors[_TIED[name]]):  # (shapes too)
             raise CheckpointError(f"{name} differs from {_TIED[name]}: an untied MLM decoder; "
                                   "our BertForPreTraining ties it to the word embeddings and "
                                   "the output bias")
     return with_layer_layout(params, cfg.scan_layers)
-
-
-def _param_dtype(cfg: BertConfig) -> np.dtype:
-    if cfg.param_dtype == "bfloat16":
-        import ml_dtypes  # a dependency of jax; NumPy has no bfloat16 of its own
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(cfg.param_dtype)
-
-
-def _unboxed(tree: Mapping) -> dict:
-    """Nested plain dicts of the values of flax's nn.Partitioned / LogicallyPartitioned boxes."""
-    out = {}
-    for key, value in tree.items():
-        if hasattr(value, "unbox"):
-            value = value.unbox()
-        out[str(key)] = _unboxed(value) if isinstance(value, Mapping) else value
-    return out
-
-
-def _flatten(tree: Mapping, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, (*path, str(key))))
-        else:
-            flat[(*path, str(key))] = value
-    return flat
 
 
 def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
@@ -322,12 +274,12 @@ def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
     JAX arrays. CheckpointError listing every missing, unexpected and mis-shaped parameter."""
     if set(params) == {"params"}:
         params = params["params"]
-    flat = _flatten(with_layer_layout(_unboxed(params), scan=False))
+    flat = flatten(with_layer_layout(unboxed(params), scan=False))
     head = "pretraining" if any(path[0] == "bert" for path in flat) else "model"
     entries = {e.path: e for e in _mapping(cfg, head)}
     misshaped = [("/".join(p), e.shape, tuple(np.shape(flat[p])))
                  for p, e in entries.items() if p in flat and tuple(np.shape(flat[p])) != e.shape]
-    error = _mismatch_error(
+    error = mismatch_error(
         f"params do not match our {'BertForPreTraining' if head == 'pretraining' else 'BertModel'}"
         f"({_describe(cfg)})", ("/".join(p) for p in entries if p not in flat),
         ("/".join(p) for p in flat if p not in entries), misshaped)
@@ -339,31 +291,13 @@ def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- directories
 
 
-def _require_files(directory: pathlib.Path, names: Iterable[str]) -> None:
-    for path in (directory / name for name in names):
-        if not path.is_file():
-            others = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else None
-            hint = ("" if others is None else
-                    f" (the folder holds {others}; sharded checkpoints and pytorch_model.bin "
-                    "are not read: save the model with safe_serialization=True, unsharded)")
-            raise CheckpointError(f"{path} does not exist{hint}")
-
-
-def _read_config_json(directory: pathlib.Path) -> dict[str, Any]:
-    config_path = directory / CONFIG_FILE
-    try:
-        return json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{config_path}: unreadable config ({e})") from e
-
-
 def load_hf_config(directory: str | os.PathLike, **overrides) -> BertConfig:
     """The BertConfig of an HF BERT directory from its ``config.json`` alone: the model's sizes
     without reading its weights (``load_hf_checkpoint`` gives the same, but ``nsp``, which a
     pre-training checkpoint's tensors decide there)."""
     directory = pathlib.Path(directory)
-    _require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
-    return config_from_hf(_read_config_json(directory), **overrides)
+    require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
+    return config_from_hf(read_config_json(directory), **overrides)
 
 
 def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
@@ -374,8 +308,8 @@ def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
     checkpoint without ``cls.seq_relationship.*`` gives ``cfg.nsp=False`` unless overridden.
     """
     directory = pathlib.Path(directory)
-    _require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
-    config_json = _read_config_json(directory)
+    require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
+    config_json = read_config_json(directory)
     weights_path = directory / WEIGHTS_FILE
     tensors = read_safetensors(weights_path)
     if head == "auto":
@@ -408,38 +342,7 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: BertConfig, params: Ma
     half-written checkpoint under the name. An existing non-empty ``directory`` is replaced only
     with ``overwrite=True``; otherwise CheckpointError.
     """
-    directory = pathlib.Path(directory)
     tensors = params_to_hf(params, cfg)
     config = config_to_hf(cfg)
     config["architectures"] = [_architecture(tensors)]
-
-    def occupied() -> bool:
-        if directory.is_dir():
-            return any(directory.iterdir())
-        return directory.exists() or directory.is_symlink()
-
-    if occupied() and not overwrite:
-        raise CheckpointError(f"{directory} exists and is not empty; pass overwrite=True to "
-                              "replace it")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-",
-                                            dir=directory.parent))
-    try:
-        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        # 'format': 'pt' tells HF transformers the tensors use PyTorch's layout (Linear [out, in]).
-        write_safetensors(staging / WEIGHTS_FILE, tensors, metadata={"format": "pt"})
-        staging.chmod(0o755)  # mkdtemp made it private
-        old = None
-        if directory.is_dir() and not directory.is_symlink():
-            old = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-",
-                                                dir=directory.parent))
-            directory.rename(old / "previous")
-        elif directory.exists() or directory.is_symlink():
-            directory.unlink()  # overwrite=True over a file or link
-        staging.rename(directory)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return directory
+    return write_checkpoint(directory, config, tensors, overwrite=overwrite)
