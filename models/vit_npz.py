@@ -14,7 +14,9 @@ unless ``image_size`` says otherwise). What the names cannot tell comes from the
 LayerNorm epsilon 1e-6 and Flax's ``nn.gelu``, the tanh approximation (our 'gelu_tanh'), both
 overridable.
 
-The two layouts (``layout='auto'`` tells them apart by the position table's name):
+The two layouts (``layout='auto'`` tells them apart by the position table's name; the block's
+submodule numbers differ because vision_transformer's files were written by the pre-Linen
+flax.nn, which numbered a block's submodules all together, big_vision's by Linen, per class):
   'vit'         Transformer/posembed_input/pos_embedding [1, T, D] (the class token's row first)
                 Transformer/encoderblock_i/{LayerNorm_0, MultiHeadDotProductAttention_1,
                 LayerNorm_2, MlpBlock_3/Dense_0, MlpBlock_3/Dense_1}, Transformer/encoder_norm

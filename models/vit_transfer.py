@@ -131,7 +131,8 @@ def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
     run of `target`. `new_head`: never keep the checkpoint's head. ValueError naming what cannot
     be carried over."""
     ours, theirs = _architecture(target), _architecture(source)
-    differ = [f"{k}: checkpoint {theirs[k]!r}, run {ours[k]!r}" for k in ours if ours[k] != theirs[k]]
+    differ = [f"{k}: checkpoint {theirs[k]!r}, run {ours[k]!r}" for k in ours
+              if ours[k] != theirs[k]]
     if differ:
         raise ValueError("the run's model has another architecture than the checkpoint's "
                          f"({'; '.join(differ)}); only {list(RUN_FIELDS)} may differ")
