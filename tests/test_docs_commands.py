@@ -50,6 +50,8 @@ def commands() -> list[tuple[str, list[str]]]:
 COMMANDS = commands()
 # Workdirs the pages' commands create: a later command may start from one (init=DIR).
 WORKDIRS = {argv[argv.index("--workdir") + 1] for _, argv in COMMANDS if "--workdir" in argv[:-1]}
+# Checkpoints `python -m train.export WORKDIR OUT` writes: a later command may start from one.
+EXPORTS = {argv[2] for _, argv in COMMANDS if argv[0] == "train.export" and len(argv) > 2}
 
 
 def _value(argv: list[str], option: str) -> str | None:
@@ -106,12 +108,19 @@ def test_command_runs_as_written(where, argv):
         config = load_config_file(str(REPO / parsed.config))
         for key, value in overrides:
             apply_override(config, key, value)
-        if config.get("init") in WORKDIRS:  # the page trains that workdir first
+        if config.get("init") in WORKDIRS | EXPORTS:  # the page trains or exports it first
             return
         try:  # what --print_config checks: the model, the task, the variant's values
             plan_task(config, None)
         except DataError:  # data not fetched here (a pretrained model's sizes): checked above
             pass
+        return
+    if module == "train.export":
+        from train.export import parse_args as export_args
+
+        parsed = export_args(args)
+        assert parsed.workdir in WORKDIRS or PLACEHOLDER.search(parsed.workdir), \
+            f"{where}: exports {parsed.workdir}, which no command on the pages trains"
         return
     known = {"train.baselines", "train.tables", "train.records", "train.sweep_figures",
              "benchmarks.train_step"}
