@@ -39,11 +39,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from models.bert import BertConfig, with_layer_layout
-from models.hf_folder import (CONFIG_FILE, WEIGHTS_FILE, read_config_json, require_files,
-                              write_folder)
-from models.param_tables import (Entry, mismatch_error, numpy_dtype, tensors_from_tree,
-                                 tree_from_tensors, unboxed)
+from models.hf_folder import WEIGHTS_FILE, read_config_json, require_files, write_folder
+from models.param_tables import Entry, numpy_dtype, tensors_from_tree, tree_from_tensors, unboxed
 from models.safetensors_file import CheckpointError, read_safetensors
+
 HEADS = ("auto", "model", "pretraining")
 BERT_PREFIX = "bert."
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # HF buffers, not weights

@@ -227,7 +227,8 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ViTConfig, *, channel
         raise ValueError(f"head={head!r} is not one of {list(HEADS)}")
     if head == "auto":
         head = _detect_head(tensors)
-    prefix = VIT_PREFIX if head == "model" and any(n.startswith(VIT_PREFIX) for n in tensors) else ""
+    prefixed = head == "model" and any(n.startswith(VIT_PREFIX) for n in tensors)
+    prefix = VIT_PREFIX if prefixed else ""
     what = "ViTForImageClassification" if head == "classifier" else "ViTModel"
     params = tree_from_tensors(_mapping(cfg, channels, head), tensors,
                                f"checkpoint tensors do not match HF {what}"

@@ -155,7 +155,8 @@ def tree_from_tensors(entries: Iterable[Entry], tensors: Mapping[str, np.ndarray
     return params
 
 
-def tensors_from_tree(entries: Iterable[Entry], params: Mapping, what: str) -> dict[str, np.ndarray]:
+def tensors_from_tree(entries: Iterable[Entry], params: Mapping,
+                      what: str) -> dict[str, np.ndarray]:
     """Their tensors {name: NumPy array} of our params (nested dicts, boxed leaves or JAX arrays
     allowed). CheckpointError naming every missing, unexpected and mis-shaped parameter."""
     flat = flatten(unboxed(params))

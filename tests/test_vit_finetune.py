@@ -120,7 +120,8 @@ def test_the_docs_fine_tuning_commands_run_as_written(exported, commands, fashio
     so, and --print_config shows beforehand the model that then runs."""
     workdir, hf, npz, params = exported
     _, argvs = commands
-    weights = "(2 layers, hidden 32, patch 7, 28x28 images); its architecture replaces config.model's"
+    weights = ("(2 layers, hidden 32, patch 7, 28x28 images); its architecture replaces "
+               "config.model's")
     notes = {hf: [f"weights: the Hugging Face checkpoint {hf} {weights}",
                   "position embeddings resampled bilinearly (image 28x28 -> 56x56, patch grid "
                   "4x4 -> 8x8; ViT Sec. 3.2), class token's kept",
@@ -151,8 +152,7 @@ def test_the_docs_fine_tuning_commands_run_as_written(exported, commands, fashio
     np.testing.assert_array_equal(flat[("head", "kernel")], params["head"]["kernel"])
 
 
-def test_another_class_count_or_init_head_new_gets_a_zero_head(exported, fashion_mnist_env,
-                                                              capsys):
+def test_another_class_count_or_init_head_new_gets_a_zero_head(exported, fashion_mnist_env):
     workdir, _, npz, params = exported
     config = _config(str(npz), **{"model.num_classes": 12, "model.scan_layers": True})
     task, flat = _initial_params(config)

@@ -193,7 +193,8 @@ def test_every_difference_is_named_in_one_error(tmp_path):
     with pytest.raises(CheckpointError) as error:
         load_npz(tmp_path / "ckpt.npz")
     message = str(error.value)
-    assert str(tmp_path / "ckpt.npz") in message and "1 missing, 1 unexpected, 1 mis-shaped" in message
+    assert str(tmp_path / "ckpt.npz") in message
+    assert "1 missing, 1 unexpected, 1 mis-shaped" in message
     assert "missing: Transformer/encoderblock_0/MlpBlock_3/Dense_1/bias" in message
     assert "unexpected: MAPHead_0/probe" in message
     assert ("wrong shape: Transformer/encoderblock_1/LayerNorm_2/scale: expected [8], found [9]"

@@ -6,10 +6,11 @@ Variants (`:arg`, comma-separated):
   posemb=none|learned_1d|learned_2d|sincos_2d|relative   ViT paper Table 8 rows (default learned_1d)
          |rope_2d|alibi_2d                               2-D RoPE and ALiBi (not in the paper)
   size=custom|Ti|S|B|L|H                                  ViT Table 1 widths/depths (default custom)
-  init=scratch|<file.npz>|<folder>                        start from these weights (train/vit_init.py):
-         an .npz of google-research/vision_transformer (AugReg) or big_vision, a Hugging Face
-         ViT folder (python -m train.export writes one), or a classification workdir; its
-         architecture replaces config.model's, the head is kept when it fits (config.init_head)
+  init=scratch|<file.npz>|<folder>                        start from these weights (default scratch)
+         (train/vit_init.py): an .npz of google-research/vision_transformer (AugReg) or
+         big_vision, a Hugging Face ViT folder (python -m train.export writes one), or a
+         classification workdir; its architecture replaces config.model's, the head is kept
+         when it fits (config.init_head)
   image_size=0                                            N > 0: train at N x N, the images resized
                                                           to it (the data's 28 x 28 by default)
   plain                                                   the published ViT's architecture: no stem,
