@@ -189,6 +189,7 @@ def test_sincos_and_none_add_no_parameters():
                                              "head, so it needs hidden_size / num_heads divisible "
                                              "by 4, got 6"),
     (dict(pool="max"), "pool='max' is not one of"),
+    (dict(layer_norm_eps=0.0), "layer_norm_eps=0.0 must be > 0"),
 ])
 def test_impossible_configs_are_rejected(overrides, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
