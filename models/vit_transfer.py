@@ -1,9 +1,9 @@
 """A trained ViT's parameters made fit for another ViT run: another resolution, another number
 of classes, grey images instead of RGB (fine-tuning, Dosovitskiy et al. 2021, Sec. 3.2 and
-App. B.1.1). Pure NumPy on parameter trees; the checkpoint converters (models/hf_vit.py,
+App. B.1.1), computed in NumPy on parameter trees; the checkpoint converters (models/hf_vit.py,
 models/vit_npz.py) and the fine-tuning init (train/vit_init.py) use it.
 
-    plan = plan_transfer(source_cfg, run_cfg, source_channels=3, run_channels=1)
+    plan = plan_transfer(source_cfg, run_cfg, source_channels=3, target_channels=1)
     params = transfer(checkpoint_params, plan)   # without the parts `plan.fresh` names
     print(*plan.notes, sep="\n")
 

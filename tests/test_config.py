@@ -180,12 +180,13 @@ def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_pat
 
 
 def test_a_workdir_written_before_a_key_was_added_resumes_with_its_old_value(tmp_path):
-    """ViT configs gained init, init_head and data.resize; a workdir saved without them ran
-    what their defaults do (train/workdir.py ADDED_KEYS), so it resumes, and another value is
-    still another experiment."""
+    """ViT configs gained init, init_head, data.resize and model.layer_norm_eps; a workdir saved
+    without them ran what their defaults do (train/workdir.py ADDED_KEYS), so it resumes, and
+    another value is still another experiment."""
     config = load_config_file("configs/vit/fashion_mnist.py:smoke")
     saved = json.loads(to_json(config))
     del saved["init"], saved["init_head"], saved["data"]["resize"]
+    del saved["model"]["layer_norm_eps"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert check_workdir(tmp_path, to_json(config), allow_change=False) == []
     apply_override(config, "init", "workdirs/other")

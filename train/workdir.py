@@ -48,8 +48,9 @@ RESUMABLE = (
 
 # Keys configs gained after runs were written without them, each with the value that does what
 # those runs did: a saved config without the key had this value (a ViT run trained from
-# scratch, on images as stored).
-ADDED_KEYS = {"init": "scratch", "init_head": "auto", "data.resize": False}
+# scratch, on images as stored, with the ViT's default norm epsilon).
+ADDED_KEYS = {"init": "scratch", "init_head": "auto", "data.resize": False,
+              "model.layer_norm_eps": 1e-6}
 
 # How many differing keys a refusal lists, those that decide the train state first (in this
 # order of sections, each one's `name` first); the rest are counted.

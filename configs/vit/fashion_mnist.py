@@ -65,6 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # GELU's erf costs a 2-core CPU 14% of the step)
     config.model.norm = "layernorm"          # layernorm|rmsnorm
     config.model.norm_position = "pre"       # pre (ViT) | post (original Transformer)
+    config.model.layer_norm_eps = 1e-6       # every norm's epsilon (HF's ViT checkpoints: 1e-12)
     config.model.attention_implementation = "xla"  # xla | cudnn (GPU) | auto
     config.model.dtype = "float32"           # compute dtype: float32|bfloat16|float16
     config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
