@@ -25,15 +25,13 @@ sharded checkpoints (``model.safetensors.index.json``), ``pytorch_model.bin`` (a
 without a pooler, decoders with cross-attention.
 
 The safetensors files are read and written by ``models.safetensors_file``, the folder by
-``models.hf_checkpoint`` (shared with ``models.hf_gpt2``).
+``models.hf_folder``, the table matched by ``models.param_tables``.
 
 This module is pure NumPy (plus our ``BertConfig``): it never imports train or data.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import pathlib
 from typing import Any, Iterable, Mapping
@@ -41,10 +39,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from models.bert import BertConfig, with_layer_layout
-from models.hf_checkpoint import (CONFIG_FILE, WEIGHTS_FILE, flatten, mismatch_error, nest,
-                                  numpy_dtype, read_config_json, require_files, unboxed,
-                                  write_checkpoint)
-from models.safetensors_file import CheckpointError, contiguous, read_safetensors
+from models.hf_folder import WEIGHTS_FILE, read_config_json, require_files, write_folder
+from models.param_tables import Entry, numpy_dtype, tensors_from_tree, tree_from_tensors, unboxed
+from models.safetensors_file import CheckpointError, read_safetensors
+
 HEADS = ("auto", "model", "pretraining")
 BERT_PREFIX = "bert."
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # HF buffers, not weights
@@ -121,40 +119,7 @@ def _check_convertible(cfg: BertConfig) -> None:
 # ----------------------------------------------------------------------------- parameter names
 
 
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    """One parameter: our path, the HF name, our shape, and how the HF tensor relates to ours:
-    '=' same; 'T' transposed; 'heads_in' our [H, n, d] kernel is HF [H, H].T; 'heads_bias' our
-    [n, d] bias is HF [H]; 'heads_out' our [n, d, H] kernel is HF [H, H].T (rows h * d + j)."""
-
-    path: tuple[str, ...]
-    hf: str
-    shape: tuple[int, ...]
-    kind: str
-
-    @property
-    def hf_shape(self) -> tuple[int, ...]:
-        shape = self.shape
-        if self.kind == "heads_in":        # [H, n, d] -> [n * d, H]
-            return (shape[1] * shape[2], shape[0])
-        if self.kind == "heads_out":       # [n, d, H] -> [H, n * d]
-            return (shape[2], shape[0] * shape[1])
-        if self.kind == "heads_bias":      # [n, d] -> [n * d]
-            return (math.prod(shape),)
-        return shape[::-1] if self.kind == "T" else shape
-
-    def to_hf(self, x: np.ndarray) -> np.ndarray:
-        if self.kind in ("=", "heads_bias"):
-            return x.reshape(self.hf_shape)
-        return x.reshape(self.hf_shape[::-1]).T  # 'T' too: a 2-D reshape to its own shape
-
-    def from_hf(self, x: np.ndarray) -> np.ndarray:
-        if self.kind in ("=", "heads_bias"):
-            return x.reshape(self.shape)
-        return x.T.reshape(self.shape)
-
-
-def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
+def _mapping(cfg: BertConfig, head: str) -> list[Entry]:
     """The table of models/bert.py's docstring for ``cfg``: BertModel names (head 'model') or
     BertForPreTraining names (head 'pretraining', NSP when ``cfg.nsp``)."""
     _check_convertible(cfg)
@@ -162,8 +127,8 @@ def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
     n, d = cfg.num_heads, cfg.head_dim
     entries = []
 
-    def add(path, hf, shape, kind="="):
-        entries.append(_Entry(tuple(path.split("/")), hf, tuple(shape), kind))
+    def add(path, hf, shape, kind="=", theirs=None):
+        entries.append(Entry(tuple(path.split("/")), hf, tuple(shape), kind, theirs))
 
     def dense(path, hf, fan_in, fan_out):
         add(f"{path}/kernel", f"{hf}.weight", (fan_in, fan_out), "T")
@@ -183,11 +148,11 @@ def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
         ours, hf = f"encoder/layer_{i}", f"encoder.layer.{i}"
         for proj in ("query", "key", "value"):
             add(f"{ours}/attention/{proj}/kernel", f"{hf}.attention.self.{proj}.weight",
-                (H, n, d), "heads_in")
+                (H, n, d), "T", (n * d, H))
             add(f"{ours}/attention/{proj}/bias", f"{hf}.attention.self.{proj}.bias", (n, d),
-                "heads_bias")
+                "=", (n * d,))
         add(f"{ours}/attention/out/kernel", f"{hf}.attention.output.dense.weight", (n, d, H),
-            "heads_out")
+            "T", (H, n * d))
         add(f"{ours}/attention/out/bias", f"{hf}.attention.output.dense.bias", (H,))
         norm(f"{ours}/norm_attention", f"{hf}.attention.output.LayerNorm")
         dense(f"{ours}/mlp/wi", f"{hf}.intermediate.dense", H, F)
@@ -196,7 +161,8 @@ def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
     dense("pooler/dense", "pooler.dense", H, H)
     if head == "model":
         return entries
-    entries = [_Entry(("bert", *e.path), BERT_PREFIX + e.hf, e.shape, e.kind) for e in entries]
+    entries = [Entry(("bert", *e.path), BERT_PREFIX + e.name, e.shape, e.kind, e.theirs)
+               for e in entries]
     dense("predictions/transform", "cls.predictions.transform.dense", H, H)
     norm("predictions/transform_norm", "cls.predictions.transform.LayerNorm")
     add("predictions/bias", "cls.predictions.bias", (V,))
@@ -210,7 +176,7 @@ def hf_names(cfg: BertConfig, head: str = "model") -> dict[str, tuple[int, ...]]
     'pretraining')."""
     if head not in ("model", "pretraining"):
         raise ValueError(f"head={head!r} is not one of ['model', 'pretraining']")
-    return {e.hf: e.hf_shape for e in _mapping(cfg, head)}
+    return {e.name: e.their_shape for e in _mapping(cfg, head)}
 
 
 def _describe(cfg: BertConfig) -> str:
@@ -240,26 +206,17 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: BertConfig, *,
     prefix = ""
     if head == "model" and any(name.startswith(BERT_PREFIX) for name in tensors):
         prefix = BERT_PREFIX
-    entries = _mapping(cfg, head)
     encoder_prefix = BERT_PREFIX if head == "pretraining" else prefix
     ignored = {encoder_prefix + b for b in _BUFFERS}
-    tied = set(_TIED) if head == "pretraining" else set()
-    expected = {prefix + e.hf: e for e in entries}
-    missing = [name for name in expected if name not in tensors]
-    unexpected = [name for name in tensors if name not in expected and name not in ignored
-                  and name not in tied]
-    misshaped = [(name, e.hf_shape, tuple(np.shape(tensors[name])))
-                 for name, e in expected.items()
-                 if name in tensors and tuple(np.shape(tensors[name])) != e.hf_shape]
-    error = mismatch_error(f"checkpoint tensors do not match HF Bert"
-                            f"{'ForPreTraining' if head == 'pretraining' else 'Model'}"
-                            f"({_describe(cfg)})", missing, unexpected, misshaped)
-    if error is not None:
-        raise error
-    dtype = numpy_dtype(cfg.param_dtype)
-    params = nest({entry.path: contiguous(entry.from_hf(np.asarray(tensors[name])).astype(
-        dtype, copy=False)) for name, entry in expected.items()})
-    for name in sorted(tied & set(tensors)):  # HF's tied copies: what our MLM head uses?
+    if head == "pretraining":
+        ignored |= set(_TIED)  # checked below
+    params = tree_from_tensors(
+        _mapping(cfg, head), tensors,
+        f"checkpoint tensors do not match HF Bert"
+        f"{'ForPreTraining' if head == 'pretraining' else 'Model'}({_describe(cfg)})",
+        prefix=prefix, ignored=ignored, dtype=numpy_dtype(cfg.param_dtype))
+    tied = set(_TIED) & set(tensors) if head == "pretraining" else set()
+    for name in sorted(tied):  # HF's tied copies: what our MLM head uses?
         if not np.array_equal(tensors[name], tensors[_TIED[name]]):  # (shapes too)
             raise CheckpointError(f"{name} differs from {_TIED[name]}: an untied MLM decoder; "
                                   "our BertForPreTraining ties it to the word embeddings and "
@@ -274,18 +231,12 @@ def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
     JAX arrays. CheckpointError listing every missing, unexpected and mis-shaped parameter."""
     if set(params) == {"params"}:
         params = params["params"]
-    flat = flatten(with_layer_layout(unboxed(params), scan=False))
-    head = "pretraining" if any(path[0] == "bert" for path in flat) else "model"
-    entries = {e.path: e for e in _mapping(cfg, head)}
-    misshaped = [("/".join(p), e.shape, tuple(np.shape(flat[p])))
-                 for p, e in entries.items() if p in flat and tuple(np.shape(flat[p])) != e.shape]
-    error = mismatch_error(
+    params = with_layer_layout(unboxed(params), scan=False)
+    head = "pretraining" if "bert" in params else "model"
+    return tensors_from_tree(
+        _mapping(cfg, head), params,
         f"params do not match our {'BertForPreTraining' if head == 'pretraining' else 'BertModel'}"
-        f"({_describe(cfg)})", ("/".join(p) for p in entries if p not in flat),
-        ("/".join(p) for p in flat if p not in entries), misshaped)
-    if error is not None:
-        raise error
-    return {e.hf: contiguous(e.to_hf(np.asarray(flat[p]))) for p, e in entries.items()}
+        f"({_describe(cfg)})")
 
 
 # ----------------------------------------------------------------------------- directories
@@ -296,7 +247,7 @@ def load_hf_config(directory: str | os.PathLike, **overrides) -> BertConfig:
     without reading its weights (``load_hf_checkpoint`` gives the same, but ``nsp``, which a
     pre-training checkpoint's tensors decide there)."""
     directory = pathlib.Path(directory)
-    require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
+    require_files(directory)
     return config_from_hf(read_config_json(directory), **overrides)
 
 
@@ -308,7 +259,7 @@ def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
     checkpoint without ``cls.seq_relationship.*`` gives ``cfg.nsp=False`` unless overridden.
     """
     directory = pathlib.Path(directory)
-    require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
+    require_files(directory)
     config_json = read_config_json(directory)
     weights_path = directory / WEIGHTS_FILE
     tensors = read_safetensors(weights_path)
@@ -338,11 +289,10 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: BertConfig, params: Ma
     """Writes ``config.json`` + ``model.safetensors`` (loadable by HF ``BertModel`` /
     ``BertForPreTraining``.from_pretrained) into ``directory``.
 
-    Written into a temporary folder beside it, then renamed into place: a crash never leaves a
-    half-written checkpoint under the name. An existing non-empty ``directory`` is replaced only
-    with ``overwrite=True``; otherwise CheckpointError.
+    Written atomically (models/hf_folder.py). An existing non-empty ``directory`` is replaced
+    only with ``overwrite=True``; otherwise CheckpointError.
     """
     tensors = params_to_hf(params, cfg)
     config = config_to_hf(cfg)
     config["architectures"] = [_architecture(tensors)]
-    return write_checkpoint(directory, config, tensors, overwrite=overwrite)
+    return write_folder(directory, config, tensors, overwrite=overwrite)

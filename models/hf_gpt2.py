@@ -54,9 +54,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from models.decoder_lm import DecoderLMConfig, with_layer_layout
-from models.hf_checkpoint import (CONFIG_FILE, WEIGHTS_FILE, flatten, mismatch_error, nest,
-                                  numpy_dtype, read_config_json, require_files, unboxed,
-                                  write_checkpoint)
+from models.hf_folder import CONFIG_FILE, WEIGHTS_FILE, read_config_json, require_files
+from models.hf_folder import write_folder as write_checkpoint
+from models.param_tables import flatten, mismatch_error, nest, numpy_dtype, unboxed
 from models.safetensors_file import CheckpointError, contiguous, read_safetensors
 
 PREFIX = "transformer."          # GPT2LMHeadModel's names of the GPT2Model inside it
@@ -302,7 +302,7 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: DecoderLMConfig, param
                        overwrite: bool = False) -> pathlib.Path:
     """Writes ``config.json`` + ``model.safetensors`` loadable by HF ``GPT2LMHeadModel`` (and
     its Flax twin) ``.from_pretrained`` into ``directory``, atomically
-    (``models.hf_checkpoint.write_checkpoint``; an occupied folder only with ``overwrite``)."""
+    (``models.hf_folder.write_folder``; an occupied folder only with ``overwrite``)."""
     tensors = params_to_hf(params, cfg)
     config = config_to_hf(cfg)
     config["architectures"] = ["GPT2LMHeadModel"]

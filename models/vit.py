@@ -98,6 +98,8 @@ class ViTConfig:
     activation: str = "gelu"
     norm: str = "layernorm"
     norm_position: str = "pre"
+    layer_norm_eps: float = 1e-6       # epsilon of every norm (1e-6: the ViT paper's code; HF's
+                                       # ViT checkpoints use 1e-12)
     attention_implementation: str = "xla"
     dtype: str = "float32"             # compute dtype
     param_dtype: str = "float32"       # parameter (and optimizer state) dtype
@@ -123,6 +125,8 @@ class ViTConfig:
                              "activation": tuple(ACTIVATIONS), "norm": NORM_KINDS,
                              "norm_position": NORM_POSITIONS, **SHARED_CHOICES})
         check_rates(self, ("dropout_rate", "attention_dropout_rate"))
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
         if self.posemb == "learned_2d" and self.hidden_size % 2:
             raise ValueError(f"posemb='learned_2d' needs an even hidden_size, got {self.hidden_size}")
         if self.posemb == "sincos_2d" and self.hidden_size % 4:
@@ -281,7 +285,8 @@ class ViT(nn.Module):
             return ViTBlock(
                 num_heads=cfg.num_heads, head_dim=cfg.hidden_size // cfg.num_heads,
                 mlp_dim=cfg.mlp_dim, activation=cfg.activation, norm=cfg.norm,
-                norm_position=cfg.norm_position, dropout_rate=cfg.dropout_rate,
+                norm_position=cfg.norm_position, norm_epsilon=cfg.layer_norm_eps,
+                dropout_rate=cfg.dropout_rate,
                 attention_dropout_rate=cfg.attention_dropout_rate, rotary_base=rotary_base,
                 implementation=cfg.attention_implementation,
                 relative_positions=grid_h * grid_w if relative else 0,
@@ -292,7 +297,8 @@ class ViT(nn.Module):
                        bias=attention_bias, positions=positions, shared_table=shared_table,
                        deterministic=not train)
         if cfg.norm_position == "pre":  # pre-LN stacks end with a norm (eq. 4: y = LN(z_L^0))
-            x = make_norm(cfg.norm, dtype=dtype, param_dtype=param_dtype, name="final_norm")(x)
+            x = make_norm(cfg.norm, epsilon=cfg.layer_norm_eps, dtype=dtype, param_dtype=param_dtype,
+                          name="final_norm")(x)
 
         pooled = x[:, 0] if cfg.pool == "cls" else x.mean(axis=1)
         if cfg.head_hidden_size:

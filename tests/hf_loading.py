@@ -1,6 +1,5 @@
-"""Loading a checkpoint folder with transformers' own `from_pretrained`, failing the test when it
-left a tensor of the folder unused or initialised a weight at random (transformers only logs
-both): shared by the Hugging Face export tests."""
+"""Loading a checkpoint this project wrote with transformers' own `from_pretrained`, the way its
+users load it, and checking that nothing was left out or made up on the way."""
 
 from __future__ import annotations
 
@@ -32,11 +31,11 @@ def _loading_warnings():
         logger.removeHandler(handler)
 
 
-def load_every_weight(cls, folder, unused: tuple[str, ...] = ()):
+def load_pretrained(cls, folder, unused: tuple[str, ...] = (), **kwargs):
     """`cls.from_pretrained(folder)`: every weight read from the folder, and every tensor of the
     folder used but those named in `unused` (Flax paths such as 'bert/pooler/dense/kernel')."""
     with _loading_warnings() as messages:
-        model = cls.from_pretrained(folder)
+        model = cls.from_pretrained(folder, **kwargs)
     assert not [m for m in messages if "newly initialized" in m], messages
     marker = f"were not used when initializing {cls.__name__}: "
     left_out = {"/".join(key) for m in messages if marker in m

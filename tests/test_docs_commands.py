@@ -75,6 +75,8 @@ def commands() -> list[tuple[str, list[str]]]:
 COMMANDS = commands()
 # Workdirs the pages' commands create: a later command may start from one (init=DIR).
 WORKDIRS = {argv[argv.index("--workdir") + 1] for _, argv in COMMANDS if "--workdir" in argv[:-1]}
+# Checkpoints `python -m train.export WORKDIR OUT` writes: a later command may start from one.
+EXPORTS = {argv[2] for _, argv in COMMANDS if argv[0] == "train.export" and len(argv) > 2}
 
 
 class _Parsed(Exception):
@@ -104,6 +106,8 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
         from train.sweep import parse_args
     elif module == "benchmarks.train_step":
         from benchmarks.train_step import parse_args
+    elif module == "train.export":
+        from train.export import parse_args
     else:
         real = argparse.ArgumentParser.parse_args
 
@@ -125,7 +129,7 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
 @pytest.mark.parametrize("where, argv", COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_command_runs_as_written(where, argv, monkeypatch):
     module, args = argv[0], argv[1:]
-    known = {"train", "train.sweep", "benchmarks.train_step", *PARSED_BY_MAIN}
+    known = {"train", "train.sweep", "benchmarks.train_step", "train.export", *PARSED_BY_MAIN}
     assert module in known, f"{where}: a command no test checks: python -m {module}"
     if not args:  # `python -m train.sweep` named in the text: the module is the command
         return
@@ -138,6 +142,13 @@ def test_command_runs_as_written(where, argv, monkeypatch):
         names = [a for a in args if not a.startswith("-") and not PLACEHOLDER.search(a)]
         for name in names:
             catalog.get_source(name)  # DataError naming the known ones
+        return
+    if module == "train.export" and not partial:
+        from train.export import parse_args as export_args
+
+        parsed = export_args(args)
+        assert parsed.workdir in WORKDIRS, \
+            f"{where}: exports {parsed.workdir}, which no command on the pages trains"
         return
     if module not in ("train", "train.sweep") or "--help" in args:
         return
@@ -164,7 +175,7 @@ def test_command_runs_as_written(where, argv, monkeypatch):
     config = load_config_file(str(REPO / parsed.config))
     for key, value in overrides:
         apply_override(config, key, value)
-    if config.get("init") in WORKDIRS:  # the page trains that workdir first
+    if config.get("init") in WORKDIRS | EXPORTS:  # the page trains or exports it first
         return
     try:  # what --print_config checks: the model, the task, the variant's values
         plan_task(config, None)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import transformers
-from hf_loading import load_every_weight as _load
+from hf_loading import load_pretrained as _load
 from random_params import perturbed
 
 from models.bert import BertModel

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import transformers
 from flax.traverse_util import flatten_dict
-from hf_loading import load_every_weight
+from hf_loading import load_pretrained
 from random_params import perturbed
 
 from models import hf_gpt2
 from models.decoder_lm import DecoderLM, with_layer_layout
-from models.hf_checkpoint import write_checkpoint
+from models.hf_folder import write_folder as write_checkpoint
 from models.safetensors_file import CheckpointError, read_safetensors
 
 from tiny_lm import random_params, tiny
@@ -68,7 +68,7 @@ def test_pytorch_tensors_are_what_transformers_reads(tmp_path):
     for tie in (True, False):
         model = hf_model(tie)
         folder = write_hf_folder(tmp_path / f"tie{tie}", model, pytorch_tensors(model.params))
-        loaded = load_every_weight(transformers.FlaxGPT2LMHeadModel, folder)
+        loaded = load_pretrained(transformers.FlaxGPT2LMHeadModel, folder)
         for path, value in flatten_dict(model.params).items():
             np.testing.assert_array_equal(flatten_dict(loaded.params)[path], value)
 
@@ -105,7 +105,7 @@ def test_exported_model_runs_in_transformers(tmp_path, tie):
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == ["GPT2LMHeadModel"]
     assert ("lm_head.weight" in read_safetensors(folder / "model.safetensors")) == (not tie)
-    hf = load_every_weight(transformers.FlaxGPT2LMHeadModel, folder)
+    hf = load_pretrained(transformers.FlaxGPT2LMHeadModel, folder)
     assert (hf.config.n_embd, hf.config.n_inner, hf.config.tie_word_embeddings) == (32, 64, tie)
     ours = DecoderLM(cfg).apply({"params": params}, ids())
     np.testing.assert_allclose(hf(ids()).logits, ours, atol=1e-5, rtol=0)

@@ -311,6 +311,7 @@ def test_sincos_and_none_add_no_parameters():
      "posemb='sincos_2d' is one fixed table, the same in every layer, so "
      "posemb_mode='every_layer' (a table learned for each layer) does not apply; use "
      "posemb_mode='every_layer_shared'"),
+    (dict(layer_norm_eps=0.0), "layer_norm_eps=0.0 must be > 0"),
 ])
 def test_impossible_configs_are_rejected(overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):
