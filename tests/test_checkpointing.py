@@ -187,6 +187,30 @@ def test_restore_specific_step_and_resume(tmp_path):
             ckpt.restore(abstract, step=3)
 
 
+def test_a_half_written_step_of_a_killed_run_never_counts_and_is_cleaned_up(tmp_path):
+    """Orbax writes a step into `<step>.orbax-checkpoint-tmp-<time>` and renames it when whole: a
+    run killed during a save leaves that folder, half written. The restart resumes from the
+    last whole step, calls nothing damaged, and removes the half-written folder."""
+    import shutil
+
+    states = {2: _make_state(2), 4: _make_state(4)}
+    with Checkpointer(tmp_path, save_every=2, keep=5) as ckpt:
+        for step, state in states.items():
+            ckpt.save(step, state, {"at": step})
+    half = tmp_path / "6.orbax-checkpoint-tmp-1790000000"
+    shutil.copytree(tmp_path / "4", half)
+    largest = max((p for p in half.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
+    (half / "commit_success.txt").unlink(missing_ok=True)
+    warnings = []
+    with Checkpointer(tmp_path, save_every=2, keep=5) as ckpt:
+        assert ckpt.latest_step() == 4 and ckpt.all_steps() == [2, 4]
+        _, data, step = ckpt.restore_latest_good(_abstract(states[4], _replicated()),
+                                                 warn=warnings.append)
+    assert (step, data, warnings) == (4, {"at": 4}, [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2", "4"]
+
+
 def test_empty_directory(tmp_path):
     with Checkpointer(tmp_path / "new", save_every=1, keep=1) as ckpt:
         assert ckpt.latest_step() is None and ckpt.all_steps() == []

@@ -173,7 +173,7 @@ def test_the_findings_table_shows_each_verdict_and_counts_them(tmp_path):
     from train.sweep_compare import SWEEPS, load
     for folder in SWEEPS:
         text = findings.markdown_table(folder)
-        sweep, _ = load(folder)
+        sweep, _ = load(folder, allow_missing=True)
         if not sweep.findings:
             assert "declares no findings" in text
             continue

@@ -58,10 +58,11 @@ def test_bert_pretrains_on_wikipedia_through_the_stream_and_both_phases(tmp_path
     assert cached, "the vocabulary was trained on the sample of 20 articles"
 
 
-def test_vit_pretrains_on_imagenet_then_finetunes_from_it(tmp_path):
+def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution(tmp_path):
     """stage=pretrain (Adam, weight decay 0.3, cosine, clipping, Inception crops of images of
-    any size, the pre-logits head), then stage=finetune from its workdir (SGD with momentum, a
-    new zero head, the backbone from the pretraining run's last checkpoint)."""
+    any size, the pre-logits head) at 32 px, then stage=finetune from its workdir at 48 px (SGD
+    with momentum, a new zero head, the rest from the pretraining run's last checkpoint, its
+    position embeddings resampled from the 4 x 4 patch grid to 6 x 6)."""
     pretrain = tmp_path / "vit"
     code, stderr = _train(tmp_path, 48, "configs/vit/imagenet.py:smoke", pretrain)
     assert code == 0, stderr[-3000:]
@@ -78,11 +79,16 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it(tmp_path):
     code, stderr = _train(tmp_path, 48, f"configs/vit/imagenet.py:stage=finetune,init={pretrain},"
                           "smoke", finetune)
     assert code == 0, stderr[-3000:]
-    assert f"weights: the backbone of the latest checkpoint in {pretrain}" in stderr
+    assert f"weights: the run in {pretrain}, its latest checkpoint" in stderr
+    assert ("position embeddings resampled bilinearly (image 32x32 -> 48x48, patch grid 4x4 -> "
+            "6x6; ViT Sec. 3.2), class token's kept") in stderr
+    assert "pre-logits layer dropped" in stderr
+    assert "new zero-initialised classifier for 1000 classes (a new head asked for)" in stderr
     config = _config(finetune)
     assert (config["optimizer"]["name"], config["optimizer"]["momentum"],
             config["optimizer"]["weight_decay"]) == ("sgd", 0.9, 0.0)
-    assert config["model"]["head_hidden_size"] == 0 and config["data"]["eval_resize"] == "resize"
+    assert config["model"]["image_size"] == [48, 48] and config["model"]["head_hidden_size"] == 0
+    assert config["data"]["eval_resize"] == "resize"
     assert 0 <= _log(finetune, "eval")[-1]["accuracy"] <= 1
 
 
@@ -120,32 +126,44 @@ def test_the_wmt14_test_split_is_newstest2014():
     assert subsets[tfds.Split.VALIDATION] == ["newsdev2014", "newstest2013"]
 
 
-@pytest.mark.parametrize("posemb, refused", [("learned_1d", True), ("sincos_2d", False)])
-def test_a_finetuning_resolution_change_waits_for_position_embedding_resampling(
-        tmp_path, posemb, refused):
-    """A ViT pretrained at 224 px fine-tuned at 384 would need its learned position embeddings
-    resampled to the larger grid (ViT Sec. 3.2), which is not here yet: refused with the
-    resolution to use; a fixed sine-cosine table has nothing to resample."""
+def test_the_finetuning_recipe_plans_224_px_pretraining_at_384_px(tmp_path):
+    """The paper-scale recipe (ViT-B/16): stage=finetune on a stage=pretrain run's workdir plans
+    its 14 x 14 patch grid's position embeddings resampled to 24 x 24 (Sec. 3.2), the pre-logits
+    layer dropped and a new zero head (App. B.1.1), from the pretraining run's config.json alone
+    (what --print_config shows; no weights read)."""
+    from train.tasks.classify import ClassificationTask
+
+    from configs.vit.imagenet import get_config
+
+    pretrain = tmp_path / "pretrain"
+    pretrain.mkdir()
+    (pretrain / "config.json").write_text(get_config().to_json())
+    plan = ClassificationTask.plan(get_config(f"stage=finetune,init={pretrain}"))
+    cfg = plan.model_config
+    assert (cfg.image_size, cfg.grid, cfg.patch_size, cfg.hidden_size) == (
+        (384, 384), (24, 24), 16, 768)
+    assert (cfg.head_hidden_size, cfg.num_classes, cfg.dropout_rate) == (0, 1000, 0.0)
+    notes = "\n".join(plan.notes)
+    assert "patch grid 14x14 -> 24x24" in notes and "class token's kept" in notes
+    assert "pre-logits layer dropped" in notes and "a new head asked for" in notes
+
+
+def test_a_position_table_the_recipe_cannot_resample_is_refused_at_another_resolution(tmp_path):
+    """A pretraining run with a 2-D row/column table fine-tuned at another resolution: refused,
+    naming the table and the way out; at the pretraining resolution it fine-tunes."""
     from train.config import ConfigError
-    from train.tasks.classify import _model_config
-    from train.vit_init import check_resolution
+    from train.tasks.classify import ClassificationTask
 
     from configs.vit.imagenet import get_config
 
     pretrain = tmp_path / "pretrain"
     pretrain.mkdir()
     saved = get_config("smoke")
-    saved.model.posemb = posemb
+    saved.model.posemb = "learned_2d"
     (pretrain / "config.json").write_text(saved.to_json())
-    finetune = get_config(f"stage=finetune,init={pretrain},resolution=48,smoke")
-    finetune.model.posemb = posemb
-    if not refused:
-        check_resolution(str(pretrain), _model_config(finetune))
-        return
-    with pytest.raises(ConfigError) as error:
-        check_resolution(str(pretrain), _model_config(finetune))
-    message = str(error.value)
-    assert "trained on 32x32 images in 8-pixel patches (a 4x4 grid)" in message
-    assert "48x48 in 8-pixel patches (a 6x6 grid)" in message
-    assert "not available yet" in message
-    assert "--config.model.image_size=32,32 --config.data.image_shape=32,32,3" in message
+    with pytest.raises(ConfigError, match="posemb='learned_2d'.*not resampled.*fine-tune at "
+                                          "the checkpoint's image_size"):
+        ClassificationTask.plan(get_config(f"stage=finetune,init={pretrain},smoke"))
+    plan = ClassificationTask.plan(get_config(f"stage=finetune,init={pretrain},resolution=32,"
+                                              "smoke"))
+    assert plan.model_config.posemb == "learned_2d" and plan.model_config.grid == (4, 4)

@@ -189,6 +189,21 @@ def test_a_sweep_table_is_the_paired_comparison_of_its_runs():
             assert cells[row][2] == f"{statistics.mean(d):+.2f} ± {se:.2f}", row
 
 
+def test_a_sweep_table_with_runs_missing_says_which(tmp_path):
+    """A sweep in progress (or a record deleted) renders the runs it has and names the ones it
+    has not, so the table never reads as complete when it is not."""
+    folder = "bert_table8"
+    shutil.copytree(REPO / "notebooks" / "results" / folder, tmp_path / folder)
+    shutil.rmtree(tmp_path / folder / "80-20-0" / "seed_1")
+    shutil.rmtree(tmp_path / folder / "untrained")
+    text = tables.TABLES[f"sweep_{folder}"](Records(tmp_path))
+    cells = _cells(text)
+    assert cells["80-20-0"][0] == "2" and "untrained" not in cells
+    assert ("Not recorded yet, so not in the table: 80-20-0 seed 1, untrained seed 0, untrained "
+            "seed 1, untrained seed 2.") in text
+    assert "Not recorded yet" not in tables.TABLES[f"sweep_{folder}"](Records())
+
+
 @pytest.mark.parametrize("folder", list(SWEEPS))
 def test_the_committed_sweep_reports_are_their_runs_records(folder, tmp_path):
     """results.csv and results.md beside a sweep's runs are what `python -m train.sweep

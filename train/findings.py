@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from train.sweep_compare import RESULTS, SWEEPS, load, scale
+from train.sweep_compare import RESULTS, SWEEPS, load, missing_runs, scale, sweep_command
 from train.sweep_spec import Finding, Levelled, Reached, Sweep
 
 CLEAR = 2.0  # standard errors: a smaller change is not told apart from seed noise
@@ -181,10 +181,9 @@ def markdown_table(folder: str, results: str | Path = RESULTS) -> str:
     results = Path(results)
     committed = SWEEPS[folder]
     try:
-        sweep, runs = load(folder, results)
+        sweep, runs = load(folder, results, allow_missing=True)  # judged on the seeds there are
     except FileNotFoundError:
-        return (f"(not recorded yet: `python -m train.sweep --config {committed.config} "
-                f"--workdir workdirs/{folder}`, then copy workdirs/{folder} to "
+        return (f"(not recorded yet: `{sweep_command(folder)}`, then copy workdirs/{folder} to "
                 f"notebooks/results/{folder})")
     if not sweep.findings:
         return f"(`{committed.config}` declares no findings)"
@@ -198,4 +197,6 @@ def markdown_table(folder: str, results: str | Path = RESULTS) -> str:
                  _statistic(finding, j), f"**{j.verdict}**", j.reason or "-"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    return "\n".join(lines) + f"\n\n{sweep.title}: {summary}."
+    missing = missing_runs(sweep, runs)
+    gaps = f" Runs not recorded yet: {', '.join(missing)}." if missing else ""
+    return "\n".join(lines) + f"\n\n{sweep.title}: {summary}.{gaps}"

@@ -27,7 +27,7 @@ from typing import Callable
 from train import findings
 from train import result_tables as rt
 from train.run_record import REPO, RecordError
-from train.sweep_compare import SWEEPS, load, markdown_table
+from train.sweep_compare import SWEEPS, load, markdown_table, sweep_command
 
 OPEN = re.compile(r"^<!-- table: (\S+) -->$")
 CLOSE = "<!-- /table -->"
@@ -41,12 +41,10 @@ class TableError(ValueError):
 def _sweep(folder: str) -> Callable[[rt.Records], str]:
     def render(records: rt.Records) -> str:
         try:
-            sweep, runs = load(folder, records.results)
+            sweep, runs = load(folder, records.results, allow_missing=True)  # says which
         except FileNotFoundError:
-            config = SWEEPS[folder].config
-            return (f"(not recorded yet: `python -m train.sweep --config {config} --workdir "
-                    f"workdirs/{folder}`, then copy workdirs/{folder} to "
-                    f"notebooks/results/{folder})")
+            return (f"(not recorded yet: `{sweep_command(folder)}`, then copy workdirs/{folder} "
+                    f"to notebooks/results/{folder})")
         return markdown_table(folder, sweep, runs, records.results)
     return render
 

@@ -94,6 +94,7 @@ class Trainer:
         self.config = config
         self.workdir = storage.run_path(workdir)  # absolute, or a gs:// URL
         self.fresh_start = fresh_start  # train from step 0 when every checkpoint was set aside
+        self.preemption: Preemption | None = None  # the signal handling of the last run()
         self.mesh = partitioning.make_mesh(config.mesh)
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
@@ -291,7 +292,7 @@ class Trainer:
                        f"({self.peak_flops_source})")
 
         log = StepLog(self.task, peak_flops=peak, skip_nonfinite=cfg.nonfinite == "skip")
-        preemption = Preemption()
+        preemption = self.preemption = Preemption()
         self.interrupted = None
         final_eval: dict[str, float] = {}
 
@@ -306,7 +307,11 @@ class Trainer:
                 preemption.arm()  # compiled and running: from now on a signal saves the step
                 log.add(step, metrics)
                 done = step + 1
-                stopping = done == stop or bool(preemption.received)
+                # The signals are read once a step: one that arrives later (while this step is
+                # logged, evaluated or saved) stops the run after the next step, which is then
+                # saved; read again below, the step reported saved could be one never saved.
+                signalled = bool(preemption.received)
+                stopping = done == stop or signalled
                 if done % cfg.log_every == 0 or stopping:
                     log.check_finite(kept())
                     values, steps = log.flush(train_iter)
@@ -323,7 +328,7 @@ class Trainer:
                     log.check_finite(kept())  # a non-finite step is never checkpointed
                     checkpointer.save(done, state, {"train_iterator": train_iter.get_state()},
                                       force=True)
-                if preemption.received:
+                if signalled:
                     checkpointer.wait()  # committed before we exit; more signals are ignored
                     self.interrupted = preemption.received[0]
                     writer.message(f"received {self.interrupted}: saved checkpoint at step {done} "

@@ -1,116 +1,164 @@
-"""Where an image classifier's starting weights come from (`config.init`): the ViT fine-tuning
-stage of configs/vit/imagenet.py.
+"""Where an image-classification run's ViT weights come from (`config.init`), and what of them
+fits the run (`config.init_head`).
 
-  'scratch'   random weights (models/vit.py's initialisers);
-  <path>      the workdir of an earlier image-classification run (a local folder or gs:// URL,
-              e.g. the `stage=pretrain` run of configs/vit/imagenet.py): its latest checkpoint's
-              parameters, except the head. The ViT paper (Dosovitskiy et al. 2021, App. B.1.1)
-              removes "the whole head (two linear layers)" and puts in "a single,
-              zero-initialized linear layer": here the pretraining run's `pre_logits` and `head`
-              are left out and the fine-tuning model's own zero-initialised `head` stays.
+    init = resolve_init(config)              # ViTInit(model_config, params, fresh, notes)
+    params = put_pretrained(variables["params"], init.params, fresh=init.fresh, ...)
+    plan = resolve_init(config, build=False)  # --print_config: the model, no weights read
 
-Every other parameter must be there with the fine-tuning model's shape: `load_backbone` names
-each difference. A different image grid (a new resolution, e.g. the paper's 224 px pretraining
-and 384 px fine-tuning, or a new patch size) changes the shape of the learned position
-embeddings (`posemb`, `relative_bias`): the paper resamples them by 2-D interpolation (Sec. 3.2).
-That resampling comes with models/ (the ViT position-embedding resampling and published-weights
-work, not in this code yet); until it lands a resolution change is refused here, naming the
-pretraining run's resolution to fine-tune at instead.
+  'scratch'      a random ViT of config.model.
+  <file>.npz     a ViT checkpoint of google-research/vision_transformer (the paper's and the
+                 AugReg ones) or big_vision (models/vit_npz.py).
+  <folder>       a Hugging Face ViT folder (config.json + model.safetensors: ViTModel or
+                 ViTForImageClassification, models/hf_vit.py), or the workdir of an earlier
+                 classification run (its config.json and its latest checkpoint; a local folder
+                 or gs:// URL), e.g. the stage=pretrain run of configs/vit/imagenet.py, which
+                 its stage=finetune starts from at 384 px with init_head='new'.
+
+The checkpoint decides the architecture (width, depth, heads, patch size, position embedding,
+pooling, stem, activation, norms): config.model's values of those are replaced, as BERT's
+`init=minilm` replaces its sizes (train/finetune_init.py). The run decides what
+`models.vit_transfer.RUN_FIELDS` names, from config.model: the image size (position embeddings
+resampled to its patch grid, ViT Sec. 3.2), the number of classes and the pre-logits width (the
+head kept when it fits and config.init_head is 'auto', otherwise a new zero-initialised one),
+dropout, dtypes, remat and layer layout. The data's channels (config.data.image_shape) decide
+whether RGB weights are summed for grey images. `notes` say which weights came from where and
+what was resampled or replaced; the trainer prints them and the workdir's config.json records
+the model that runs (train/run_config.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pathlib
 from typing import Any
 
-import flax.linen as nn
-import jax.numpy as jnp
-import numpy as np
-from flax import traverse_util
+import ml_collections
 
+from models.safetensors_file import CheckpointError
+from models.vit import ViTConfig
+from models.vit_transfer import RUN_FIELDS, plan_transfer, transfer
 from train import storage
-from train.config import ConfigError
+from train.config import ConfigError, to_dataclass
 
-SCRATCH = "scratch"
-HEAD = ("pre_logits", "head")               # the pretraining head the paper replaces
-POSITION_PARAMS = ("posemb", "relative_bias")  # shaped by the grid of patches
+INIT_HEADS = ("auto", "new")
+TASK = "classify"
 
 
-def _saved_config(init: str) -> tuple[Any, dict]:
-    workdir = storage.run_path(init)
+@dataclasses.dataclass(frozen=True)
+class ViTInit:
+    """What `config.init` resolves to."""
+
+    model_config: ViTConfig       # the model that runs
+    params: Any                   # the carried-over parameters (NumPy); None: scratch, or a plan
+    fresh: tuple[str, ...]        # top-level parameters the run's model initialises itself
+    notes: tuple[str, ...]        # the console lines: which weights, from where, what changed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checkpoint:
+    kind: str                     # 'npz' | 'hf' | 'workdir'
+    where: str
+    model_config: ViTConfig
+    channels: int
+    has_head: bool
+
+
+def _model_section(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    section = config.model.copy_and_resolve_references()
+    with section.unlocked():
+        del section["name"]
+    return section
+
+
+def _architecture(cfg: ViTConfig) -> dict[str, Any]:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+            if f.name not in RUN_FIELDS}
+
+
+def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
+    """The checkpoint config.init names and its model, from what is cheap to read."""
+    from models.hf_folder import WEIGHTS_FILE
+    from models.hf_vit import read_hf_architecture
+    from models.vit_npz import read_npz_architecture
+
+    init = config.init
+    local = pathlib.Path(init)
+    try:
+        if local.suffix == ".npz":
+            if not local.is_file():
+                raise ConfigError(f"config.init={init!r}: no such .npz file")
+            return _Checkpoint("npz", f"the .npz checkpoint {local}",
+                               *read_npz_architecture(local))
+        if (local / WEIGHTS_FILE).is_file():
+            return _Checkpoint("hf", f"the Hugging Face checkpoint {local}",
+                               *read_hf_architecture(local))
+    except CheckpointError as error:
+        raise ConfigError(f"config.init={init!r}: {error}") from error
+    workdir = storage.run_path(init)  # a local folder or gs:// URL
     saved_path = workdir / "config.json"
     if not saved_path.is_file():
-        raise ConfigError(f"config.init={init!r} is neither {SCRATCH!r} nor the workdir of an "
-                          f"image-classification run: {saved_path} does not exist (python -m "
-                          "train writes it)")
+        raise ConfigError(
+            f"config.init={init!r} is neither 'scratch', an .npz checkpoint, a Hugging Face "
+            f"folder (config.json + {WEIGHTS_FILE}) nor a classification workdir: "
+            f"{saved_path} does not exist")
     saved = json.loads(saved_path.read_text())
     task = saved.get("task", {}).get("name")
-    if task != "classify" or saved.get("model", {}).get("name") != "vit":
-        raise ConfigError(f"config.init={init!r}: that run trained task {task!r} with model "
-                          f"{saved.get('model', {}).get('name')!r}, not a ViT classifier")
-    return workdir, saved
+    if task != TASK:
+        raise ConfigError(f"config.init={init!r}: that run's task is {task!r}, not {TASK!r}")
+    fields = {f.name for f in dataclasses.fields(ViTConfig)}
+    try:
+        cfg = ViTConfig(**{k: v for k, v in saved["model"].items() if k in fields})
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"the model of {saved_path} gives no valid ViTConfig: {error}") from error
+    return _Checkpoint("workdir", f"the run in {workdir}, its latest checkpoint", cfg,
+                       int(saved["data"]["image_shape"][-1]), True)
 
 
-def check_resolution(init: str, model_config) -> None:
-    """ConfigError when the run in `init` saw another grid of patches than `model_config` will
-    (a resolution or patch-size change): its position embeddings do not fit without the
-    resampling still to come (module docstring). Reads only the run's config.json."""
-    if init == SCRATCH:
-        return
-    _, saved = _saved_config(init)
-    model = saved["model"]
-    size, patch = tuple(model["image_size"]), int(model["patch_size"])
-    grid = (size[0] // patch, size[1] // patch)
-    if grid != tuple(model_config.grid) and model["posemb"] in ("learned_1d", "learned_2d",
-                                                                "relative"):
-        raise ConfigError(
-            f"config.init={init!r} was trained on {size[0]}x{size[1]} images in {patch}-pixel "
-            f"patches (a {grid[0]}x{grid[1]} grid), this run takes "
-            f"{model_config.image_size[0]}x{model_config.image_size[1]} in "
-            f"{model_config.patch_size}-pixel patches (a {model_config.grid[0]}x"
-            f"{model_config.grid[1]} grid): its {model['posemb']} position embeddings would have "
-            "to be resampled to the new grid (ViT paper Sec. 3.2), which comes with the ViT "
-            "position-embedding resampling in models/ and is not available yet. Fine-tune at "
-            f"the pretraining resolution: --config.model.image_size={size[0]},{size[1]} "
-            f"--config.data.image_shape={size[0]},{size[1]},{saved['data']['image_shape'][2]}")
+def _describe(cfg: ViTConfig) -> str:
+    layers = f"{cfg.num_layers} layer{'s' * (cfg.num_layers != 1)}"
+    return (f"{layers}, hidden {cfg.hidden_size}, patch {cfg.patch_size}, "
+            f"{cfg.image_size[0]}x{cfg.image_size[1]} images")
 
 
-def load_backbone(init: str) -> dict | None:
-    """The parameters (NumPy) of the latest checkpoint of the run in `init` without its head
-    (HEAD); None for 'scratch'."""
-    if init == SCRATCH:
-        return None
+def resolve_init(config: ml_collections.ConfigDict, *, build: bool = True) -> ViTInit:
+    """The ViTInit of `config.init` (module docstring). build=False plans: the same model and
+    notes from the checkpoint's config and tensor shapes, no weights read (params None)."""
+    if config.init_head not in INIT_HEADS:
+        raise ConfigError(f"config.init_head={config.init_head!r} is not one of "
+                          f"{list(INIT_HEADS)}")
+    if not config.init:
+        raise ConfigError("config.init is empty; use 'scratch', an .npz file, a Hugging Face "
+                          "folder or a classification workdir")
+    if config.init == "scratch":
+        return ViTInit(to_dataclass(ViTConfig, _model_section(config), "model"), None, (), ())
+    found = _find(config)
+    target = to_dataclass(ViTConfig, _model_section(config), "model",
+                          **_architecture(found.model_config))
+    try:
+        plan = plan_transfer(found.model_config, target, source_channels=found.channels,
+                             target_channels=int(config.data.image_shape[-1]),
+                             has_head=found.has_head, new_head=config.init_head == "new")
+    except ValueError as error:
+        raise ConfigError(f"config.init={config.init!r}: {error}") from error
+    notes = (f"weights: {found.where} ({_describe(found.model_config)}); its architecture "
+             "replaces config.model's", *plan.notes)
+    params = transfer(_read(found, config.init), plan) if build else None
+    return ViTInit(target, params, plan.fresh, notes)
+
+
+def _read(found: _Checkpoint, init: str) -> Any:
+    """The checkpoint's parameters (NumPy, loop layout; without 'head' when it has none)."""
+    from models.hf_vit import load_hf_checkpoint
+    from models.vit_npz import load_npz
     from train.checkpointing import load_params
 
-    workdir, _ = _saved_config(init)
-    params = load_params(workdir)
-    return {name: value for name, value in params.items() if name not in HEAD}
+    try:
+        if found.kind == "npz":
+            return load_npz(init)[1]
+        if found.kind == "hf":
+            return load_hf_checkpoint(init)[1]
+    except CheckpointError as error:
+        raise ConfigError(f"config.init={init!r}: {error}") from error
+    return load_params(storage.run_path(init))
 
-
-def replace_backbone(variables: dict, backbone: dict | None) -> dict:
-    """`variables` with every parameter of `backbone` put in place (keeping the random ones'
-    logical-partitioning boxes and dtypes); the head stays as initialised. ConfigError naming
-    every missing, unexpected or mis-shaped parameter."""
-    if backbone is None:
-        return variables
-    current = traverse_util.flatten_dict(variables["params"])
-    loaded = traverse_util.flatten_dict(backbone)
-    kept = {k: v for k, v in current.items() if k[0] not in HEAD}
-    problems = [f"missing {'/'.join(k)} {tuple(nn.meta.unbox(v).shape)}"
-                for k, v in kept.items() if k not in loaded]
-    problems += [f"unexpected {'/'.join(k)} {np.shape(v)}" for k, v in loaded.items()
-                 if k not in kept]
-    problems += [f"{'/'.join(k)}: pretrained {np.shape(loaded[k])}, model "
-                 f"{tuple(nn.meta.unbox(v).shape)}" for k, v in kept.items()
-                 if k in loaded and np.shape(loaded[k]) != tuple(nn.meta.unbox(v).shape)]
-    if problems:
-        raise ConfigError(f"the pretrained ViT does not fit this run's model ({len(problems)} "
-                          "differences; the model section must match the pretraining run's "
-                          "but for the head):\n  " + "\n  ".join(problems[:40]))
-
-    def put(old, new):
-        value = jnp.asarray(new, dtype=nn.meta.unbox(old).dtype)
-        return old.replace_boxed(value) if isinstance(old, nn.meta.AxisMetadata) else value
-
-    replaced = {k: put(v, loaded[k]) if k in kept else v for k, v in current.items()}
-    return {**variables, "params": traverse_util.unflatten_dict(replaced)}

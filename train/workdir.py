@@ -48,6 +48,12 @@ RESUMABLE = (
     "data.shuffle_window",
 )
 
+# Keys configs gained after runs were written without them, each with the value that does what
+# those runs did: a saved config without the key had this value (a ViT run trained from
+# scratch, on images as stored, with the ViT's default norm epsilon).
+ADDED_KEYS = {"init": "scratch", "init_head": "auto", "data.resize": False,
+              "model.layer_norm_eps": 1e-6}
+
 # How many differing keys a refusal lists, those that decide the train state first (in this
 # order of sections, each one's `name` first); the rest are counted.
 LISTED = 8
@@ -97,8 +103,8 @@ def check_workdir(workdir: str | os.PathLike, config_json: str, allow_change: bo
     if saved is None:
         return []
     saved_path = run_config.request_path(workdir)
-    saved = _flatten(saved)
     current = _flatten(json.loads(config_json))
+    saved = {**{k: v for k, v in ADDED_KEYS.items() if k in current}, **_flatten(saved)}
     changed = [key for key in sorted(set(saved) | set(current))
                if saved.get(key) != current.get(key)]
     lines = {key: f"  {key}: {saved.get(key, '<absent>')!r} in the workdir, "

@@ -100,12 +100,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "bert"               # models/bert_pretraining.py BertForPreTraining
-    # Sized by measurement for 45 minutes on a 2-core CPU (README): 128 wide makes 3x the updates
-    # of 256 wide (BERT-mini). With learned positions the model sits on the MLM plateau (it
-    # guesses frequent pieces instead of reading the context) for thousands of steps; ALiBi's
-    # fixed bias towards nearby tokens gets it off sooner, and the more so the more heads, since
-    # the steepest ALiBi slope is 2^(-8/A): 1/16 per token with 2 heads, 1/2 with 8. Dropout is
-    # off (BERT: 0.1): the run underfits the corpus.
+    # Sized by measurement for 45 minutes on a 2-core CPU (docs/models.md): 128 wide makes 3x
+    # the updates of 256 wide (BERT-mini). With learned positions the model sits on the MLM
+    # plateau (it guesses frequent pieces instead of reading the context) for thousands of
+    # steps; ALiBi's fixed bias towards nearby tokens gets it off sooner, and the more so the
+    # more heads, since the steepest ALiBi slope is 2^(-8/A): 1/16 per token with 2 heads, 1/2
+    # with 8. Dropout is off (BERT: 0.1): the run underfits the corpus.
     config.model.hidden_size = 128           # H
     config.model.num_layers = 4              # L
     config.model.num_heads = 8               # A (16 per head; BERT: 64)
@@ -168,7 +168,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh = common.mesh_config()
 
     if args.size in ("tiny", "mini", "small", "medium"):
-        config.optimizer.learning_rate = 1e-3  # as measured with learned positions (README)
+        config.optimizer.learning_rate = 1e-3  # as probed with learned positions (docs/models.md)
     if args.size in ("base", "large"):  # the paper's recipe at full scale (docstring)
         config.data.update(vocab_size=30522, batch_size=1024, phase2_fraction=0.1,
                            phase2_batch_size=256, eval_batch_size=256)

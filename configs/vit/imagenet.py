@@ -21,20 +21,26 @@ Variants (`:arg`, comma-separated):
                             batch 512, 20,000 steps, cosine decay (500 warmup steps, the
                             authors' code), no weight decay, clipping at norm 1, a new zero-
                             initialised linear head, from the pretraining run in `init`
-  init=DIR                  finetune: the workdir of the pretraining run (required)
-  size=Ti/16|S/16|B/16|B/32|L/16|L/32|H/14   Table 1's models (default B/16)
+  init=DIR                  finetune: the workdir of the pretraining run (required; a local
+                            folder or gs:// URL)
+  size=Ti/16|S/16|B/16|B/32|L/16|L/32|H/14   Table 1's models (default B/16); finetune takes
+                            the pretraining run's architecture, whatever size says
   resolution=N              images of N x N pixels (default 224 pretrain, 384 finetune)
   lr=X                      peak learning rate; finetune default 0.03 (Table 4's ImageNet grid:
                             0.003, 0.01, 0.03, 0.06)
-  smoke                     a seconds-long run for tests: a tiny model on 32 px images with the
-                            recipe's optimizer, schedule shape, crops and head
-e.g. `...imagenet.py:stage=finetune,init=workdirs/vit_b16_imagenet,resolution=224`.
+  smoke                     a seconds-long run for tests: a tiny model on 32 px images (48 px
+                            when fine-tuning: the position embeddings resampled) with the
+                            recipe's optimizer, schedule shape, crops and heads
+e.g. `...imagenet.py:stage=finetune,init=workdirs/vit_b16_imagenet` (at 384 px).
 
-Resolution at fine-tuning. The paper fine-tunes at 384 px, resampling the pretrained position
-embeddings to the larger grid by 2-D interpolation (Sec. 3.2). That resampling comes with the
-ViT position-embedding resampling and published-weights work in models/ and is not in this code
-yet: until then a fine-tuning run whose resolution (or patch size) differs from its pretraining
-run's is refused (train/vit_init.py), naming the resolution to use (`resolution=224`).
+Fine-tuning (train/vit_init.py, models/vit_transfer.py). The pretraining run's config.json gives
+the architecture (width, depth, heads, patch size, position embedding), its latest checkpoint
+the weights; config.init_head='new' replaces the whole head (the tanh pre-logits layer and the
+classifier) by "a single, zero-initialized linear layer" even though both stages have 1,000
+classes (App. B.1.1). The paper fine-tunes at 384 px: the pretrained 1-D position embeddings
+are resampled bilinearly to the larger patch grid (16-pixel patches: 14 x 14 at 224 px, 24 x 24
+at 384), the class token's row kept (Sec. 3.2, "2D interpolation of the pre-trained position
+embeddings"); the run prints what was carried over, resampled and replaced.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ STAGES = ("pretrain", "finetune")
 
 def pretrain_steps(epochs: int = PRETRAIN_EPOCHS, batch: int = PRETRAIN_BATCH) -> int:
     """Optimizer updates of `epochs` passes over ImageNet's training images in batches of
-    `batch` (300 epochs of 4096: 93,834 updates)."""
+    `batch` (300 epochs of 4096: 93,836 updates)."""
     return math.ceil(epochs * TRAIN_IMAGES / batch)
 
 
@@ -77,6 +83,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0                          # parameter init, dropout, data order, crops
     config.init = args.init or "scratch"     # scratch | the pretraining run's workdir
+                                             # (or an .npz / HF ViT folder, train/vit_init.py)
+    config.init_head = "new"                 # new: always a new zero-initialised head (App.
+                                             # B.1.1) | auto: keep the checkpoint's when it fits
 
     config.task = ml_collections.ConfigDict()
     config.task.name = "classify"            # train/tasks/classify.py
@@ -88,6 +97,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.image_size = (resolution, resolution)
     config.model.update(vit_size(args.size))  # patch_size, hidden_size, num_layers, ... (Table 1)
     config.model.posemb = "learned_1d"       # the paper's default
+    config.model.posemb_mode = "stem"        # the table added once, to the patch embeddings
     config.model.pool = "cls"                # the class token (eq. 4)
     # App. D.3 / Sec. 3.1: an MLP head with one tanh hidden layer when pretraining, a single
     # linear layer when fine-tuning.
@@ -98,6 +108,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.activation = "gelu"
     config.model.norm = "layernorm"
     config.model.norm_position = "pre"
+    config.model.layer_norm_eps = 1e-6       # the paper's code
     config.model.attention_implementation = "xla"  # xla | cudnn (GPU) | auto
     config.model.dtype = "float32"           # compute dtype (bfloat16 on GPUs and TPUs)
     config.model.param_dtype = "float32"
@@ -107,7 +118,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.name = "imagenet2012"        # TFDS, prepared once from the manual download
     config.data.source = "tfds"
-    config.data.image_shape = (resolution, resolution, 3)
+    config.data.image_shape = (resolution, resolution, 3)  # the crops' and resizes' output
+    config.data.resize = False               # the pipeline's crops are at the model's size
     config.data.train_split = "train"
     config.data.eval_split = "validation"    # the 50,000 validation images (Table 5's ImageNet)
     config.data.augment = "inception_crop"   # Inception crop of 8-100% of the area, then flip
@@ -132,8 +144,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                            eval_every=5000, checkpoint_every=5000)
     config.mesh = common.mesh_config()
 
-    if args.smoke:  # seconds on a CPU: a tiny ViT on 32 px images, the recipe's other settings
-        size = args.resolution or 32
+    if args.smoke:  # seconds on a CPU: a tiny ViT on 32 px (fine-tuning: 48 px) images, the
+        size = args.resolution or (48 if finetune else 32)  # recipe's other settings
         config.model.update(image_size=(size, size), patch_size=8, hidden_size=32,
                             num_layers=2, num_heads=2, mlp_dim=64,
                             head_hidden_size=0 if finetune else 32)
