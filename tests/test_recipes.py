@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from conftest import json_report, run_python
 
@@ -90,6 +91,26 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution
     assert config["model"]["image_size"] == [48, 48] and config["model"]["head_hidden_size"] == 0
     assert config["data"]["eval_resize"] == "resize"
     assert 0 <= _log(finetune, "eval")[-1]["accuracy"] <= 1
+
+    # What the fine-tuning run started from, read here on one device from the checkpoint that 4
+    # wrote: the pretraining run's last weights, the position table resampled (the class
+    # token's row as it was), no pre-logits layer, a new head.
+    from train.checkpointing import load_params
+    from train.vit_init import resolve_init
+
+    from configs.vit.imagenet import get_config
+
+    init = resolve_init(get_config(f"stage=finetune,init={pretrain},smoke"))
+    trained = load_params(pretrain)
+    table, resampled = trained["posemb"]["embedding"], init.params["posemb"]["embedding"]
+    assert table.shape == (1 + 4 * 4, 32) and resampled.shape == (1 + 6 * 6, 32)
+    np.testing.assert_array_equal(resampled[0], table[0])
+    grid = table[1:].reshape(4, 4, 32)  # the 6 x 6 grid's corner patch reads the 4 x 4's corner
+    np.testing.assert_allclose(resampled[1:].reshape(6, 6, 32)[[0, 0, -1, -1], [0, -1, 0, -1]],
+                               grid[[0, 0, -1, -1], [0, -1, 0, -1]], rtol=1e-6)
+    np.testing.assert_array_equal(init.params["block_0"]["mlp"]["wi"]["kernel"],
+                                  trained["block_0"]["mlp"]["wi"]["kernel"])
+    assert init.fresh == ("head",) and "pre_logits" not in init.params
 
 
 def test_transformer_trains_on_wmt14_and_scores_the_averaged_checkpoints(tmp_path):

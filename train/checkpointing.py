@@ -394,21 +394,28 @@ def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
     """The parameters of a run's checkpoint (default the latest), as host NumPy arrays.
 
     `workdir` is a run's workdir (with checkpoints/) or its checkpoints/ folder. No model or
-    shardings are needed: this is how fine-tuning and analysis start from a pretraining run.
+    shardings are needed: this is how fine-tuning and analysis start from a pretraining run,
+    whatever devices wrote it. (The saved arrays' shardings name the mesh of the run that wrote
+    them, a pod slice's say; orbax restores to them unless told otherwise and refuses where
+    this process has other devices, so the target here is host arrays of the saved shapes.)
     Raises CheckpointError naming the folder when it holds no readable checkpoint.
     """
     directory = storage.run_path(workdir)
     if (directory / "checkpoints").is_dir():
         directory = directory / "checkpoints"
-    with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
+    with ocp.CheckpointManager(directory, item_names=(STATE, DATA), item_handlers={
+            STATE: ocp.StandardCheckpointHandler()}) as manager:
         steps = sorted(manager.all_steps())
         if not steps or (step is not None and step not in steps):
             raise CheckpointError(f"no checkpoint{'' if step is None else f' of step {step}'} "
                                   f"in {directory} (saved steps: {steps})")
         chosen = steps[-1] if step is None else step
         try:
+            saved = manager.item_metadata(chosen)[STATE].tree
+            # np.empty reserves address space only: no memory is touched for the target.
+            target = jax.tree.map(lambda leaf: np.empty(leaf.shape, leaf.dtype), saved)
             restored = manager.restore(chosen, args=ocp.args.Composite(
-                **{STATE: ocp.args.StandardRestore()}))
+                **{STATE: ocp.args.StandardRestore(target)}))
         except Exception as error:  # orbax raises many kinds for damaged files
             raise CheckpointError(f"checkpoint {directory}/{chosen} could not be read "
                                   f"({type(error).__name__}: {error})") from error
