@@ -83,7 +83,7 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
     from models.vit_npz import read_npz_architecture
 
     init = config.init
-    local = pathlib.Path(init)
+    local = pathlib.Path(init)  # local path: an .npz or HF folder (models/ reads local files)
     try:
         if local.suffix == ".npz":
             if not local.is_file():
