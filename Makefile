@@ -36,7 +36,7 @@ notebooks: $(STAMP)
 
 # The train step of our BERT-base (seq 128) and ViT-B/16 (224x224) side by side with Hugging
 # Face transformers' Flax models (in the `test` extra, alone in the `bench` extra), on whatever
-# device jax sees; tables and JSON go to $(BENCH_DIR). See README.md, "Benchmarks".
+# device jax sees; tables and JSON go to $(BENCH_DIR). See docs/benchmarks.md.
 bench: $(STAMP)
 	mkdir -p $(BENCH_DIR)
 	$(BIN)/python -m benchmarks.train_step --model bert --size base --seq 128 --batch 8 \

@@ -66,7 +66,8 @@ def hf_vit_config(cfg: ViTConfig, channels: int):
     """The transformers.ViTConfig of the same architecture as our ``cfg``: pre-LN blocks, class
     token, learned 1-D positions, final LayerNorm, linear head on the class token."""
     height, width = cfg.image_size
-    unsupported = {"posemb": (cfg.posemb, "learned_1d"), "pool": (cfg.pool, "cls"),
+    unsupported = {"posemb": (cfg.posemb, "learned_1d"), "posemb_mode": (cfg.posemb_mode, "stem"),
+                   "pool": (cfg.pool, "cls"),
                    "norm": (cfg.norm, "layernorm"), "norm_position": (cfg.norm_position, "pre"),
                    "activation": (cfg.activation, "gelu"), "head_hidden_size": (cfg.head_hidden_size, 0),
                    "stem_channels": (cfg.stem_channels, 0)}

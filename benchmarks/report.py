@@ -1,5 +1,5 @@
 """The benchmark's report: per-contender rows (time, throughput, TFLOPs, MFU), the peer ratios,
-and the Markdown table the README quotes. Pure arithmetic on the timings of
+and the Markdown table docs/benchmarks.md quotes. Pure arithmetic on the timings of
 ``benchmarks.train_step``; nothing here runs a model.
 """
 

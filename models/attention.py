@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from models.cudnn_attention import cudnn_attention, cudnn_attention_blocker, log_fallback
 from models.dropout import dropout
 from models.position import apply_rope
+from models.relative_attention import RelativeAttention1D
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -263,7 +264,9 @@ class MultiHeadAttention(nn.Module):
     decoding cache); ``num_kv_heads=1`` is multi-query attention (Shazeer 2019).
 
     Kernels default to Glorot/Xavier uniform over the flattened ``[fan_in, fan_out]`` matrix
-    (as the ViT reference code does), biases to zero.
+    (as the ViT reference code does), biases to zero. ``out_kernel_init`` (default: the same)
+    initialises the output projection on its own: GPT-2 shrinks the projections that write
+    into the residual stream (``models.decoder_lm``).
 
     ``__call__(inputs_q [b, q, e], inputs_kv [b, k, e] | None, *, mask, bias, q_positions,
     kv_positions, deterministic, decode) -> [b, q, out_features]``. ``inputs_kv=None`` means
@@ -287,6 +290,11 @@ class MultiHeadAttention(nn.Module):
         decode.
     With ``decode=False`` (the default) no cache is read or written.
 
+    Relative attention (``relative_positions`` N > 0; self-attention over
+    ``relative_prefix_tokens`` unpositioned tokens then N positioned ones, no cache): the layer's
+    own relative keys (``models.relative_attention``, submodule ``'relative_attention'``) give
+    logits from the projected queries, added to ``bias`` (ViT Table 8's "Rel. Pos. Emb.").
+
     Attention maps: ``apply(..., mutable=['intermediates'])`` also returns, under
     ``['intermediates'][...]['attention_weights']``, a 1-tuple holding this layer's probabilities
     ``attention_weights(query, key, bias=bias, mask=mask)`` ``[b, h, q, k]`` (after RoPE, before
@@ -302,17 +310,23 @@ class MultiHeadAttention(nn.Module):
     rotary_base: float | None = None
     implementation: str = 'xla'
     value_head_dim: int | None = None
+    relative_positions: int = 0        # >0: 1-D relative attention over that many tokens
+    relative_prefix_tokens: int = 0    # ... after this many unpositioned ones (a class token)
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = nn.initializers.xavier_uniform()
+    out_kernel_init: Initializer | None = None   # the 'out' projection's; None: kernel_init
     bias_init: Initializer = nn.initializers.zeros
 
     def _projection(self, features, axis, kernel_names, bias_names, name):
+        kernel_init = self.kernel_init
+        if name == 'out' and self.out_kernel_init is not None:
+            kernel_init = self.out_kernel_init
         return Projection(
             features=features if isinstance(features, tuple) else (features,),
             num_contracted=len(axis) if isinstance(axis, tuple) else 1,
             kernel_names=kernel_names, bias_names=bias_names, use_bias=self.use_bias,
-            dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+            dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=kernel_init,
             bias_init=self.bias_init, name=name)
 
     @nn.compact
@@ -343,6 +357,18 @@ class MultiHeadAttention(nn.Module):
         query = nn.with_logical_constraint(query, heads_qkv)
         key = nn.with_logical_constraint(key, kv_heads_qkv)
         value = nn.with_logical_constraint(value, kv_heads_qkv)
+
+        # ViT App. D.4: the original queries against the relative keys, a bias on the logits.
+        if self.relative_positions:
+            if not self_attention or decode:
+                raise ValueError('MultiHeadAttention: relative attention (relative_positions > 0) '
+                                 'is for self-attention over one whole sequence, without the '
+                                 'decoding cache; pass inputs_kv=None and decode=False.')
+            relative = RelativeAttention1D(
+                self.num_heads, self.head_dim, self.relative_positions,
+                self.relative_prefix_tokens, param_dtype=self.param_dtype,
+                name='relative_attention')(query)
+            bias = relative if bias is None else relative + bias
 
         # Decoding: the cache exists after the first (sizing) call; new tokens start at its index.
         cache = None

@@ -259,7 +259,9 @@ class BertLayer(EncoderBlock):
         return MultiHeadAttention(
             num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
             dropout_rate=self.attention_dropout_rate, use_bias=self.use_bias,
-            rotary_base=rotary_base, implementation=self.implementation, dtype=self.dtype,
+            rotary_base=rotary_base, implementation=self.implementation,
+            relative_positions=self.relative_positions,
+            relative_prefix_tokens=self.relative_prefix_tokens, dtype=self.dtype,
             param_dtype=self.param_dtype, kernel_init=self.kernel_init, name=name)
 
     def _mlp(self):

@@ -24,30 +24,25 @@ exact erf GELU (HF ``hidden_act='gelu'``; 'gelu_new' etc. are tanh approximation
 sharded checkpoints (``model.safetensors.index.json``), ``pytorch_model.bin`` (a pickle), models
 without a pooler, decoders with cross-attention.
 
-The safetensors files are read and written by ``models.safetensors_file``.
+The safetensors files are read and written by ``models.safetensors_file``, the folder by
+``models.hf_folder``, the table matched by ``models.param_tables``.
 
 This module is pure NumPy (plus our ``BertConfig``): it never imports train or data.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import os
 import pathlib
-import shutil
-import tempfile
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from models.bert import BertConfig, with_layer_layout
-from models.safetensors_file import (CheckpointError, contiguous, read_safetensors,
-                                     write_safetensors)
+from models.hf_folder import WEIGHTS_FILE, read_config_json, require_files, write_folder
+from models.param_tables import Entry, numpy_dtype, tensors_from_tree, tree_from_tensors, unboxed
+from models.safetensors_file import CheckpointError, read_safetensors
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 HEADS = ("auto", "model", "pretraining")
 BERT_PREFIX = "bert."
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")  # HF buffers, not weights
@@ -129,40 +124,7 @@ def _check_convertible(cfg: BertConfig) -> None:
 # ----------------------------------------------------------------------------- parameter names
 
 
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    """One parameter: our path, the HF name, our shape, and how the HF tensor relates to ours:
-    '=' same; 'T' transposed; 'heads_in' our [H, n, d] kernel is HF [H, H].T; 'heads_bias' our
-    [n, d] bias is HF [H]; 'heads_out' our [n, d, H] kernel is HF [H, H].T (rows h * d + j)."""
-
-    path: tuple[str, ...]
-    hf: str
-    shape: tuple[int, ...]
-    kind: str
-
-    @property
-    def hf_shape(self) -> tuple[int, ...]:
-        shape = self.shape
-        if self.kind == "heads_in":        # [H, n, d] -> [n * d, H]
-            return (shape[1] * shape[2], shape[0])
-        if self.kind == "heads_out":       # [n, d, H] -> [H, n * d]
-            return (shape[2], shape[0] * shape[1])
-        if self.kind == "heads_bias":      # [n, d] -> [n * d]
-            return (math.prod(shape),)
-        return shape[::-1] if self.kind == "T" else shape
-
-    def to_hf(self, x: np.ndarray) -> np.ndarray:
-        if self.kind in ("=", "heads_bias"):
-            return x.reshape(self.hf_shape)
-        return x.reshape(self.hf_shape[::-1]).T  # 'T' too: a 2-D reshape to its own shape
-
-    def from_hf(self, x: np.ndarray) -> np.ndarray:
-        if self.kind in ("=", "heads_bias"):
-            return x.reshape(self.shape)
-        return x.T.reshape(self.shape)
-
-
-def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
+def _mapping(cfg: BertConfig, head: str) -> list[Entry]:
     """The table of models/bert.py's docstring for ``cfg``: BertModel names (head 'model') or
     BertForPreTraining names (head 'pretraining', NSP when ``cfg.nsp``)."""
     _check_convertible(cfg)
@@ -170,8 +132,8 @@ def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
     n, d = cfg.num_heads, cfg.head_dim
     entries = []
 
-    def add(path, hf, shape, kind="="):
-        entries.append(_Entry(tuple(path.split("/")), hf, tuple(shape), kind))
+    def add(path, hf, shape, kind="=", theirs=None):
+        entries.append(Entry(tuple(path.split("/")), hf, tuple(shape), kind, theirs))
 
     def dense(path, hf, fan_in, fan_out):
         add(f"{path}/kernel", f"{hf}.weight", (fan_in, fan_out), "T")
@@ -191,11 +153,11 @@ def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
         ours, hf = f"encoder/layer_{i}", f"encoder.layer.{i}"
         for proj in ("query", "key", "value"):
             add(f"{ours}/attention/{proj}/kernel", f"{hf}.attention.self.{proj}.weight",
-                (H, n, d), "heads_in")
+                (H, n, d), "T", (n * d, H))
             add(f"{ours}/attention/{proj}/bias", f"{hf}.attention.self.{proj}.bias", (n, d),
-                "heads_bias")
+                "=", (n * d,))
         add(f"{ours}/attention/out/kernel", f"{hf}.attention.output.dense.weight", (n, d, H),
-            "heads_out")
+            "T", (H, n * d))
         add(f"{ours}/attention/out/bias", f"{hf}.attention.output.dense.bias", (H,))
         norm(f"{ours}/norm_attention", f"{hf}.attention.output.LayerNorm")
         dense(f"{ours}/mlp/wi", f"{hf}.intermediate.dense", H, F)
@@ -204,7 +166,8 @@ def _mapping(cfg: BertConfig, head: str) -> list[_Entry]:
     dense("pooler/dense", "pooler.dense", H, H)
     if head == "model":
         return entries
-    entries = [_Entry(("bert", *e.path), BERT_PREFIX + e.hf, e.shape, e.kind) for e in entries]
+    entries = [Entry(("bert", *e.path), BERT_PREFIX + e.name, e.shape, e.kind, e.theirs)
+               for e in entries]
     dense("predictions/transform", "cls.predictions.transform.dense", H, H)
     norm("predictions/transform_norm", "cls.predictions.transform.LayerNorm")
     add("predictions/bias", "cls.predictions.bias", (V,))
@@ -218,20 +181,7 @@ def hf_names(cfg: BertConfig, head: str = "model") -> dict[str, tuple[int, ...]]
     'pretraining')."""
     if head not in ("model", "pretraining"):
         raise ValueError(f"head={head!r} is not one of ['model', 'pretraining']")
-    return {e.hf: e.hf_shape for e in _mapping(cfg, head)}
-
-
-def _mismatch_error(what: str, missing: Iterable[str], unexpected: Iterable[str],
-                    misshaped: Iterable[tuple[str, tuple, tuple]]) -> CheckpointError | None:
-    missing, unexpected, misshaped = sorted(missing), sorted(unexpected), sorted(misshaped)
-    if not (missing or unexpected or misshaped):
-        return None
-    lines = [f"missing: {name}" for name in missing]
-    lines += [f"unexpected: {name}" for name in unexpected]
-    lines += [f"wrong shape: {name}: expected {list(want)}, found {list(got)}"
-              for name, want, got in misshaped]
-    return CheckpointError(f"{what}: {len(missing)} missing, {len(unexpected)} unexpected, "
-                           f"{len(misshaped)} mis-shaped:\n  " + "\n  ".join(lines))
+    return {e.name: e.their_shape for e in _mapping(cfg, head)}
 
 
 def _describe(cfg: BertConfig) -> str:
@@ -261,63 +211,22 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: BertConfig, *,
     prefix = ""
     if head == "model" and any(name.startswith(BERT_PREFIX) for name in tensors):
         prefix = BERT_PREFIX
-    entries = _mapping(cfg, head)
     encoder_prefix = BERT_PREFIX if head == "pretraining" else prefix
     ignored = {encoder_prefix + b for b in _BUFFERS}
-    tied = set(_TIED) if head == "pretraining" else set()
-    expected = {prefix + e.hf: e for e in entries}
-    missing = [name for name in expected if name not in tensors]
-    unexpected = [name for name in tensors if name not in expected and name not in ignored
-                  and name not in tied]
-    misshaped = [(name, e.hf_shape, tuple(np.shape(tensors[name])))
-                 for name, e in expected.items()
-                 if name in tensors and tuple(np.shape(tensors[name])) != e.hf_shape]
-    error = _mismatch_error(f"checkpoint tensors do not match HF Bert"
-                            f"{'ForPreTraining' if head == 'pretraining' else 'Model'}"
-                            f"({_describe(cfg)})", missing, unexpected, misshaped)
-    if error is not None:
-        raise error
-    dtype = _param_dtype(cfg)
-    params: dict = {}
-    for name, entry in expected.items():
-        node = params
-        for key in entry.path[:-1]:
-            node = node.setdefault(key, {})
-        node[entry.path[-1]] = contiguous(
-            entry.from_hf(np.asarray(tensors[name])).astype(dtype, copy=False))
-    for name in sorted(tied & set(tensors)):  # HF's tied copies: what our MLM head uses?
+    if head == "pretraining":
+        ignored |= set(_TIED)  # checked below
+    params = tree_from_tensors(
+        _mapping(cfg, head), tensors,
+        f"checkpoint tensors do not match HF Bert"
+        f"{'ForPreTraining' if head == 'pretraining' else 'Model'}({_describe(cfg)})",
+        prefix=prefix, ignored=ignored, dtype=numpy_dtype(cfg.param_dtype))
+    tied = set(_TIED) & set(tensors) if head == "pretraining" else set()
+    for name in sorted(tied):  # HF's tied copies: what our MLM head uses?
         if not np.array_equal(tensors[name], tensors[_TIED[name]]):  # (shapes too)
             raise CheckpointError(f"{name} differs from {_TIED[name]}: an untied MLM decoder; "
                                   "our BertForPreTraining ties it to the word embeddings and "
                                   "the output bias")
     return with_layer_layout(params, cfg.scan_layers)
-
-
-def _param_dtype(cfg: BertConfig) -> np.dtype:
-    if cfg.param_dtype == "bfloat16":
-        import ml_dtypes  # a dependency of jax; NumPy has no bfloat16 of its own
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(cfg.param_dtype)
-
-
-def _unboxed(tree: Mapping) -> dict:
-    """Nested plain dicts of the values of flax's nn.Partitioned / LogicallyPartitioned boxes."""
-    out = {}
-    for key, value in tree.items():
-        if hasattr(value, "unbox"):
-            value = value.unbox()
-        out[str(key)] = _unboxed(value) if isinstance(value, Mapping) else value
-    return out
-
-
-def _flatten(tree: Mapping, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, (*path, str(key))))
-        else:
-            flat[(*path, str(key))] = value
-    return flat
 
 
 def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
@@ -327,39 +236,15 @@ def params_to_hf(params: Mapping, cfg: BertConfig) -> dict[str, np.ndarray]:
     JAX arrays. CheckpointError listing every missing, unexpected and mis-shaped parameter."""
     if set(params) == {"params"}:
         params = params["params"]
-    flat = _flatten(with_layer_layout(_unboxed(params), scan=False))
-    head = "pretraining" if any(path[0] == "bert" for path in flat) else "model"
-    entries = {e.path: e for e in _mapping(cfg, head)}
-    misshaped = [("/".join(p), e.shape, tuple(np.shape(flat[p])))
-                 for p, e in entries.items() if p in flat and tuple(np.shape(flat[p])) != e.shape]
-    error = _mismatch_error(
+    params = with_layer_layout(unboxed(params), scan=False)
+    head = "pretraining" if "bert" in params else "model"
+    return tensors_from_tree(
+        _mapping(cfg, head), params,
         f"params do not match our {'BertForPreTraining' if head == 'pretraining' else 'BertModel'}"
-        f"({_describe(cfg)})", ("/".join(p) for p in entries if p not in flat),
-        ("/".join(p) for p in flat if p not in entries), misshaped)
-    if error is not None:
-        raise error
-    return {e.hf: contiguous(e.to_hf(np.asarray(flat[p]))) for p, e in entries.items()}
+        f"({_describe(cfg)})")
 
 
 # ----------------------------------------------------------------------------- directories
-
-
-def _require_files(directory: pathlib.Path, names: Iterable[str]) -> None:
-    for path in (directory / name for name in names):
-        if not path.is_file():
-            others = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else None
-            hint = ("" if others is None else
-                    f" (the folder holds {others}; sharded checkpoints and pytorch_model.bin "
-                    "are not read: save the model with safe_serialization=True, unsharded)")
-            raise CheckpointError(f"{path} does not exist{hint}")
-
-
-def _read_config_json(directory: pathlib.Path) -> dict[str, Any]:
-    config_path = directory / CONFIG_FILE
-    try:
-        return json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{config_path}: unreadable config ({e})") from e
 
 
 def load_hf_config(directory: str | os.PathLike, **overrides) -> BertConfig:
@@ -367,8 +252,8 @@ def load_hf_config(directory: str | os.PathLike, **overrides) -> BertConfig:
     without reading its weights (``load_hf_checkpoint`` gives the same, but ``nsp``, which a
     pre-training checkpoint's tensors decide there)."""
     directory = pathlib.Path(directory)
-    _require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
-    return config_from_hf(_read_config_json(directory), **overrides)
+    require_files(directory)
+    return config_from_hf(read_config_json(directory), **overrides)
 
 
 def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
@@ -379,8 +264,8 @@ def load_hf_checkpoint(directory: str | os.PathLike, *, head: str = "auto",
     checkpoint without ``cls.seq_relationship.*`` gives ``cfg.nsp=False`` unless overridden.
     """
     directory = pathlib.Path(directory)
-    _require_files(directory, (CONFIG_FILE, WEIGHTS_FILE))
-    config_json = _read_config_json(directory)
+    require_files(directory)
+    config_json = read_config_json(directory)
     weights_path = directory / WEIGHTS_FILE
     tensors = read_safetensors(weights_path)
     if head == "auto":
@@ -409,42 +294,10 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: BertConfig, params: Ma
     """Writes ``config.json`` + ``model.safetensors`` (loadable by HF ``BertModel`` /
     ``BertForPreTraining``.from_pretrained) into ``directory``.
 
-    Written into a temporary folder beside it, then renamed into place: a crash never leaves a
-    half-written checkpoint under the name. An existing non-empty ``directory`` is replaced only
-    with ``overwrite=True``; otherwise CheckpointError.
+    Written atomically (models/hf_folder.py). An existing non-empty ``directory`` is replaced
+    only with ``overwrite=True``; otherwise CheckpointError.
     """
-    directory = pathlib.Path(directory)
     tensors = params_to_hf(params, cfg)
     config = config_to_hf(cfg)
     config["architectures"] = [_architecture(tensors)]
-
-    def occupied() -> bool:
-        if directory.is_dir():
-            return any(directory.iterdir())
-        return directory.exists() or directory.is_symlink()
-
-    if occupied() and not overwrite:
-        raise CheckpointError(f"{directory} exists and is not empty; pass overwrite=True to "
-                              "replace it")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-",
-                                            dir=directory.parent))
-    try:
-        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        # 'format': 'pt' tells HF transformers the tensors use PyTorch's layout (Linear [out, in]).
-        write_safetensors(staging / WEIGHTS_FILE, tensors, metadata={"format": "pt"})
-        staging.chmod(0o755)  # mkdtemp made it private
-        old = None
-        if directory.is_dir() and not directory.is_symlink():
-            old = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-",
-                                                dir=directory.parent))
-            directory.rename(old / "previous")
-        elif directory.exists() or directory.is_symlink():
-            directory.unlink()  # overwrite=True over a file or link
-        staging.rename(directory)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return directory
+    return write_folder(directory, config, tensors, overwrite=overwrite)

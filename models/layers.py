@@ -42,7 +42,8 @@ class FeedForward(nn.Module):
     Vaswani et al. 2017, Sec. 3.3: the same two-layer MLP is applied to every position
     independently, widening to ``hidden_dim`` (``d_ff``, typically 4x the model width) and back.
     Params ``'wi'`` (``[embed, mlp]``) and ``'wo'`` (``[mlp, embed]``). Kernels default to
-    Glorot/Xavier uniform, biases to zero. ``__call__(x [..., embed], deterministic) -> same shape``.
+    Glorot/Xavier uniform (``out_kernel_init``, default the same, for ``'wo'`` alone), biases to
+    zero. ``__call__(x [..., embed], deterministic) -> same shape``.
     """
 
     hidden_dim: int
@@ -52,6 +53,7 @@ class FeedForward(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = nn.initializers.xavier_uniform()
+    out_kernel_init: Initializer | None = None
     bias_init: Initializer = nn.initializers.zeros
 
     @nn.compact
@@ -60,19 +62,20 @@ class FeedForward(nn.Module):
             raise ValueError(f'Unknown activation {self.activation!r}; allowed values: '
                              f'{", ".join(repr(a) for a in ACTIVATIONS)}.')
 
-        def dense(features, kernel_names, name):
+        def dense(features, kernel_names, kernel_init, name):
             return nn.Dense(
                 features, use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
-                kernel_init=nn.with_logical_partitioning(self.kernel_init, kernel_names),
+                kernel_init=nn.with_logical_partitioning(kernel_init, kernel_names),
                 bias_init=nn.with_logical_partitioning(self.bias_init, kernel_names[1:]),
                 name=name)
 
         width = x.shape[-1]
-        h = dense(self.hidden_dim, ('embed', 'mlp'), 'wi')(x)
+        h = dense(self.hidden_dim, ('embed', 'mlp'), self.kernel_init, 'wi')(x)
         h = ACTIVATIONS[self.activation](h)
         h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
         h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
-        out = dense(width, ('mlp', 'embed'), 'wo')(h)
+        out_init = self.kernel_init if self.out_kernel_init is None else self.out_kernel_init
+        out = dense(width, ('mlp', 'embed'), out_init, 'wo')(h)
         return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
 
@@ -172,6 +175,8 @@ class _BlockConfig(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     value_head_dim: int | None = None      # d_v; None: head_dim (see MultiHeadAttention)
+    relative_positions: int = 0            # >0: 1-D relative self-attention (EncoderBlock only)
+    relative_prefix_tokens: int = 0        # unpositioned tokens before those positions
 
     def _check(self):
         if self.norm_position not in NORM_POSITIONS:
@@ -187,8 +192,9 @@ class _BlockConfig(nn.Module):
             num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
             dropout_rate=self.attention_dropout_rate, use_bias=self.use_bias,
             rotary_base=rotary_base, implementation=self.implementation,
-            value_head_dim=self.value_head_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-            name=name)
+            value_head_dim=self.value_head_dim, relative_positions=self.relative_positions,
+            relative_prefix_tokens=self.relative_prefix_tokens, dtype=self.dtype,
+            param_dtype=self.param_dtype, name=name)
 
     def _mlp(self):
         return FeedForward(hidden_dim=self.mlp_dim, activation=self.activation,
@@ -211,20 +217,28 @@ class EncoderBlock(_BlockConfig):
     """Self-attention then feed-forward, each as a residual sublayer (see module docstring).
 
     Submodules: ``'attention'``, ``'mlp'``, ``'norm_attention'``, ``'norm_mlp'``.
-    ``__call__(x [b, l, e], *, mask, bias, positions, deterministic) -> [b, l, e]``;
+    ``__call__(x [b, l, e], *, mask, bias, positions, deterministic, decode) -> [b, l, e]``;
     ``mask`` / ``bias`` go to the attention, ``positions`` ``[b, l]`` drive RoPE if enabled
     (``[b, l, k]``: axial RoPE over ``k`` position axes, e.g. a ViT's patch row and column).
     ``dropout_rate`` drops each sublayer output and the FFN hidden activations;
-    ``attention_dropout_rate`` drops attention probabilities.
+    ``attention_dropout_rate`` drops attention probabilities. ``relative_positions`` > 0 gives the
+    self-attention its own 1-D relative keys (``models.relative_attention``).
+
+    With a causal ``mask`` this is also the block of a decoder-only model (GPT; Radford et al.
+    2018, 2019: the Transformer decoder without its cross-attention, ``models.decoder_lm``), and
+    ``decode=True`` then runs the self-attention with its key/value cache (see
+    ``MultiHeadAttention``): after the cache-sizing call ``x`` holds only the new tokens and
+    ``mask`` / ``bias`` cover every cache slot.
     """
 
     @nn.compact
-    def __call__(self, x, *, mask=None, bias=None, positions=None, deterministic: bool = True):
+    def __call__(self, x, *, mask=None, bias=None, positions=None, deterministic: bool = True,
+                 decode: bool = False):
         self._check()
         attention = self._attention('attention', self.rotary_base)
         x = self._residual(
             x, lambda h: attention(h, mask=mask, bias=bias, q_positions=positions,
-                                   deterministic=deterministic),
+                                   deterministic=deterministic, decode=decode),
             self._norm('norm_attention'), deterministic)
         mlp = self._mlp()
         return self._residual(x, lambda h: mlp(h, deterministic=deterministic),
@@ -256,6 +270,9 @@ class DecoderBlock(_BlockConfig):
                  positions=None, encoded_positions=None, deterministic: bool = True,
                  decode: bool = False):
         self._check()
+        if self.relative_positions:
+            raise ValueError('DecoderBlock: relative_positions is for EncoderBlock (relative '
+                             'attention has no decoding cache); set it to 0.')
         self_attention = self._attention('self_attention', self.rotary_base)
         x = self._residual(
             x, lambda h: self_attention(h, mask=self_mask, bias=self_bias, q_positions=positions,

@@ -22,7 +22,9 @@ and a key:
   - ``T5RelativePositionBias``: add a learned per-head scalar chosen by a log-spaced bucket of the
     offset (T5, Raffel et al. 2020).
   - ``models.position_2d.RelativePositionBias2D``: a learned per-head scalar for every 2-D patch
-    offset (the "relative" row of ViT Table 8).
+    offset (the ViT's ``relative_bias_2d``, in the form of Swin's relative position bias).
+  - ``models.relative_attention``: ViT's 1-D relative attention (Table 8, "Rel. Pos. Emb."), a
+    learned key per offset that the queries meet, its logits added to the content logits.
 
 Biases are returned with shape ``[batch, heads, q_len, kv_len]`` (or broadcastable), ready for the
 ``bias`` argument of ``models.attention.dot_product_attention``.
@@ -52,7 +54,8 @@ POSITION_KINDS = {
     't5': 'learned bucketed relative bias on attention logits (Raffel et al. 2020)',
     'sincos2d': 'fixed 2-D sin/cos for image patches (ViT)',
     'learned2d': 'trained row and column tables, concatenated (ViT appendix D.4)',
-    'relative2d': 'learned bias per 2-D patch offset (ViT Table 8, "relative")',
+    'relative2d': 'learned scalar bias per head and 2-D patch offset (ViT relative_bias_2d)',
+    'relative_attention': 'learned key per 1-D patch offset, queried (ViT Table 8, "relative")',
     'rope2d': 'axial rotary rotation, half of each head by row, half by column (Heo et al. 2024)',
     'alibi2d': 'fixed bias -slope * Euclidean patch distance on attention logits (ALiBi, 2-D)',
 }

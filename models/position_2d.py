@@ -3,8 +3,8 @@ counterparts of ``models.position``'s absolute tables and learned relative bias.
 
   - ``sincos_2d_table``: fixed sines and cosines of the column and of the row, side by side.
   - ``Learned2DPositionEmbedding``: a row table and a column table, concatenated (appendix D.4).
-  - ``RelativePositionBias2D``: a learned per-head scalar for every 2-D patch offset (the
-    "relative" row of ViT Table 8).
+  - ``RelativePositionBias2D``: a learned per-head scalar for every 2-D patch offset (the ViT's
+    ``relative_bias_2d``; the paper's own relative row is ``models.relative_attention``).
 
 Patches are in row-major order (index ``y * grid_w + x``); 2-D RoPE (``apply_rope`` with
 ``[b, l, 2]`` positions) and 2-D ALiBi (``alibi_2d_bias``) live beside their 1-D forms in
@@ -93,8 +93,10 @@ def _relative_2d_index(grid_h: int, grid_w: int, num_prefix_tokens: int) -> np.n
 class RelativePositionBias2D(nn.Module):
     """Learned per-head attention bias indexed by the 2-D offset between two patches.
 
-    The "relative" row of ViT Table 8: the logit between query patch ``(yq, xq)`` and key patch
-    ``(yk, xk)`` gets ``rel_embedding[(dy, dx), head]`` with ``dy = yq - yk`` in
+    The ViT's ``posemb='relative_bias_2d'`` (the form of Swin's relative position bias, Liu et al.
+    2021; not the paper's "Rel. Pos. Emb.", which is ``models.relative_attention``): the logit
+    between query patch ``(yq, xq)`` and key patch ``(yk, xk)`` gets
+    ``rel_embedding[(dy, dx), head]`` with ``dy = yq - yk`` in
     ``[-(grid_h-1), grid_h-1]`` and ``dx = xq - xk`` in ``[-(grid_w-1), grid_w-1]``.
     Prefix tokens (a class token) have no grid position; they get three learned per-head scalars:
     ``'token_to_prefix'`` (patch query, prefix key), ``'prefix_to_token'`` and

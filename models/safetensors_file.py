@@ -167,3 +167,15 @@ def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any],
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def safetensors_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """{name: shape} of a safetensors file's tensors, from its header alone (no tensor read):
+    what a model's architecture needs to be known before its weights are."""
+    with open(path, "rb") as f:
+        _, header = _read_header(f, path)
+    try:
+        return {name: tuple(int(s) for s in entry["shape"]) for name, entry in header.items()
+                if name != "__metadata__"}
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: corrupt safetensors header ({e!r})") from e

@@ -42,3 +42,22 @@ BERT_SIZES: dict[str, dict[str, int]] = {
         "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16),
     }.items()
 }
+
+# GPT-2 (Radford et al. 2019, Table 2: the four sizes by layers and d_model; heads and the
+# 4 d_model feed-forward as in the released checkpoints): num_layers, d_model, num_heads, d_ff,
+# with GPT-2's byte-level BPE vocabulary (50,257) and 1,024 learned positions. Built with
+# tied embeddings these have exactly the parameter counts of Hugging Face's GPT2LMHeadModel
+# (GPT2_PARAMETERS; tests/test_decoder_lm.py checks both).
+GPT2_SIZES: dict[str, dict[str, int]] = {
+    name: dict(num_layers=layers, d_model=width, num_heads=heads, d_ff=4 * width,
+               vocab_size=50257, max_length=1024)
+    for name, (layers, width, heads) in {
+        "small": (12, 768, 12), "medium": (24, 1024, 16), "large": (36, 1280, 20),
+        "xl": (48, 1600, 25),
+    }.items()
+}
+# Parameters of transformers' GPT2LMHeadModel(GPT2Config(n_embd, n_layer, n_head)) for each
+# size, counted from its own parameter shapes (the paper's Table 2 lists 117M, 345M, 762M and
+# 1542M).
+GPT2_PARAMETERS: dict[str, int] = {"small": 124_439_808, "medium": 354_823_168,
+                                   "large": 774_030_080, "xl": 1_557_611_200}

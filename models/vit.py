@@ -15,10 +15,17 @@ The position encoding is the subject of the paper's Table 8 ablation and is chos
   'none'        no position information: the encoder sees a bag of patches.
   'learned_1d'  one learned vector per token index (the paper's default).
   'learned_2d'  learned row and column tables, each D/2 wide, concatenated (paper App. D.4).
-  'sincos_2d'   fixed 2-D sine-cosine table (no parameters).
-  'relative'    no absolute encoding; a learned per-head bias on the attention logits indexed by
-                the 2-D offset between patches, shared by all layers.
-Two later relative encodings, not in the paper's table:
+  'sincos_2d'   fixed 2-D sine-cosine table (no parameters; not in the paper's table).
+  'relative'    the paper's 1-D relative attention (App. D.4, `models.relative_attention`): in
+                every attention layer, the query meets a learned key per patch offset p_q - p_k
+                (raster order, 2N - 1 offsets, one key per head) and the resulting logits are
+                added to the content logits; each layer has its own keys, and three more keys
+                serve the class token's pairs. No absolute encoding.
+Three later relative encodings, not in the paper's table:
+  'relative_bias_2d'  a learned scalar per head and 2-D patch offset (dy, dx), the same for every
+                query, added to the logits of every layer (one table shared by all layers,
+                `position_2d.RelativePositionBias2D`; the form of Swin's relative position bias,
+                Liu et al. 2021, which learns one per layer).
   'rope_2d'     axial 2-D rotary embedding (Heo et al. 2024, RoPE-Axial): in every layer, the first
                 half of each query/key head is rotated by the patch's row, the second half by its
                 column (`position.apply_rope` with [batch, tokens, 2] positions, base 10000), so
@@ -29,6 +36,20 @@ Two later relative encodings, not in the paper's table:
   'alibi_2d'    ALiBi (Press et al. 2022) on the grid: a fixed bias -m_h * (Euclidean distance
                 between the two patches, in patches) on the logits of head h, with the ALiBi slopes
                 m_h; 0 in the class token's row and column; shared by all layers. No parameters.
+
+Where an absolute table (learned_1d, learned_2d, sincos_2d) enters is `posemb_mode`, the three
+columns of Table 8 (App. D.4: "(1) add positional embeddings to the inputs right after the stem
+[...]; (2) learn and add positional embeddings to the inputs at the beginning of each layer; (3)
+add a learned positional embeddings to the inputs at the beginning of each layer (shared between
+layers)"):
+  'stem'                once, to the tokens before the first block (the paper's default).
+  'every_layer'         each block learns its own table (`block_i/posemb`) and adds it to its input.
+  'every_layer_shared'  one table (`posemb`) added to the input of every block.
+The 2-D tables give the class token zeros (it has no grid position); learned_1d has a row for it.
+The encodings that act inside the attention have only 'stem' (their own place), as in the paper's
+table, and so has 'none'; 'sincos_2d' is one fixed table, so 'every_layer' (a table per layer)
+does not apply to it. Dropout (App. B.1, "directly after adding positional- to patch
+embeddings") stays once, on the tokens before the first block.
 
 `remat` (none | minimal | full) rematerialises each encoder block in the backward pass (gradient
 checkpointing): less activation memory for more compute, the same parameters, logits and
@@ -49,7 +70,10 @@ from models.dropout import Dropout
 from models.layers import ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, EncoderBlock, make_norm
 from models.stack import run_blocks
 
-POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d", "alibi_2d")
+POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "relative_bias_2d",
+                "rope_2d", "alibi_2d")
+POSEMB_MODES = ("stem", "every_layer", "every_layer_shared")   # Table 8's columns
+TABLE_POSEMBS = ("learned_1d", "learned_2d", "sincos_2d")       # tables added to the tokens
 POOL_KINDS = ("cls", "mean")
 
 
@@ -65,6 +89,7 @@ class ViTConfig:
     num_heads: int = 12
     mlp_dim: int = 3072
     posemb: str = "learned_1d"
+    posemb_mode: str = "stem"          # stem | every_layer | every_layer_shared (Table 8's columns)
     pool: str = "cls"
     head_hidden_size: int = 0          # >0: tanh pre-logits layer (the paper's pre-training head)
     stem_channels: int = 0             # >0: hybrid input, patches cut from a 3x3-conv feature map
@@ -73,6 +98,8 @@ class ViTConfig:
     activation: str = "gelu"
     norm: str = "layernorm"
     norm_position: str = "pre"
+    layer_norm_eps: float = 1e-6       # epsilon of every norm (1e-6: the ViT paper's code; HF's
+                                       # ViT checkpoints use 1e-12)
     attention_implementation: str = "xla"
     dtype: str = "float32"             # compute dtype
     param_dtype: str = "float32"       # parameter (and optimizer state) dtype
@@ -93,20 +120,40 @@ class ViTConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
                              f"hidden_size={self.hidden_size}")
-        check_choices(self, {"posemb": POSEMB_KINDS, "pool": POOL_KINDS,
+        check_choices(self, {"posemb": POSEMB_KINDS, "posemb_mode": POSEMB_MODES,
+                             "pool": POOL_KINDS,
                              "activation": tuple(ACTIVATIONS), "norm": NORM_KINDS,
                              "norm_position": NORM_POSITIONS, **SHARED_CHOICES})
         check_rates(self, ("dropout_rate", "attention_dropout_rate"))
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
         if self.posemb == "learned_2d" and self.hidden_size % 2:
             raise ValueError(f"posemb='learned_2d' needs an even hidden_size, got {self.hidden_size}")
         if self.posemb == "sincos_2d" and self.hidden_size % 4:
             raise ValueError(f"posemb='sincos_2d' needs hidden_size divisible by 4, got "
                              f"{self.hidden_size}")
+        self._check_posemb_mode()
         head_dim = self.hidden_size // self.num_heads
         if self.posemb == "rope_2d" and head_dim % 4:
             raise ValueError(f"posemb='rope_2d' rotates two even halves of each head, so it needs "
                              f"hidden_size / num_heads divisible by 4, got {head_dim}; change "
                              f"hidden_size or num_heads")
+
+    def _check_posemb_mode(self):
+        if self.posemb_mode == "stem":
+            return
+        if self.posemb not in TABLE_POSEMBS:
+            what = ("adds no position information" if self.posemb == "none" else
+                    "has no table to add: it acts inside every attention layer already")
+            raise ValueError(
+                f"posemb_mode={self.posemb_mode!r} adds a position table to the input of every "
+                f"layer, but posemb={self.posemb!r} {what}; use posemb_mode='stem', or a posemb "
+                f"with a table: {list(TABLE_POSEMBS)}")
+        if self.posemb == "sincos_2d" and self.posemb_mode == "every_layer":
+            raise ValueError(
+                "posemb='sincos_2d' is one fixed table, the same in every layer, so "
+                "posemb_mode='every_layer' (a table learned for each layer) does not apply; use "
+                "posemb_mode='every_layer_shared' to add it at every layer")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -115,6 +162,49 @@ class ViTConfig:
     @property
     def num_prefix_tokens(self) -> int:
         return 1 if self.pool == "cls" else 0
+
+
+def position_table(cfg: ViTConfig, name: str):
+    """The absolute position table of `cfg.posemb` (one of TABLE_POSEMBS) for all the tokens,
+    [1, num_prefix_tokens + N, hidden_size] in cfg.dtype, the prefix tokens first.
+
+    Called inside a compact method, whose submodule `name` then holds the learned table:
+    learned_1d one row per token (class token included), learned_2d row and column tables of the
+    patch grid; the 2-D kinds give the prefix tokens zeros (they sit at no patch).
+    """
+    grid_h, grid_w = cfg.grid
+    prefix = cfg.num_prefix_tokens
+    dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    num_tokens = prefix + grid_h * grid_w
+    if cfg.posemb == "learned_1d":
+        return position.LearnedPositionEmbedding(
+            num_tokens, cfg.hidden_size, param_dtype=param_dtype, name=name)(
+                jnp.arange(num_tokens)[None]).astype(dtype)
+    if cfg.posemb == "learned_2d":
+        patches = position_2d.Learned2DPositionEmbedding(
+            grid_h, grid_w, cfg.hidden_size, param_dtype=param_dtype, name=name)()
+    elif cfg.posemb == "sincos_2d":
+        patches = jnp.asarray(position_2d.sincos_2d_table(grid_h, grid_w, cfg.hidden_size))[None]
+    else:
+        raise ValueError(f"posemb={cfg.posemb!r} has no position table; those with one: "
+                         f"{list(TABLE_POSEMBS)}")
+    return jnp.pad(patches, ((0, 0), (prefix, 0), (0, 0))).astype(dtype)
+
+
+class ViTBlock(EncoderBlock):
+    """An encoder block that first adds a position table to its input: Table 8's "Every Layer"
+    column with `own_table` (the block learns its own, submodule `posemb`), "Every Layer-Shared"
+    with the `shared_table` [1, T, D] passed in. With neither, it is the EncoderBlock."""
+
+    own_table: ViTConfig | None = None   # the config whose position_table this block learns
+
+    @nn.compact
+    def __call__(self, x, *, shared_table=None, **kwargs):
+        if self.own_table is not None:
+            x = x + position_table(self.own_table, "posemb")
+        if shared_table is not None:
+            x = x + shared_table
+        return super().__call__(x, **kwargs)
 
 
 def rope_2d_positions(grid_h: int, grid_w: int, num_prefix_tokens: int) -> np.ndarray:
@@ -162,14 +252,6 @@ class ViT(nn.Module):
                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(
                          patches)
 
-        attention_bias = None
-        if cfg.posemb == "learned_2d":
-            x = x + position_2d.Learned2DPositionEmbedding(
-                grid_h, grid_w, cfg.hidden_size, param_dtype=param_dtype, name="posemb")().astype(dtype)
-        elif cfg.posemb == "sincos_2d":
-            table = position_2d.sincos_2d_table(grid_h, grid_w, cfg.hidden_size)
-            x = x + jnp.asarray(table, dtype)[None]
-
         if cfg.pool == "cls":
             cls = self.param("cls", nn.with_logical_partitioning(nn.initializers.zeros, (None, None, "embed")),
                              (1, 1, cfg.hidden_size), param_dtype)
@@ -177,10 +259,12 @@ class ViT(nn.Module):
 
         num_tokens = x.shape[1]
         positions = jnp.broadcast_to(jnp.arange(num_tokens), (batch, num_tokens))
-        if cfg.posemb == "learned_1d":  # one vector per token index, class token included
-            x = x + position.LearnedPositionEmbedding(
-                num_tokens, cfg.hidden_size, param_dtype=param_dtype, name="posemb")(positions).astype(dtype)
-        elif cfg.posemb == "relative":
+        attention_bias, shared_table = None, None
+        if cfg.posemb in TABLE_POSEMBS and cfg.posemb_mode == "stem":  # Table 8, "Default/Stem"
+            x = x + position_table(cfg, "posemb")
+        elif cfg.posemb in TABLE_POSEMBS and cfg.posemb_mode == "every_layer_shared":
+            shared_table = position_table(cfg, "posemb")
+        elif cfg.posemb == "relative_bias_2d":
             attention_bias = position_2d.RelativePositionBias2D(
                 cfg.num_heads, grid_h, grid_w, num_prefix_tokens=cfg.num_prefix_tokens,
                 param_dtype=param_dtype, name="relative_bias")().astype(dtype)
@@ -191,23 +275,30 @@ class ViT(nn.Module):
             table = rope_2d_positions(grid_h, grid_w, cfg.num_prefix_tokens)
             positions = jnp.broadcast_to(jnp.asarray(table), (batch, num_tokens, 2))
         rotary_base = 10000.0 if cfg.posemb == "rope_2d" else None
+        relative = cfg.posemb == "relative"   # each block's attention has its relative keys
+        own_table = cfg if cfg.posemb_mode == "every_layer" else None
 
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         x = Dropout(cfg.dropout_rate)(x, deterministic=not train)
 
         def block(name):
-            return EncoderBlock(
+            return ViTBlock(
                 num_heads=cfg.num_heads, head_dim=cfg.hidden_size // cfg.num_heads,
                 mlp_dim=cfg.mlp_dim, activation=cfg.activation, norm=cfg.norm,
-                norm_position=cfg.norm_position, dropout_rate=cfg.dropout_rate,
+                norm_position=cfg.norm_position, norm_epsilon=cfg.layer_norm_eps,
+                dropout_rate=cfg.dropout_rate,
                 attention_dropout_rate=cfg.attention_dropout_rate, rotary_base=rotary_base,
-                implementation=cfg.attention_implementation, dtype=dtype,
-                param_dtype=param_dtype, name=name)
+                implementation=cfg.attention_implementation,
+                relative_positions=grid_h * grid_w if relative else 0,
+                relative_prefix_tokens=cfg.num_prefix_tokens if relative else 0,
+                own_table=own_table, dtype=dtype, param_dtype=param_dtype, name=name)
 
         x = run_blocks(block, cfg.num_layers, x, remat=cfg.remat, scan=cfg.scan_layers,
-                       bias=attention_bias, positions=positions, deterministic=not train)
+                       bias=attention_bias, positions=positions, shared_table=shared_table,
+                       deterministic=not train)
         if cfg.norm_position == "pre":  # pre-LN stacks end with a norm (eq. 4: y = LN(z_L^0))
-            x = make_norm(cfg.norm, dtype=dtype, param_dtype=param_dtype, name="final_norm")(x)
+            x = make_norm(cfg.norm, epsilon=cfg.layer_norm_eps, dtype=dtype, param_dtype=param_dtype,
+                          name="final_norm")(x)
 
         pooled = x[:, 0] if cfg.pool == "cls" else x.mean(axis=1)
         if cfg.head_hidden_size:

@@ -18,21 +18,52 @@ from train import sweep_spec
 from train.optimizers import make_optimizer
 
 
-def test_the_posemb_sweep_covers_every_position_embedding():
-    from models.vit import POSEMB_KINDS
+def test_the_posemb_sweep_covers_every_position_embedding_and_column():
+    """Every posemb kind in the Default/Stem column (a row named after it) and every kind with a
+    table in the columns it has (rows `<posemb>.<posemb_mode>`), each row's config as its name
+    says, in the order of the paper's table."""
+    from models.vit import POSEMB_KINDS, POSEMB_MODES, ViTConfig
 
+    def possible(kind, mode):
+        try:
+            ViTConfig(num_classes=10, posemb=kind, posemb_mode=mode)
+        except ValueError:
+            return False
+        return True
+
+    cells = [(kind, mode) for kind in POSEMB_KINDS for mode in POSEMB_MODES if possible(kind, mode)]
     for arg in ("", "smoke", "steps=100"):
         sweep = sweep_lib.load_sweep_file(f"configs/ablations/vit_posemb.py:{arg}")
-        assert list(sweep.rows) == list(POSEMB_KINDS)
-        assert set(sweep.paper) == {"none", "learned_1d", "learned_2d", "relative"}
+        assert sorted(sweep.rows) == sorted(kind if mode == "stem" else f"{kind}.{mode}"
+                                            for kind, mode in cells)
+        assert list(sweep.rows)[:8] == [
+            "none", "learned_1d", "learned_1d.every_layer", "learned_1d.every_layer_shared",
+            "learned_2d", "learned_2d.every_layer", "learned_2d.every_layer_shared", "relative"]
+        assert set(sweep.paper) == set(list(sweep.rows)[:8])
         for row in sweep.rows:  # every row's config loads, with the sweep's overrides
             run = sweep_lib.plan(sweep, Path("w"), [row], [0], [])[0]
             config = run_config(run)
-            assert config.model.posemb == row
+            kind, _, mode = row.partition(".")
+            assert (config.model.posemb, config.model.posemb_mode) == (kind, mode or "stem")
             if arg != "smoke":  # the model the table was measured with, whatever the demo's
                 assert (config.model.num_layers, config.model.activation) == (6, "gelu")
                 assert config.data.batch_size == 256 and config.optimizer.learning_rate == 2e-3
     assert sweep_lib.load_sweep_file(SMOKE).seeds == 2
+
+
+def test_the_committed_posemb_records_keep_their_rows_definitions():
+    """notebooks/results/vit_table8 (copied to a workdir, the sweep resumes from it): the rows
+    it holds are defined there as the sweep defines them now, so no finished run is taken for a
+    row it did not run, and the scalar-bias runs recorded under the old name sit in their row."""
+    directory = Path(__file__).resolve().parents[1] / "notebooks" / "results" / "vit_table8"
+    saved = json.loads((directory / "sweep.json").read_text())
+    sweep = sweep_lib.load_sweep_file("configs/ablations/vit_posemb.py")
+    sweep_lib.check_spec(directory, sweep_lib.run_spec(sweep, []), allow_change=False, save=False)
+    recorded = {p.name for p in directory.iterdir() if p.is_dir()}
+    assert recorded <= set(saved["rows"]) and "relative" not in recorded
+    for path in directory.glob("relative_bias_2d/seed_*/train/result.json"):
+        result = json.loads(path.read_text())
+        assert result["row"] == "relative_bias_2d" and result["renamed_from"].startswith("relative")
 
 
 def test_the_bert_table8_sweep_evaluates_each_rows_pretraining_three_ways():
@@ -116,8 +147,8 @@ def test_the_bert_table8_smoke_sweep_runs_every_stage_from_an_untrained_encoder(
 
 def test_the_sweeps_carry_the_papers_tables_and_their_budgets():
     """The paper numbers printed beside each row, against the tables typed in here (BERT
-    Table 8: MNLI accuracy, NER fine-tuned and feature-based F1; ViT Table 8, Default/Stem
-    column), every metric higher-is-better except the loss, and the ViT sweep's budget: N
+    Table 8: MNLI accuracy, NER fine-tuned and feature-based F1; ViT Table 8, its three
+    columns), every metric higher-is-better except the loss, and the ViT sweep's budget: N
     steps with a warmup of min(200, N / 6)."""
     bert = sweep_lib.load_sweep_file("configs/ablations/bert_table8.py:")
     table = {"80-10-10": (84.2, 95.4, 94.9), "100-0-0": (84.3, 94.9, 94.0),
@@ -132,9 +163,15 @@ def test_the_sweeps_carry_the_papers_tables_and_their_budgets():
     for arg, steps, warmup in (("", 600, 100), ("steps=100", 100, 16),
                                ("steps=1800", 1800, 200)):
         vit = sweep_lib.load_sweep_file(f"configs/ablations/vit_posemb.py:{arg}")
-        assert vit.paper == {"none": {"accuracy": 0.61382}, "learned_1d": {"accuracy": 0.64206},
-                             "learned_2d": {"accuracy": 0.64001},
-                             "relative": {"accuracy": 0.64032}}
+        assert vit.paper == {  # Table 8: Default/Stem, Every Layer, Every Layer-Shared
+            "none": {"accuracy": 0.61382},
+            "learned_1d": {"accuracy": 0.64206},
+            "learned_1d.every_layer": {"accuracy": 0.63964},
+            "learned_1d.every_layer_shared": {"accuracy": 0.64292},
+            "learned_2d": {"accuracy": 0.64001},
+            "learned_2d.every_layer": {"accuracy": 0.64046},
+            "learned_2d.every_layer_shared": {"accuracy": 0.64022},
+            "relative": {"accuracy": 0.64032}}
         assert [(m.name, m.better) for m in vit.metrics] == [("accuracy", "max"), ("loss", "min")]
         (stage,) = vit.stages
         assert stage.overrides["train.num_steps"] == steps, arg

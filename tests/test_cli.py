@@ -32,7 +32,8 @@ def test_help_lists_every_experiment_config_with_its_summary_and_variants(capsys
     assert "ablations" not in out.split("experiment configs")[1].split("python -m train.sweep")[1]
     assert ("      A small ViT trained from scratch on Fashion-MNIST (28x28 grey images, 10 classes)"
             in out)
-    assert "      variants: posemb=learned_1d, size=custom, smoke\n" in out
+    assert ("variants: posemb=learned_1d, posemb_mode=stem, size=custom, init=scratch, "
+            "image_size=0, plain, smoke") in " ".join(out.split())
 
 
 def test_the_config_list_is_read_from_the_files(tmp_path):
@@ -143,6 +144,8 @@ def test_another_experiment_in_a_workdir_without_checkpoints_may_start_there(tmp
     ("optimizer.schedule", "linear"), ("optimizer.b2", "0.9"), ("model.dropout_rate", "0.1"),
     ("model.remat", "full"), ("model.dtype", "bfloat16"), ("train.num_steps", "40"),
     ("train.grad_accum_steps", "2"), ("data.batch_size", "64"), ("seed", "1"),
+    ("data.normalize", "minus_one_to_one"), ("data.eval_resize", "resize"),
+    ("train.average_checkpoints", "2"),
 ])
 def test_the_resumable_keys_are_those_that_keep_the_train_state(fashion_mnist_env, tmp_path, key,
                                                                  value):
@@ -207,3 +210,67 @@ def test_sigterm_before_a_resumed_runs_first_step_leaves_its_checkpoints(fashion
     assert lines[0].startswith("interrupted by SIGTERM before the first train step")
     assert {p.relative_to(workdir): p.stat().st_mtime_ns
             for p in (workdir / "checkpoints").rglob("*")} == saved
+
+
+def _signal_at(monkeypatch, sig: int, step: int):
+    """Sends `sig` to this process right after the train record of `step` is written: after
+    the loop has read the signals for that step."""
+    from train.metrics_writer import MetricsWriter
+
+    write = MetricsWriter.write
+
+    def write_then_signal(self, at, split, metrics):
+        write(self, at, split, metrics)
+        if (at, split) == (step, "train"):
+            os.kill(os.getpid(), sig)
+
+    monkeypatch.setattr(MetricsWriter, "write", write_then_signal)
+
+
+def test_a_signal_while_a_step_is_logged_saves_the_next_step_and_says_so(
+        fashion_mnist_env, tmp_path, monkeypatch, capsys):
+    """SIGTERM while step 5 is logged (or evaluated, or saved), between checkpoints (every 10):
+    the run trains step 6, saves it and says so. (It said "saved checkpoint at step 5" and saved
+    nothing: the resumed run started over from step 0.)"""
+    import json
+
+    _signal_at(monkeypatch, signal.SIGTERM, 5)
+    workdir = tmp_path / "w"
+    assert main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(workdir)]) == 0
+    assert "received SIGTERM: saved checkpoint at step 6" in capsys.readouterr().err
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["6"]
+    record = json.loads((workdir / "record.json").read_text())
+    assert record["sessions"][-1]["outcome"] == "stopped by SIGTERM"
+    assert record["sessions"][-1]["end_step"] == 6
+
+
+@pytest.mark.parametrize("first", [None, signal.SIGTERM], ids=["finished", "stopped"])
+def test_a_signal_after_training_leaves_the_record_and_says_nothing_false(
+        fashion_mnist_env, tmp_path, monkeypatch, capsys, first):
+    """Ctrl-C while the command writes the run's record, after the run finished or after a
+    SIGTERM had it save the step it reached: every step trained is checkpointed, so the signal
+    is ignored, the record written and the exit status that of the run. (It raised the
+    before-the-first-step interrupt: exit 130, "no checkpoint was written", no record.)"""
+    import json
+
+    from train import run_record
+
+    write_record = run_record.write_train_record
+
+    def record_interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return write_record(*args, **kwargs)
+
+    monkeypatch.setattr(run_record, "write_train_record", record_interrupted)
+    if first is not None:
+        _signal_at(monkeypatch, first, 5)
+    workdir = tmp_path / "w"
+    assert main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(workdir)]) == 0
+    err = capsys.readouterr().err
+    assert "interrupted by" not in err
+    record = json.loads((workdir / "record.json").read_text())
+    if first is None:
+        assert record["finished"] and record["sessions"][-1]["end_step"] == 20
+    else:
+        assert "received SIGTERM: saved checkpoint at step 6" in err
+        assert record["sessions"][-1]["outcome"] == "stopped by SIGTERM"

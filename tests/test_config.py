@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,18 @@ def test_every_config_docstring_starts_with_its_command():
 
 
 def test_variants_select_table_8_rows_and_sizes():
-    for posemb in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "rope_2d",
-                   "alibi_2d"):
+    for posemb in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative",
+                   "relative_bias_2d", "rope_2d", "alibi_2d"):
         assert load_config_file(f"{CONFIG}:posemb={posemb}").model.posemb == posemb
+    assert load_config_file(CONFIG).model.posemb_mode == "stem"  # Table 8's columns
+    for mode in ("every_layer", "every_layer_shared"):
+        model = load_config_file(f"{CONFIG}:posemb=learned_2d,posemb_mode={mode}").model
+        assert (model.posemb, model.posemb_mode) == ("learned_2d", mode)
     config = load_config_file(f"{CONFIG}:size=B,smoke")
     assert config.model.hidden_size == 32  # smoke shrinks whatever size was chosen
     assert load_config_file(f"{CONFIG}:size=B").model.num_layers == 12
     assert load_config_file(f"{CONFIG}:size=B").model.activation == "gelu"  # the paper's
-    with pytest.raises(ConfigError, match=r"unknown config argument 'posmeb'.*allowed: \['posemb'"):
+    with pytest.raises(ConfigError, match=r"unknown config argument 'posmeb'.*allowed: \[.*'posemb'"):
         load_config_file(f"{CONFIG}:posmeb=none")
     with pytest.raises(ValueError, match="needs a value"):
         parse_arg("posemb", posemb="x")
@@ -121,7 +126,8 @@ def test_overrides_are_typed():
     ("--config.data.batch_size=30", "config.data.batch_size=30 must split into grad_accum_steps=4"),
     ("--config.task.name=regress", "config.task.name='regress' is not one of ['classify', 'translate',"),
     ("--config.data.source=web", "config.data.source='web' is not one of ['local', 'tfds']"),
-    ("--config.data.augment=rotate", "config.data.augment='rotate' is not one of ['none', 'flip', 'crop_flip']"),
+    ("--config.data.augment=rotate", "config.data.augment='rotate' is not one of ['none', 'flip', "
+     "'crop_flip', 'inception_crop']"),
     ("--config.train.nonfinite=ignore", "config.train.nonfinite='ignore' is not one of ['stop', 'skip']"),
     ("--config.train.log_every=0", "config.train.log_every=0 must be >= 1"),
     ("--config.train.checkpoint_every=0", "config.train.checkpoint_every=0 must be >= 1"),
@@ -176,6 +182,21 @@ def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_pat
         check_workdir(tmp_path, to_json(moved), allow_change=False)
     assert "mesh" not in str(error.value)  # only what changes the experiment is listed
     assert len(check_workdir(tmp_path, to_json(moved), allow_change=True)) == 2
+
+
+def test_a_workdir_written_before_a_key_was_added_resumes_with_its_old_value(tmp_path):
+    """ViT configs gained init, init_head, data.resize and model.layer_norm_eps; a workdir saved
+    without them ran what their defaults do (train/workdir.py ADDED_KEYS), so it resumes, and
+    another value is still another experiment."""
+    config = load_config_file("configs/vit/fashion_mnist.py:smoke")
+    saved = json.loads(to_json(config))
+    del saved["init"], saved["init_head"], saved["data"]["resize"]
+    del saved["model"]["layer_norm_eps"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert check_workdir(tmp_path, to_json(config), allow_change=False) == []
+    apply_override(config, "init", "workdirs/other")
+    with pytest.raises(ConfigError, match="init: 'scratch' in the workdir, 'workdirs/other' now"):
+        check_workdir(tmp_path, to_json(config), allow_change=False)
 
 
 def test_smoke_variants_measure_the_peak_their_mfu_is_computed_against():

@@ -13,8 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from models import beam_search as B
 from models import decode as D
+from models import search as S
 from models.attention import MultiHeadAttention, causal_mask
+from models.sampling import Sampling
 from models.transformer import Transformer, shift_right
 
 from tiny_transformer import PAD, EOS, BOS, tiny, words
@@ -147,7 +150,7 @@ def hand_made_table(seed=0, vocab=6):
 
 def test_length_penalty():
     for n, alpha in ((1, 0.6), (7, 0.6), (3, 0.0), (10, 2.0)):
-        assert math.isclose(float(D.length_penalty(n, alpha)), ((5 + n) / 6) ** alpha,
+        assert math.isclose(float(B.length_penalty(n, alpha)), ((5 + n) / 6) ** alpha,
                             rel_tol=1e-6)
 
 
@@ -157,7 +160,7 @@ def test_beam_search_matches_brute_force():
     for alpha in (0.0, 0.6, 2.0):
         truth = [brute_force(table[i], alpha, max_length) for i in range(2)]
         beam = len(truth[0])    # 1 + 4 + 16 + 64 = 85 hypotheses: nothing is ever pruned
-        tokens, scores = D.beam_search(markov_search_fn(table), markov_cache(2, beam),
+        tokens, scores = B.beam_search(markov_search_fn(table), markov_cache(2, beam),
                                        batch_size=2, beam_size=beam, max_length=max_length,
                                        bos_id=BOS, eos_id=EOS, alpha=alpha)
         for i in range(2):
@@ -175,7 +178,7 @@ def test_small_beam_keeps_scores_consistent():
     """With pruning (beam 3) every returned hypothesis still has its true score."""
     table, max_length = hand_made_table(seed=1), 4
     truth = {seq: s for s, seq in brute_force(table[1], 0.6, max_length)}
-    tokens, scores = D.beam_search(markov_search_fn(table), markov_cache(2, 3), batch_size=2,
+    tokens, scores = B.beam_search(markov_search_fn(table), markov_cache(2, 3), batch_size=2,
                                    beam_size=3, max_length=max_length, bos_id=BOS, eos_id=EOS,
                                    alpha=0.6)
     assert np.all(np.diff(np.asarray(scores), axis=1) <= 0)      # best first
@@ -186,8 +189,8 @@ def test_small_beam_keeps_scores_consistent():
 def test_beam_size_one_is_greedy():
     table = hand_made_table(seed=2, vocab=8)
     kwargs = dict(batch_size=2, max_length=6, bos_id=BOS, eos_id=EOS)
-    greedy, log_p = D.greedy_search(markov_search_fn(table), markov_cache(2, 1), **kwargs)
-    beam, _ = D.beam_search(markov_search_fn(table), markov_cache(2, 1), beam_size=1, **kwargs)
+    greedy, log_p = S.greedy_search(markov_search_fn(table), markov_cache(2, 1), **kwargs)
+    beam, _ = B.beam_search(markov_search_fn(table), markov_cache(2, 1), beam_size=1, **kwargs)
     np.testing.assert_array_equal(beam[:, 0], greedy)
     # Greedy by hand, and its log-probability.
     for i in range(2):
@@ -211,9 +214,9 @@ def test_eos_ends_a_hypothesis_and_padding_follows():
     table[:, BOS, BOS, 3] = 5.0
     table[:, :, 3, EOS] = 5.0
     kwargs = dict(batch_size=2, max_length=5, bos_id=BOS, eos_id=EOS)
-    greedy, _ = D.greedy_search(markov_search_fn(table), markov_cache(2, 1), **kwargs)
+    greedy, _ = S.greedy_search(markov_search_fn(table), markov_cache(2, 1), **kwargs)
     np.testing.assert_array_equal(greedy, [[3, EOS, 0, 0, 0]] * 2)
-    tokens, scores = D.beam_search(markov_search_fn(table), markov_cache(2, 4), beam_size=4,
+    tokens, scores = B.beam_search(markov_search_fn(table), markov_cache(2, 4), beam_size=4,
                                    alpha=0.6, **kwargs)
     np.testing.assert_array_equal(tokens[:, 0], [[3, EOS, 0, 0, 0]] * 2)
     for seq in np.asarray(tokens).reshape(-1, 5):
@@ -280,9 +283,9 @@ def search(table, examples, beam_size, **kwargs):
     fn, cache = markov_search_fn(table), markov_cache_of(examples, beam_size)
     kwargs.update(batch_size=len(examples), bos_id=BOS, eos_id=EOS)
     if beam_size == 1:
-        tokens, scores = D.greedy_search(fn, cache, **kwargs)
+        tokens, scores = S.greedy_search(fn, cache, **kwargs)
         return np.asarray(tokens)[:, None], np.asarray(scores)[:, None]
-    tokens, scores = D.beam_search(fn, cache, beam_size=beam_size, alpha=0.6, **kwargs)
+    tokens, scores = B.beam_search(fn, cache, beam_size=beam_size, alpha=0.6, **kwargs)
     return np.asarray(tokens), np.asarray(scores)
 
 
@@ -312,7 +315,7 @@ def test_beam_search_row_limits_match_brute_force():
     length penalty of its own length, unfinished ones with lp(limit): as brute force finds."""
     table, limits = hand_made_table(seed=3), [2, 3]
     beam = 85                              # all 1 + 4 + 16 + 64 hypotheses of length <= 3
-    tokens, scores = D.beam_search(markov_search_fn(table), markov_cache(2, beam), batch_size=2,
+    tokens, scores = B.beam_search(markov_search_fn(table), markov_cache(2, beam), batch_size=2,
                                    beam_size=beam, max_length=4, bos_id=BOS, eos_id=EOS,
                                    alpha=0.6, row_max_length=jnp.asarray(limits))
     tokens, scores = np.asarray(tokens), np.asarray(scores)
@@ -323,7 +326,7 @@ def test_beam_search_row_limits_match_brute_force():
         assert tuple(tokens[row, 0, :limit]) == truth[0][1]
         assert {tuple(map(int, seq)) for seq in tokens[row, :n, :limit]} == {
             seq for _, seq in truth}
-        assert np.all(tokens[row, :, limit:] == PAD) and np.all(scores[row, n:] < 0.5 * D.NEG_INF)
+        assert np.all(tokens[row, :, limit:] == PAD) and np.all(scores[row, n:] < 0.5 * B.NEG_INF)
 
 
 def test_input_length_limits():
@@ -334,7 +337,7 @@ def test_input_length_limits():
         np.testing.assert_array_equal(D.input_length_limits(inputs, extra, cap),
                                       np.minimum(lengths + extra, cap))
     with pytest.raises(ValueError, match=r"row_max_length has shape \(2,\); expected \(3,\)"):
-        D.greedy_search(markov_search_fn(np.zeros((3, 4, 4, 4))), markov_cache(3, 1),
+        S.greedy_search(markov_search_fn(np.zeros((3, 4, 4, 4))), markov_cache(3, 1),
                         batch_size=3, max_length=4, bos_id=BOS, eos_id=EOS,
                         row_max_length=jnp.array([1, 2]))
 
@@ -355,3 +358,23 @@ def test_predict_passes_row_limits_to_the_search():
         np.testing.assert_array_equal(tokens[row, :limit], alone[0])
         np.testing.assert_allclose(scores[row], alone_score[0], rtol=1e-5)
         assert np.all(np.asarray(tokens)[row, limit:] == PAD)
+
+
+def test_predict_samples_with_the_shared_library():
+    """Sampling on the Transformer: top-k = 1 and a near-zero temperature are greedy; a hot
+    temperature departs from it, the same key draws the same translation."""
+    model, params, inputs, _ = setup_model(tiny(posemb="rope", num_layers=1), seed=5)
+    kwargs = dict(max_decode_len=6, eos_id=EOS, bos_id=BOS, beam_size=1)
+    greedy, greedy_lp = D.predict(model, params, inputs, **kwargs)
+    for sampling in (Sampling(top_k=1), Sampling(temperature=1e-4)):
+        tokens, lp = D.predict(model, params, inputs, sampling=sampling,
+                               rng=jax.random.PRNGKey(0), **kwargs)
+        np.testing.assert_array_equal(tokens, greedy)
+        np.testing.assert_allclose(lp, greedy_lp, rtol=1e-5)
+    hot = jax.jit(lambda key: D.predict(model, params, inputs, sampling=Sampling(temperature=4.0),
+                                        rng=key, **kwargs)[0])
+    np.testing.assert_array_equal(hot(jax.random.PRNGKey(1)), hot(jax.random.PRNGKey(1)))
+    assert not np.array_equal(hot(jax.random.PRNGKey(1)), greedy)
+    with pytest.raises(ValueError, match="use beam_size=1, not 4"):
+        D.predict(model, params, inputs, **{**kwargs, "beam_size": 4}, sampling=Sampling(),
+                  rng=jax.random.PRNGKey(0))

@@ -93,6 +93,31 @@ def test_the_general_student_starts_from_every_other_teacher_layer(teachers, bro
     assert plan.values["distill.layers"] == "1,3" and "distill.teacher_fingerprint" in plan.pending
 
 
+def test_general_distillation_has_bert_pretrainings_phase_2(teachers, brown_env):
+    """The masked-LM inputs BERT pretraining has (train/tasks/pretraining_inputs.py): phase 2's
+    longer sequences with their own batch size, which the trainer splits over the devices
+    (train_batch_keys) and counts per step (global_batch_at), and the FLOPs of a phase-2 step:
+    the student's training and the teacher's forward pass at 64 tokens, the [V]-wide heads on
+    every token (ce_positions=real)."""
+    from models.bert import BertConfig
+    from train import flops
+
+    config = general_config(teachers, **{"train.num_steps": 10, "data.phase2_fraction": 0.2,
+                                         "data.phase2_batch_size": 2})
+    task = _general(config)
+    iterator = task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1)
+    assert [next(iterator)["input_ids"].shape for _ in range(10)] == [(4, 32)] * 8 + [(2, 64)] * 2
+    assert [task.global_batch_at(step) for step in range(10)] == [8] * 8 + [2] * 2
+    assert task.train_batch_keys(config) == ("batch_size", "phase2_batch_size")
+    student = BertConfig(**{**task.model_config.__dict__, "nsp": False})
+    teacher = BertConfig(**{**task.teacher.model_config.__dict__, "nsp": False})
+    cost = {length: flops.bert_train_flops_per_example(student, length, length)
+            + flops.bert_train_flops_per_example(teacher, length, length) / 3
+            for length in (32, 64)}
+    assert [task.flops_per_example_at(step) for step in range(10)] == pytest.approx(
+        [cost[32]] * 8 + [cost[64]] * 2)
+
+
 # ------------------------------------------------------------------------ the triple loss
 def _padded_batch(task):
     """A training batch whose first row ends in 6 padding tokens (the pipeline packs rows

@@ -8,10 +8,7 @@ shares this project's reading of them; this checks it against HF's code."""
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import json
-import logging
 
 import flax.linen as nn
 import jax
@@ -19,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import transformers
+from hf_loading import load_pretrained as _load
 from random_params import perturbed
 
 from models.bert import BertModel
@@ -26,42 +24,6 @@ from models.bert_pretraining import BertForPreTraining
 from models.hf_bert import save_hf_checkpoint
 
 from tiny_bert import inputs, tiny
-
-
-class _Warnings(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _loading_warnings():
-    """The warnings of transformers' `from_pretrained`: a checkpoint tensor it did not use, or a
-    weight it had to initialise at random, is only logged there (its library logger does not
-    propagate to the root)."""
-    handler = _Warnings()
-    logger = logging.getLogger("transformers.modeling_flax_utils")
-    logger.addHandler(handler)
-    try:
-        yield handler.messages
-    finally:
-        logger.removeHandler(handler)
-
-
-def _load(cls, folder, unused: tuple[str, ...] = ()):
-    """`cls.from_pretrained(folder)`: every weight read from the folder, and every tensor of the
-    folder used but those named in `unused` (Flax paths such as 'bert/pooler/dense/kernel')."""
-    with _loading_warnings() as messages:
-        model = cls.from_pretrained(folder)
-    assert not [m for m in messages if "newly initialized" in m], messages
-    marker = f"were not used when initializing {cls.__name__}: "
-    left_out = {"/".join(key) for m in messages if marker in m
-                for key in ast.literal_eval(m.split(marker)[1].split("\n")[0])}
-    assert left_out == set(unused), messages
-    return model
 
 
 def _random_params(module, *args, **kwargs):

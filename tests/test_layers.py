@@ -337,3 +337,15 @@ def test_decoder_block_rotary_cross_attention_uses_encoded_positions():
         variables = block.init(jax.random.PRNGKey(0), x, enc)
         run = lambda p: np.asarray(block.apply(variables, x, enc, encoded_positions=p))
         assert np.allclose(run(pos_a), run(pos_b), atol=1e-6) != should_change
+
+
+def test_relative_attention_is_for_encoder_blocks_only():
+    """An EncoderBlock's self-attention gets its own relative keys (models/relative_attention.py);
+    a DecoderBlock refuses them (its self-attention decodes with a cache, which they lack)."""
+    x, enc = _normal(1, 5, 8), _normal(1, 4, 8)
+    block = L.EncoderBlock(**BLOCK, relative_positions=4, relative_prefix_tokens=1)
+    variables = block.init(jax.random.PRNGKey(0), x)
+    assert variables['params']['attention']['relative_attention']['rel_embedding'].value.shape == (
+        2 * 4 - 1 + 3, BLOCK['num_heads'], BLOCK['head_dim'])
+    with pytest.raises(ValueError, match='DecoderBlock: relative_positions is for EncoderBlock'):
+        L.DecoderBlock(**BLOCK, relative_positions=3).init(jax.random.PRNGKey(0), x[:, :3], enc)

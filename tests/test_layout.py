@@ -148,3 +148,15 @@ def test_a_breach_is_named(tmp_path, source, expected):
     layers = (("pkg.low",), ("pkg.sub",), ("pkg.high",))
     found = problems(root, layers)
     assert len(found) == 1 and expected in found[0], found
+
+
+def test_models_never_import_train_or_data():
+    """models/ are pure modules (DESIGN.md): nothing of the trainer or the data, in functions too."""
+    import models
+
+    root = pathlib.Path(models.__file__).parent
+    modules = package_modules(root)
+    found = [f"{path.relative_to(root.parent)}:{line} imports {target}"
+             for name, path in modules.items() for line, target in imports(name, path, modules)
+             if target.split(".")[0] in ("train", "data")]
+    assert found == []

@@ -69,3 +69,47 @@ def test_counts_print_as_whole_numbers_and_stay_numbers_in_the_log(tmp_path, cap
     assert record["examples"] == 123456 and isinstance(record["examples"], int)
     assert record["loss"] == 2.3456789
     assert format_value(575, ".4f") == "575" and format_value(0.5, ".4f") == "0.5000"
+
+
+def _tensorboard_view(folder, tag: str) -> list[int]:
+    """The steps of scalar `tag` that TensorBoard shows from the event files in `folder`: files
+    in name order (their names start with the time they were made), and a SessionLog START at
+    step s hides every event read before it with a step >= s (TensorBoard's purge of what a
+    crashed run logged past its restart point)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    shown = []
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):  # TFRecord: length, its CRC, the Event proto, its CRC
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 16 + length
+            if event.HasField("session_log") and event.session_log.status == event.session_log.START:
+                shown = [step for step in shown if step < event.step]
+            shown += [event.step for value in event.summary.value if value.tag == tag]
+    return shown
+
+
+def test_tensorboard_hides_what_a_killed_run_logged_after_its_last_checkpoint(tmp_path,
+                                                                             monkeypatch):
+    """A run killed at step 15 after its checkpoint at 10 resumes from 10: TensorBoard shows
+    steps 5 and 10 of the first run and 11 of the second, not the 15 it redoes, as
+    metrics.jsonl does."""
+    import tensorboardX.event_file_writer as event_file_writer
+
+    now = [1_000_000_000.0]  # event file names hold the second they were made in
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: now[0])
+    first = MetricsWriter(tmp_path, total_steps=30, start_step=0, progress_bar=False)
+    for step in (5, 10, 15):
+        first.write(step, "train", {"loss": 1.0})
+    first.close()
+    now[0] += 60
+    resumed = MetricsWriter(tmp_path, total_steps=30, start_step=10, progress_bar=False)
+    resumed.write(11, "train", {"loss": 0.5})
+    resumed.close()
+    assert _tensorboard_view(tmp_path / "tensorboard", "train/loss") == [5, 10, 11]
+    assert [json.loads(line)["step"] for line in
+            (tmp_path / "metrics.jsonl").read_text().splitlines()] == [5, 10, 11]

@@ -137,14 +137,33 @@ def test_ablation_tables_are_what_the_records_render():
                                       "render: python notebooks/execute.py ablation_results.ipynb")
 
 
-def test_ablation_notebook_stops_when_a_sweeps_records_are_missing(tmp_path):
-    """A sweep without records is an error that names the command making them, not a printed
-    line in a notebook that then passes with nothing shown."""
+def _without_one_run(results: Path) -> None:
+    """A copy of the committed records in `results` with one run's record taken out."""
+    import shutil
+
+    shutil.copytree(REPO / "notebooks" / "results", results)
+    (results / "bert_table8" / "80-0-20" / "seed_1" / "classify" / "result.json").unlink()
+
+
+@pytest.mark.parametrize("missing", ["every record", "one run's record"])
+def test_ablation_notebook_stops_when_a_sweeps_records_are_missing(tmp_path, missing):
+    """A sweep without records, or with one run's record missing, is an error that names what
+    is missing and the command making it, not a printed line (or a table a row or seed short)
+    in a notebook that then passes."""
     notebook = nbformat.read(REPO / "notebooks" / "ablation_results.ipynb", as_version=4)
     (parameters,) = [c for c in notebook.cells if "# Parameters" in c.source]
     assert 'RESULTS = "notebooks/results"' in parameters.source
-    parameters.source = parameters.source.replace('"notebooks/results"', repr(str(tmp_path)))
+    results = tmp_path / "results"
+    if missing == "one run's record":
+        _without_one_run(results)
+    parameters.source = parameters.source.replace('"notebooks/results"', repr(str(results)))
     with pytest.raises(CellExecutionError) as error:
         execute.run(notebook, tiny=True)
     assert error.value.ename == "FileNotFoundError"
-    assert "python -m train.sweep --config configs/ablations/vit_posemb.py" in error.value.evalue
+    if missing == "every record":
+        assert ("python -m train.sweep --config configs/ablations/vit_posemb.py"
+                in error.value.evalue)
+    else:
+        assert ("has no finished record of 1 of the sweep's 21 runs (80-0-20 seed 1): `python -m "
+                "train.sweep --config configs/ablations/bert_table8.py --workdir "
+                "workdirs/bert_table8`") in error.value.evalue

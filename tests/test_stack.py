@@ -6,6 +6,7 @@ that the traced program no longer grows with depth."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import flax.linen as nn
@@ -45,9 +46,10 @@ def _assert_same_tree_shapes(got, expected):
 
 # ---------------------------------------------------------------------------------- the models
 
-def _vit(**overrides):
+def _vit(posemb="relative", **overrides):
+    """posemb 'relative': each block's attention has its own relative keys."""
     cfg = ViTConfig(num_classes=10, image_size=(28, 28), patch_size=7, hidden_size=32,
-                    num_layers=LAYERS, num_heads=2, mlp_dim=64, posemb="relative", **overrides)
+                    num_layers=LAYERS, num_heads=2, mlp_dim=64, posemb=posemb, **overrides)
     images = jnp.asarray(np.random.default_rng(0).normal(size=(2, 28, 28, 1)), jnp.float32)
     labels = jnp.asarray([3, 7])
 
@@ -112,7 +114,10 @@ def _transformer_stack(params):
 
 
 MODELS = {"vit": (_vit, _vit_stack), "bert": (_bert, _bert_stack),
-          "transformer": (_transformer, _transformer_stack)}
+          "transformer": (_transformer, _transformer_stack),
+          # ViT Table 8's "Every Layer" column: each block learns a position table of its own.
+          "vit_every_layer": (functools.partial(_vit, posemb="learned_2d", pool="cls",
+                                                posemb_mode="every_layer"), _vit_stack)}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -127,7 +132,7 @@ def test_scan_is_the_loop_with_stacked_parameters(name):
 
     expected = jax.jit(jax.value_and_grad(loss_loop))(params)
     # remat inside the scan too (once: the remat tests of each model cover the policies)
-    for remat in ("none", "full") if name == "vit" else ("none",):
+    for remat in ("none", "full") if name.startswith("vit") else ("none",):
         _, _, loss_scan = make(scan_layers=True, remat=remat)
         loss, grads = jax.jit(jax.value_and_grad(loss_scan))(stacked)
         assert_same_loss_and_grads((loss, grads), (expected[0], stack(expected[1])), tol=2e-6)
@@ -139,7 +144,7 @@ def test_scanned_parameters_carry_a_replicated_layers_axis(name):
     _, init_scan, _ = make(scan_layers=True)
     boxed = jax.eval_shape(init_scan)["params"]
     scanned = {"vit": lambda p: p["blocks"], "transformer": lambda p: p["encoder"]["blocks"],
-               "bert": lambda p: p["bert"]["encoder"]["layers"]}[name](boxed)
+               "bert": lambda p: p["bert"]["encoder"]["layers"]}[name.partition("_")[0]](boxed)
     is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
     boxes = jax.tree.leaves(scanned, is_leaf=is_box)
     assert boxes and all(is_box(b) and b.names[0] == LAYERS_AXIS and b.value.shape[0] == LAYERS

@@ -22,7 +22,7 @@ from sweep_helpers import SMOKE, run_config, run_sweep, sweep_cli
 from train import sweep as sweep_lib
 from train import sweep_spec
 
-ROWS = ["none", "learned_1d"]
+ROWS = ["none", "learned_1d.every_layer"]  # a row of two `:arg` items (posemb, posemb_mode)
 
 
 def run_dirs(workdir: Path) -> list[Path]:
@@ -192,8 +192,7 @@ def test_results_tables_and_plot(smoke_sweep):
     paper = sweep_lib.load_sweep_file(SMOKE).paper
     cells = {line.split("|")[1].strip().strip("*"): [c.strip() for c in line.split("|")[2:-1]]
              for line in markdown.splitlines() if line.startswith("| ") and "---" not in line}
-    assert list(cells) == ["row", "none", "learned_1d", "learned_2d", "sincos_2d", "relative",
-                           "rope_2d", "alibi_2d"]
+    assert list(cells) == ["row", *sweep_lib.load_sweep_file(SMOKE).rows]
     for row in ROWS:
         n, accuracy, paper_accuracy, loss, _ = cells[row]
         assert n == "2"
@@ -261,9 +260,9 @@ def test_interrupted_run_resumes_and_finished_ones_are_recognised(smoke_sweep, f
     original, _, _ = smoke_sweep
     workdir = tmp_path / "sweep"
     shutil.copytree(original, workdir)
-    # learned_1d seed 1 as if killed right after its step-10 checkpoint: no final checkpoint,
+    # ROWS[1] seed 1 as if killed right after its step-10 checkpoint: no final checkpoint,
     # no final eval, no result.json.
-    killed = workdir / "learned_1d" / "seed_1" / "train"
+    killed = workdir / ROWS[1] / "seed_1" / "train"
     expected = final_eval_in_log(killed)
     (killed / "result.json").unlink()
     shutil.rmtree(killed / "checkpoints" / "20")
@@ -275,7 +274,7 @@ def test_interrupted_run_resumes_and_finished_ones_are_recognised(smoke_sweep, f
 
     result = run_sweep(workdir, fixture_data_root, "--rows", ",".join(ROWS), "--seeds", "2")
     assert "4 runs: 3 finished before, 1 to run" in result.stdout
-    assert "[sweep] resume learned_1d/seed_1/train" in result.stdout
+    assert f"[sweep] resume {ROWS[1]}/seed_1/train" in result.stdout
     assert "[sweep] start" not in result.stdout
     log = (killed / "train.log").read_text()
     assert "resumed from" in log and "at step 10" in log

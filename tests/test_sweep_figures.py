@@ -4,6 +4,7 @@ records; the committed PNGs are what it writes."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import matplotlib.image
@@ -38,5 +39,18 @@ def test_a_sweep_without_records_is_an_error_naming_the_command(tmp_path, capsys
     assert sweep_figures.main(["--results", str(tmp_path), "--out", str(tmp_path / "f")]) == 2
     error = capsys.readouterr().err
     assert "holds no finished run of the sweep configs/ablations/vit_posemb.py" in error
-    assert "python -m train.sweep --config configs/ablations/vit_posemb.py --workdir DIR" in error
+    assert ("python -m train.sweep --config configs/ablations/vit_posemb.py --workdir "
+            "workdirs/vit_table8") in error
     assert not (tmp_path / "f" / "vit_table8.png").exists()
+
+
+def test_a_sweep_with_a_run_missing_is_an_error_naming_the_run(tmp_path, capsys):
+    """A figure drawn without one seed of one row would look complete: no figure, the run named."""
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "notebooks" / "results", results)
+    (results / "transformer_table3" / "A2" / "seed_2" / "train" / "result.json").unlink()
+    assert sweep_figures.main(["--results", str(results), "--out", str(tmp_path / "f")]) == 2
+    error = capsys.readouterr().err
+    assert (f"{results / 'transformer_table3'} has no finished record of 1 of the sweep's 24 "
+            "runs (A2 seed 2)") in error
+    assert not (tmp_path / "f" / "transformer_table3.png").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import flax.linen as nn
 import jax
@@ -10,12 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import position
+from models import position, position_2d
 from models.sizes import vit_size
 from models.vit import POSEMB_KINDS, ViT, ViTConfig
 
 from dropout_sites import dropout_sites
 from random_params import randomised
+from relative_reference import np_relative_logits
 from remat_checks import (REMATS, assert_same_loss_and_grads, assert_same_variables,
                           grad_has_remat, num_saved_residuals)
 
@@ -79,9 +81,16 @@ def _swap_two_patches(images, p):
     return swapped
 
 
-@pytest.mark.parametrize("posemb", POSEMB_KINDS)
-def test_position_embedding_decides_whether_patch_order_matters(posemb):
-    cfg = small(posemb=posemb, pool="mean")
+# Table 8's other two columns, for the kinds with a table (models/vit.py POSEMB_MODES).
+EVERY_LAYER = [("learned_1d", "every_layer"), ("learned_1d", "every_layer_shared"),
+               ("learned_2d", "every_layer"), ("learned_2d", "every_layer_shared"),
+               ("sincos_2d", "every_layer_shared")]
+
+
+@pytest.mark.parametrize("posemb, posemb_mode",
+                         [(kind, "stem") for kind in POSEMB_KINDS] + EVERY_LAYER)
+def test_position_embedding_decides_whether_patch_order_matters(posemb, posemb_mode):
+    cfg = small(posemb=posemb, posemb_mode=posemb_mode, pool="mean")
     images = np.random.default_rng(0).normal(size=(2, 28, 28, 1)).astype(np.float32)
     model = ViT(cfg)
     variables = _with_random_head(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)))
@@ -112,11 +121,13 @@ def _softmax(logits):
     return e / e.sum(-1, keepdims=True)
 
 
-@pytest.mark.parametrize("posemb", ["rope_2d", "alibi_2d"])
-def test_rope_2d_and_alibi_2d_act_inside_every_attention_layer(posemb):
+@pytest.mark.parametrize("posemb", ["rope_2d", "alibi_2d", "relative"])
+def test_relative_encodings_act_inside_every_attention_layer(posemb):
     """The sown attention maps of each block are softmax(q k^T / sqrt(d) + bias) with q and k
-    rotated by the (row + 1, column + 1) of each patch, (0, 0) for the class token (rope_2d), or
-    with the 2-D ALiBi bias (alibi_2d)."""
+    rotated by the (row + 1, column + 1) of each patch, (0, 0) for the class token (rope_2d),
+    with the 2-D ALiBi bias (alibi_2d), or with the logits of the queries against the block's own
+    relative keys (relative: the paper's 1-D relative attention over the 16 patches in raster
+    order, the class token's pairs with keys of their own)."""
     cfg = small(posemb=posemb, pool="cls")
     images = np.random.default_rng(1).normal(size=(2, 28, 28, 1)).astype(np.float32)
     model = ViT(cfg)
@@ -137,8 +148,107 @@ def test_rope_2d_and_alibi_2d_act_inside_every_attention_layer(posemb):
             q, k = position.apply_rope(q, positions), position.apply_rope(k, positions)
         logits = np.einsum("bqhd,bkhd->bhqk", np.asarray(q, np.float64),
                            np.asarray(k, np.float64)) / np.sqrt(head_dim)
-        np.testing.assert_allclose(np.asarray(sown), _softmax(logits + bias[None]),
+        extra = bias[None]
+        if posemb == "relative":  # each layer's own keys, one per offset and head
+            table = variables["params"][f"block_{layer}"]["attention"]["relative_attention"][
+                "rel_embedding"]
+            assert table.shape == (2 * grid * grid - 1 + 3, heads, head_dim)
+            extra = np_relative_logits(q, table, grid * grid, prefix=1)
+            if layer:  # the layers learn tables of their own
+                assert not np.allclose(table, variables["params"]["block_0"]["attention"][
+                    "relative_attention"]["rel_embedding"])
+        np.testing.assert_allclose(np.asarray(sown), _softmax(logits + extra),
                                    rtol=1e-4, atol=1e-6)
+
+
+def _np_table(posemb, params, cfg):
+    """The [T, D] position table of `posemb` from its parameters, in NumPy: learned_1d one row per
+    token (class token included), learned_2d concat(row[y], col[x]) for patch (y, x) in raster
+    order, sincos_2d the fixed table; the 2-D kinds give the class token zeros."""
+    (gh, gw), prefix, width = cfg.grid, cfg.num_prefix_tokens, cfg.hidden_size
+    if posemb == "learned_1d":
+        return np.asarray(params["embedding"], np.float64)
+    table = np.zeros((prefix + gh * gw, width))
+    for y in range(gh):
+        for x in range(gw):
+            if posemb == "learned_2d":
+                table[prefix + y * gw + x] = np.concatenate([params["row_embedding"][y],
+                                                             params["col_embedding"][x]])
+            else:
+                table[prefix + y * gw + x] = position_2d.sincos_2d_table(gh, gw, width)[y * gw + x]
+    return table
+
+
+def _np_layernorm(x, params, eps=1e-6):
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * params["scale"] + params["bias"]
+
+
+@pytest.mark.parametrize("posemb, posemb_mode, pool", [
+    ("learned_1d", "stem", "cls"), ("learned_2d", "stem", "cls"),
+    ("learned_1d", "every_layer", "cls"), ("learned_2d", "every_layer", "cls"),
+    ("learned_1d", "every_layer_shared", "mean"), ("learned_2d", "every_layer_shared", "cls"),
+    ("sincos_2d", "every_layer_shared", "cls")])
+def test_position_table_enters_where_its_column_says(posemb, posemb_mode, pool):
+    """ViT App. D.4, Table 8's columns. The input of block i is the output of block i-1 (block 0:
+    the class token and the patch embeddings) plus: 'stem' the table in block 0 only,
+    'every_layer' block i's own table (params block_i/posemb), 'every_layer_shared' the one table
+    (params posemb) in every block. Checked through each block's first LayerNorm."""
+    cfg = small(posemb=posemb, posemb_mode=posemb_mode, pool=pool, num_layers=3)
+    images = np.random.default_rng(6).normal(size=(2, 28, 28, 1)).astype(np.float32)
+    model = ViT(cfg)
+    variables = _randomised(nn.meta.unbox(model.init(jax.random.PRNGKey(0), images)), seed=7)
+    params = jax.tree.map(lambda x: np.asarray(x, np.float64), variables["params"])
+    _, state = model.apply(variables, images, capture_intermediates=lambda mdl, _: (
+        mdl.name in ("patch_embedding", "norm_attention") or str(mdl.name).startswith("block_")))
+    found = state["intermediates"]
+    x = np.asarray(found["patch_embedding"]["__call__"][0], np.float64)
+    if pool == "cls":
+        x = np.concatenate([np.broadcast_to(params["cls"], (2, 1, cfg.hidden_size)), x], axis=1)
+    per_layer = [f"block_{i}" for i in range(cfg.num_layers) if "posemb" in params[f"block_{i}"]]
+    assert per_layer == ([f"block_{i}" for i in range(cfg.num_layers)]
+                         if posemb_mode == "every_layer" else [])
+    assert ("posemb" in params) == (posemb != "sincos_2d" and posemb_mode != "every_layer")
+    tables = []
+    for i in range(cfg.num_layers):
+        block = f"block_{i}"
+        if posemb_mode == "every_layer":
+            table = _np_table(posemb, params[block]["posemb"], cfg)
+        elif posemb_mode == "every_layer_shared" or i == 0:
+            table = _np_table(posemb, params.get("posemb"), cfg)
+        else:
+            table = 0.0
+        normed = np.asarray(found[block]["norm_attention"]["__call__"][0], np.float64)
+        np.testing.assert_allclose(
+            normed, _np_layernorm(x + table, params[block]["norm_attention"]), rtol=1e-4,
+            atol=1e-4, err_msg=block)
+        tables.append(table)
+        x = np.asarray(found[block]["__call__"][0], np.float64)
+    if posemb_mode == "every_layer":  # tables of their own
+        assert not np.allclose(tables[0], tables[1])
+    if pool == "cls" and posemb != "learned_1d":  # the class token sits at no patch
+        assert np.all(tables[0][0] == 0)
+
+
+def test_every_layer_columns_add_one_table_per_layer_or_one_in_all():
+    table_1d, table_2d = 17 * 32, 4 * 16 + 4 * 16     # class token + 16 patches; rows + columns
+    for posemb, table in (("learned_1d", table_1d), ("learned_2d", table_2d)):
+        stem = count(small(posemb=posemb, pool="cls", num_layers=3), 1)
+        assert count(small(posemb="none", pool="cls", num_layers=3), 1) == stem - table
+        assert count(small(posemb=posemb, posemb_mode="every_layer", pool="cls",
+                           num_layers=3), 1) == stem + 2 * table
+        assert count(small(posemb=posemb, posemb_mode="every_layer_shared", pool="cls",
+                           num_layers=3), 1) == stem
+    assert count(small(posemb="sincos_2d", posemb_mode="every_layer_shared"), 1) == count(
+        small(posemb="none"), 1)
+
+
+def test_relative_attention_learns_keys_per_layer_offset_and_head():
+    # 2 layers x (2 x 16 - 1 offsets + 3 class-token relations) x 4 heads x 8 (head_dim).
+    assert count(small(posemb="relative", pool="cls"), 1) - count(small(posemb="none", pool="cls"),
+                                                                  1) == 2 * 34 * 4 * 8
+    assert count(small(posemb="relative", pool="mean"), 1) - count(
+        small(posemb="none", pool="mean"), 1) == 2 * 31 * 4 * 8
 
 
 @pytest.mark.parametrize("pool, head_hidden_size", [("cls", 0), ("mean", 0), ("cls", 16),
@@ -166,8 +276,8 @@ def test_head_reads_the_pooled_final_norm_output(pool, head_hidden_size):
 
 
 def test_every_parameter_has_logical_axis_names():
-    for posemb in POSEMB_KINDS:
-        variables = ViT(small(posemb=posemb, head_hidden_size=16)).init(
+    for posemb, posemb_mode in [(kind, "stem") for kind in POSEMB_KINDS] + EVERY_LAYER:
+        variables = ViT(small(posemb=posemb, posemb_mode=posemb_mode, head_hidden_size=16)).init(
             jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))
         leaves = jax.tree.leaves(variables, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
         unnamed = [x for x in leaves if not isinstance(x, nn.LogicallyPartitioned)]
@@ -189,9 +299,22 @@ def test_sincos_and_none_add_no_parameters():
                                              "head, so it needs hidden_size / num_heads divisible "
                                              "by 4, got 6"),
     (dict(pool="max"), "pool='max' is not one of"),
+    (dict(posemb_mode="every_block"), "posemb_mode='every_block' is not one of"),
+    (dict(posemb="none", posemb_mode="every_layer"),
+     "posemb_mode='every_layer' adds a position table to the input of every layer, but "
+     "posemb='none' adds no position information; use posemb_mode='stem', or a posemb with a "
+     "table: ['learned_1d', 'learned_2d', 'sincos_2d']"),
+    (dict(posemb="relative", posemb_mode="every_layer_shared"),
+     "posemb='relative' has no table to add: it acts inside every attention layer already"),
+    (dict(posemb="rope_2d", posemb_mode="every_layer"), "posemb='rope_2d' has no table to add"),
+    (dict(posemb="sincos_2d", posemb_mode="every_layer"),
+     "posemb='sincos_2d' is one fixed table, the same in every layer, so "
+     "posemb_mode='every_layer' (a table learned for each layer) does not apply; use "
+     "posemb_mode='every_layer_shared'"),
+    (dict(layer_norm_eps=0.0), "layer_norm_eps=0.0 must be > 0"),
 ])
 def test_impossible_configs_are_rejected(overrides, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         small(**overrides)
 
 
@@ -259,9 +382,11 @@ def test_stem_feature_map_goes_through_the_blocks_activation_into_the_patches(ac
 # Rematerialisation ---------------------------------------------------------------------------
 
 def _remat_setup(remat):
-    """A small ViT with dropout everywhere and an attention bias (posemb 'relative') passed into
-    every block, random images and labels, and its loss as a function of the parameters."""
-    cfg = small(remat=remat, posemb="relative", dropout_rate=0.1, attention_dropout_rate=0.1)
+    """A small ViT with dropout everywhere and an attention bias (posemb 'relative_bias_2d')
+    passed into every block, random images and labels, and its loss as a function of the
+    parameters. (The relative attention and the every-layer tables under remat: test_stack.py.)"""
+    cfg = small(remat=remat, posemb="relative_bias_2d", dropout_rate=0.1,
+                attention_dropout_rate=0.1)
     rng = np.random.default_rng(0)
     images = jnp.asarray(rng.normal(size=(2, 28, 28, 1)), jnp.float32)
     labels = jnp.asarray(rng.integers(0, 10, size=2))
@@ -296,8 +421,8 @@ def test_remat_keeps_parameters_loss_and_gradients():
 
 def test_remat_appears_in_the_gradient_and_keeps_fewer_residuals():
     _, images, _ = _remat_setup("none")
-    params = nn.meta.unbox(ViT(small(posemb="relative")).init(jax.random.PRNGKey(0), images))
-    params = params["params"]
+    params = nn.meta.unbox(ViT(small(posemb="relative_bias_2d")).init(
+        jax.random.PRNGKey(0), images))["params"]
     residuals = {}
     for remat in ("none",) + REMATS:
         _, _, loss = _remat_setup(remat)

@@ -82,8 +82,21 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signum)
+class _Signals:
+    """SIGINT / SIGTERM while the trainer does not hold them. Before its first train step they
+    raise Interrupted: nothing is saved yet. Once it has handed them back (the steps trained are
+    checkpointed, or a non-finite loss stopped it), they are ignored: what is left is writing
+    the run's record and its last lines, moments, and a signal then would lose the record and
+    claim that nothing was saved."""
+
+    def __init__(self):
+        self.trainer = None  # set once the trainer is built
+
+    def __call__(self, signum, frame):
+        preemption = getattr(self.trainer, "preemption", None)
+        if preemption is not None and preemption.took_over:
+            return
+        raise Interrupted(signum)
 
 
 def main(argv=None) -> int:
@@ -96,10 +109,10 @@ def main(argv=None) -> int:
     started = time.time()  # the record's wall clock: the whole command
     argv = sys.argv[1:] if argv is None else list(argv)
     args, overrides = parse_args(argv)
-    previous = {sig: signal.signal(sig, _raise_interrupted)
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = _Signals()
+    previous = {sig: signal.signal(sig, signals) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _train(args, overrides, argv, started)
+        return _train(args, overrides, argv, started, signals)
     except Interrupted as stop:
         print(f"interrupted by {stop} before the first train step: no checkpoint was written "
               "(those already in the workdir are kept); the same command starts again",
@@ -110,7 +123,7 @@ def main(argv=None) -> int:
             signal.signal(sig, handler)
 
 
-def _train(args, overrides, argv: list[str], started: float) -> int:
+def _train(args, overrides, argv: list[str], started: float, signals: _Signals) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
@@ -150,7 +163,7 @@ def _train(args, overrides, argv: list[str], started: float) -> int:
         if moved and jax.process_index() == 0:
             print("the mesh differs from the workdir's; the checkpoint is restored onto the new "
                   "one:\n" + "\n".join(moved), file=sys.stderr)
-        trainer = Trainer(config, workdir, fresh_start=args.fresh_start)  # validates all first
+        trainer = signals.trainer = Trainer(config, workdir, fresh_start=args.fresh_start)
         final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
         from train import run_record
         run_record.write_train_record(trainer, command=["python", "-m", "train", *argv],

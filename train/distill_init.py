@@ -19,17 +19,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from flax import traverse_util
 
 from models.bert import BertConfig, with_layer_layout
 from models.bert_student import select_layers, student_config, student_params
 from train.config import ConfigError, check_choice
 from train.finetune_init import RUNTIME_FIELDS
+from train.pretrained_params import put_pretrained
 from train.run_config import Resolution
 
 INITS = ("teacher", "random")
@@ -63,34 +61,19 @@ def student_model_config(config: ml_collections.ConfigDict, teacher
 def init_from_teacher(variables: dict, teacher, layers, *, segments: bool, pooler: bool,
                       keep_random: tuple[str, ...] = ()) -> dict:
     """The student's random `variables` with every parameter the teacher gives in its place
-    (models/bert_student.py student_params), keeping the logical-axis boxes and dtypes.
-    Top-level parameters the teacher has none of (`keep_random`, e.g. the MLM head of a
-    student of MiniLM) stay random; anything else missing, extra or mis-shaped is a ConfigError
-    naming every difference."""
-    current = traverse_util.flatten_dict(variables["params"])
+    (models/bert_student.py student_params), keeping the logical-axis boxes and dtypes
+    (train/pretrained_params.py put_pretrained). Top-level parameters the teacher has none of
+    (`keep_random`, e.g. the MLM head of a student of MiniLM) stay random; anything else
+    missing, extra or mis-shaped is a ConfigError naming every difference."""
+    params = variables["params"]
     scanned = any(k[:3] == ("bert", "encoder", "layers") or k[:2] == ("encoder", "layers")
-                  for k in current)
+                  for k in traverse_util.flatten_dict(params))
     taken = student_params(teacher.params, layers, segments=segments, pooler=pooler)
-    if "bert" in variables["params"] and "bert" not in taken:  # a bare encoder (MiniLM)
+    if "bert" in params and "bert" not in taken:  # a bare encoder (MiniLM)
         taken = {"bert": taken}
-    loaded = traverse_util.flatten_dict(with_layer_layout(taken, scan=scanned))
-    problems = [f"missing {'/'.join(k)} {tuple(nn.meta.unbox(v).shape)}"
-                for k, v in current.items() if k not in loaded and k[0] not in keep_random]
-    problems += [f"unexpected {'/'.join(k)} {np.shape(v)}" for k, v in loaded.items()
-                 if k not in current]
-    problems += [f"{'/'.join(k)}: teacher {np.shape(loaded[k])}, student "
-                 f"{tuple(nn.meta.unbox(v).shape)}" for k, v in current.items()
-                 if k in loaded and np.shape(loaded[k]) != tuple(nn.meta.unbox(v).shape)]
-    if problems:
-        raise ConfigError(f"the teacher {teacher.source!r} does not fit the student "
-                          f"({len(problems)} differences):\n  " + "\n  ".join(problems[:40]))
-
-    def put(old, new):
-        value = jnp.asarray(new, dtype=nn.meta.unbox(old).dtype)
-        return old.replace_boxed(value) if isinstance(old, nn.meta.AxisMetadata) else value
-
-    replaced = {k: put(v, loaded[k]) if k in loaded else v for k, v in current.items()}
-    return {**variables, "params": traverse_util.unflatten_dict(replaced)}
+    loaded = with_layer_layout(taken, scan=scanned)
+    return {**variables, "params": put_pretrained(
+        params, loaded, what=f"the teacher {teacher.source!r}", fresh=keep_random)}
 
 
 def frozen_teacher(init_fn, teacher) -> tuple[Any, Any]:

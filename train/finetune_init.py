@@ -33,15 +33,13 @@ import json
 from typing import Any, Callable
 
 import flax.linen as nn
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from etils import epath
-from flax import traverse_util
 
 from models.bert import SCAN_NAME, BertConfig, with_layer_layout
 from train import storage
 from train.config import ConfigError, to_dataclass
+from train.pretrained_params import put_pretrained
 
 INIT_NAMES = ("scratch", "minilm")  # or a path
 # The tasks whose workdirs hold a pretrained encoder: BERT pretraining, general distillation.
@@ -201,32 +199,14 @@ def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
 
 def replace_encoder(variables: dict, encoder_params: Any, *, where: str = "bert") -> dict:
     """`variables` with `variables['params'][where]` replaced by `encoder_params` (NumPy), keeping
-    the logical-partitioning boxes and dtypes of the random ones. ConfigError naming every
-    missing, unexpected or mis-shaped parameter."""
+    the logical-partitioning boxes and dtypes of the random ones (train/pretrained_params.py).
+    ConfigError naming every missing, unexpected or mis-shaped parameter."""
     if encoder_params is None:
         return variables
     scanned = SCAN_NAME in variables["params"][where].get("encoder", {})
     encoder_params = with_layer_layout(nn.meta.unbox(encoder_params), scan=scanned)
-    current = traverse_util.flatten_dict(variables["params"][where])
-    loaded = traverse_util.flatten_dict(encoder_params)
-    problems = [f"missing {'/'.join(k)} {tuple(nn.meta.unbox(v).shape)}"
-                for k, v in current.items() if k not in loaded]
-    problems += [f"unexpected {'/'.join(k)} {np.shape(v)}" for k, v in loaded.items()
-                 if k not in current]
-    problems += [f"{'/'.join(k)}: pretrained {np.shape(loaded[k])}, model "
-                 f"{tuple(nn.meta.unbox(v).shape)}" for k, v in current.items()
-                 if k in loaded and np.shape(loaded[k]) != tuple(nn.meta.unbox(v).shape)]
-    if problems:
-        raise ConfigError(f"the pretrained encoder does not fit the model's {where!r} "
-                          f"parameters ({len(problems)} differences):\n  "
-                          + "\n  ".join(problems[:40]))
-
-    def put(old, new):
-        value = jnp.asarray(new, dtype=nn.meta.unbox(old).dtype)
-        return old.replace_boxed(value) if isinstance(old, nn.meta.AxisMetadata) else value
-
-    replaced = {k: put(v, loaded[k]) for k, v in current.items()}
     params = dict(variables["params"])
-    params[where] = traverse_util.unflatten_dict(replaced)
+    params[where] = put_pretrained(variables["params"][where], encoder_params,
+                                   what=f"the pretrained encoder (the model's {where!r})")
     return {**variables, "params": params}
 

@@ -2,7 +2,9 @@
 
 A preempted VM, `scancel` or Ctrl-C sends one of them. The trainer arms the handlers once its
 first step is compiled and running; before that, the caller's handlers apply (`python -m train`
-stops with nothing saved, exit 130 / 143). Further signals during the final save are ignored.
+stops with nothing saved, exit 130 / 143). Further signals during the final save are ignored, and
+`took_over` tells the caller, once its handlers are back, that the steps trained were saved (so
+`python -m train` ignores a signal while it writes the run's record).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class Preemption:
     def __init__(self):
         self.received: list[str] = []  # names of the signals caught, e.g. ['SIGTERM']
+        self.took_over = False  # armed at least once: training started
         self._previous: dict = {}
 
     def arm(self) -> None:
         """From now on a signal is noted instead of handled by the previous handler."""
         if not self._previous:
             self._previous = {sig: signal.signal(sig, self._note) for sig in SIGNALS}
+            self.took_over = True
 
     def _note(self, signum, frame) -> None:
         self.received.append(signal.Signals(signum).name)

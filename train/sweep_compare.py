@@ -41,9 +41,17 @@ SWEEPS = {s.folder: s for s in (
 )}
 
 
-def load(folder: str, results: str | Path = RESULTS) -> tuple[Sweep, dict]:
+def sweep_command(folder: str) -> str:
+    """The command that runs (or resumes, running only what is missing) a committed sweep."""
+    return f"python -m train.sweep --config {SWEEPS[folder].config} --workdir workdirs/{folder}"
+
+
+def load(folder: str, results: str | Path = RESULTS, *,
+         allow_missing: bool = False) -> tuple[Sweep, dict]:
     """The sweep's declaration and its finished runs, {row: {label: values over seeds, 'seed':
-    seeds}}, read from each run's result.json. Raises FileNotFoundError when there are none."""
+    seeds}}, read from each run's result.json. Raises FileNotFoundError when there are none, or
+    (unless `allow_missing`) when any run of the sweep's rows x seeds has no finished record: a
+    table or figure with a row or seed silently left out would read as complete."""
     committed = SWEEPS[folder]
     sweep = load_sweep_file(str(REPO / committed.config))
     directory = Path(results) / folder
@@ -51,9 +59,8 @@ def load(folder: str, results: str | Path = RESULTS) -> tuple[Sweep, dict]:
     if not records:
         raise FileNotFoundError(
             f"{directory} holds no finished run of the sweep {committed.config}: "
-            f"`python -m train.sweep --config {committed.config} --workdir DIR` makes them "
-            f"(then copy DIR to {directory}, or point RESULTS at the folder holding DIR as "
-            f"{folder}/)")
+            f"`{sweep_command(folder)}` makes them (then copy workdirs/{folder} to {directory}, "
+            f"or point RESULTS at the folder holding it as {folder}/)")
     labels = [sweep.label(m) for m in sweep.metrics]
     runs = {}
     for row in sweep.rows:
@@ -61,7 +68,21 @@ def load(folder: str, results: str | Path = RESULTS) -> tuple[Sweep, dict]:
         if mine:
             runs[row] = {label: np.array([r["metrics"][label] for r in mine]) for label in labels}
             runs[row]["seed"] = np.array([r["seed"] for r in mine])
+    missing = missing_runs(sweep, runs)
+    if missing and not allow_missing:
+        raise FileNotFoundError(
+            f"{directory} has no finished record of {len(missing)} of the sweep's "
+            f"{len(sweep.rows) * sweep.seeds} runs ({', '.join(missing)}): "
+            f"`{sweep_command(folder)}`, with a copy of {directory} as workdirs/{folder}, runs "
+            "only those (then copy it back)")
     return sweep, runs
+
+
+def missing_runs(sweep: Sweep, runs: dict) -> list[str]:
+    """'ROW seed K' for each run of the sweep's rows x seeds 0 .. sweep.seeds - 1 that `runs`
+    (as `load` returns them) does not hold."""
+    return [f"{row} seed {seed}" for row in sweep.rows for seed in range(sweep.seeds)
+            if row not in runs or seed not in runs[row]["seed"]]
 
 
 def scale(label: str, values):
@@ -168,12 +189,15 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
     percent = "; accuracies in %" if any("accuracy" in label for label in labels) else ""
     relative = (f" (perplexity: in % of `{reference}`'s)"
                 if any("perplexity" in label for label in with_paper) else "")
-    notes = [f"**{sweep.title}** (`python -m train.sweep --config "
-             f"{SWEEPS[folder].config}`): mean ± sample std over seeds{percent}. Δ: the row "
+    notes = [f"**{sweep.title}** (`{sweep_command(folder)}`): mean ± sample std over "
+             f"seeds{percent}. Δ: the row "
              f"minus `{reference}`, paired by seed, ± the standard error of the per-seed "
              f"differences{relative}. Best row by {labels[0]} in bold."]
     if sweep.paper_note:
         notes.append(f"Paper: {sweep.paper_note}")
+    missing = missing_runs(sweep, runs)
+    if missing:
+        notes.append(f"Not recorded yet, so not in the table: {', '.join(missing)}.")
     notes.append(provenance(folder, results))
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
 

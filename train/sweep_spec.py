@@ -1,5 +1,6 @@
 """What a sweep config declares (train/sweep.py runs it): a `Sweep` of rows, `Stage`s and
-`Metric`s, checked when it is built, and `load_sweep_file` that calls a file's `get_sweep(arg)`."""
+`Metric`s, the paper's `Finding`s it tests (train/findings.py judges them), checked when it is
+built, and `load_sweep_file` that calls a file's `get_sweep(arg)`."""
 
 from __future__ import annotations
 
@@ -42,6 +43,65 @@ class Stage:
     workdir_from: str = ""     # ... of this earlier stage instead ('': the one just before)
 
 
+EXPECTATIONS = ("higher", "lower", "level")
+
+
+@dataclasses.dataclass(frozen=True)
+class Reached:
+    """A finding is testable only where every seed of each of `rows` reached `value` on `metric`
+    (`at_least`; else at most): e.g. an encoder's MLM accuracy above the unigram plateau, without
+    which its downstream numbers measure a failure to start learning, not a masking strategy."""
+
+    metric: str
+    value: float
+    rows: tuple[str, ...]
+    why: str                  # what falling short means, for the verdict's reason
+    at_least: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Levelled:
+    """A finding is testable only where `metric` of `row` had levelled off: in every seed its
+    final eval differs from the eval at `1 - last` of the run's steps by at most `tolerance`
+    (in the metric's units; perplexity in % of the earlier value), read from the eval history
+    in the runs' records. Results of models still improving fast do not test the paper."""
+
+    row: str
+    metric: str
+    tolerance: float
+    last: float = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One finding of the paper, stated in a sentence, and the paired comparison that tests it:
+    `metric` of `row` against `against_metric` (default: the same) of `against` (default: the
+    sweep's reference row), seed by seed. `expect`: what the paper found of the first relative
+    to the second ('higher', 'lower' or 'level': no difference larger than `tolerance`, in the
+    units of the comparison). `paper`: the paper's own numbers for it, from its table. `if_not`: the likely reason, shown when ours does not
+    reproduce it. `requires`: what must hold of the runs for the comparison to test the paper
+    at all (`Reached`, `Levelled`)."""
+
+    claim: str
+    metric: str
+    row: str
+    expect: str
+    paper: str
+    against: str = ""
+    against_metric: str = ""
+    tolerance: float = 0.0
+    if_not: str = ""
+    requires: tuple[Reached | Levelled, ...] = ()
+
+    def __post_init__(self):
+        if self.expect not in EXPECTATIONS:
+            raise SweepError(f"Finding {self.claim!r}: expect={self.expect!r} is not one of "
+                             f"{list(EXPECTATIONS)}")
+        if (self.expect == "level") != (self.tolerance > 0):
+            raise SweepError(f"Finding {self.claim!r}: a 'level' finding needs tolerance > 0 (the "
+                             "largest change that still counts as none), and only it has one")
+
+
 @dataclasses.dataclass(frozen=True)
 class Sweep:
     """An ablation table: its rows, the runs behind each (stages x seeds) and what to report."""
@@ -53,6 +113,7 @@ class Sweep:
     seeds: int = 3                               # default of --seeds: seeds 0 .. seeds-1
     paper: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     paper_note: str = ""                         # what the paper's numbers measure
+    findings: tuple[Finding, ...] = ()           # the paper's findings this table tests
 
     def __post_init__(self):
         names = [stage.name for stage in self.stages]
@@ -98,6 +159,23 @@ class Sweep:
                                  f"{sorted(unknown)}")
         if self.seeds < 1:
             raise SweepError(f"seeds={self.seeds} must be >= 1")
+        for finding in self.findings:
+            self._check_finding(finding, labels)
+
+    def _check_finding(self, finding: Finding, labels: list[str]) -> None:
+        rows = [finding.row, *([finding.against] if finding.against else [])]
+        metrics = [finding.metric, *([finding.against_metric] if finding.against_metric else [])]
+        for need in finding.requires:
+            rows += list(need.rows) if isinstance(need, Reached) else [need.row]
+            metrics.append(need.metric)
+        for row in rows:
+            if row not in self.rows:
+                raise SweepError(f"Finding {finding.claim!r} names {row!r}, which is not a row: "
+                                 f"{list(self.rows)}")
+        for metric in metrics:
+            if metric not in labels:
+                raise SweepError(f"Finding {finding.claim!r} names the metric {metric!r}; the "
+                                 f"sweep's metrics are {labels}")
 
     def label(self, metric: Metric) -> str:
         """Column name: 'accuracy', or 'pretrain.mlm_accuracy' for a stage other than the last."""

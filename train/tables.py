@@ -10,7 +10,9 @@ notebooks/**/*.md) from the committed records under notebooks/results/:
 so that no number in the docs is typed by hand. The tables (TABLES below): single runs from
 notebooks/results/runs/NAME/record.json (train/result_tables.py; a run not recorded yet renders
 as the commands that make and save its record), the three sweeps from their runs' result.json
-(train/sweep_compare.py). --check writes nothing and exits 1 naming every region that differs
+(train/sweep_compare.py) and the verdicts on the papers' findings they test (train/findings.py);
+and docs/launch.md's cost estimates from the recipes' configs (train/recipe_costs.py).
+--check writes nothing and exits 1 naming every region that differs
 from its records (tests/test_tables.py runs it on the repository's docs).
 """
 
@@ -22,9 +24,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from train import findings
 from train import result_tables as rt
 from train.run_record import REPO, RecordError
-from train.sweep_compare import SWEEPS, load, markdown_table
+from train.sweep_compare import SWEEPS, load, markdown_table, sweep_command
 
 OPEN = re.compile(r"^<!-- table: (\S+) -->$")
 CLOSE = "<!-- /table -->"
@@ -38,13 +41,21 @@ class TableError(ValueError):
 def _sweep(folder: str) -> Callable[[rt.Records], str]:
     def render(records: rt.Records) -> str:
         try:
-            sweep, runs = load(folder, records.results)
+            sweep, runs = load(folder, records.results, allow_missing=True)  # says which
         except FileNotFoundError:
-            config = SWEEPS[folder].config
-            return (f"(not recorded yet: `python -m train.sweep --config {config} --workdir "
-                    f"workdirs/{folder}`, then copy workdirs/{folder} to "
-                    f"notebooks/results/{folder})")
+            return (f"(not recorded yet: `{sweep_command(folder)}`, then copy workdirs/{folder} "
+                    f"to notebooks/results/{folder})")
         return markdown_table(folder, sweep, runs, records.results)
+    return render
+
+
+def _launch(table: str) -> Callable[[rt.Records], str]:
+    """docs/launch.md's estimates, computed from the recipes' configs (train/recipe_costs.py),
+    not from records: nothing has been measured on a GPU or TPU yet."""
+    def render(records: rt.Records) -> str:
+        from train import recipe_costs  # the models' configs and the FLOPs model: only here
+
+        return getattr(recipe_costs, table)()
     return render
 
 
@@ -60,7 +71,12 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
+    "launch_recipes": _launch("recipes_table"),
+    "launch_costs": _launch("costs_table"),
     **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
+    **{f"findings_{folder}": (lambda records, folder=folder:
+                              findings.markdown_table(folder, records.results))
+       for folder in SWEEPS},
 }
 
 

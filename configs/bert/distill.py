@@ -119,9 +119,11 @@ def _general(args) -> ml_collections.ConfigDict:
 
     config.data = ml_collections.ConfigDict()
     config.data.names = ("brown", "austen", "sotu")  # python -m data.fetch NAME
-    config.data.source = "local"
+    config.data.source = "local"             # local (data/ builders) | tfds (one Wikipedia dump)
     config.data.train_split = "train"
     config.data.eval_split = "validation"
+    config.data.shuffle_window = 0           # tfds: examples shuffled together in the stream
+                                             # (0 local: the whole corpus is shuffled)
     config.data.input_format = "full_sentences"  # packed sentences, no pairs (no NSP)
     config.data.max_seq_length = 128
     config.data.short_seq_prob = 0.1
@@ -137,6 +139,7 @@ def _general(args) -> ml_collections.ConfigDict:
     config.data.phase2_fraction = 0.0        # (data/pipelines/phases.py; unused by default)
     config.data.phase2_max_seq_length = 512
     config.data.phase2_max_predictions = 80
+    config.data.phase2_batch_size = 32       # global batch of phase 2
 
     steps = args.steps or GENERAL_STEPS
     config.optimizer = common.optimizer_config(  # AdamW, warmup 10%, linear decay
@@ -149,7 +152,7 @@ def _general(args) -> ml_collections.ConfigDict:
     if args.smoke:
         config.data.update(names=("brown",), max_seq_length=32, max_predictions=5, batch_size=8,
                            eval_batch_size=16, phase2_max_seq_length=64,
-                           phase2_max_predictions=10)
+                           phase2_max_predictions=10, phase2_batch_size=4)
         config.optimizer.warmup_steps = 2
         config.train.update(num_steps=args.steps or 8, log_every=4, checkpoint_every=4,
                             keep_checkpoints=2, progress_bar=False)

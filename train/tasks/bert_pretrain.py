@@ -11,15 +11,18 @@ optimised).
 
 Examples are built in the input pipeline (data/pipelines/pretraining.py): sentence pairs, truncation and
 masking, with every rate from the config. An optional second phase switches to longer
-sequences for the last `data.phase2_fraction` of the steps (data/pipelines/phases.py). The
-batches come from train/tasks/pretraining_inputs.py, which general-purpose distillation shares.
+sequences (and its own batch size) for the last `data.phase2_fraction` of the steps
+(data/pipelines/phases.py). The batches come from train/tasks/pretraining_inputs.py, which
+general-purpose distillation shares: the local corpora of data.names read whole
+(data.source='local'), or TFDS English Wikipedia streamed article by article ('tfds'), whose
+WordPiece vocabulary is trained on data.vocab_sample_documents articles spread over the
+training split (or data.vocab_file).
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from data.vocab import wordpiece
 from models.bert import BertConfig
@@ -29,7 +32,7 @@ from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
 from train.run_config import Resolution
 from train.tasks.base import Task
-from train.tasks.pretraining_inputs import PretrainingInputs, real_rows
+from train.tasks.pretraining_inputs import MaskedLMData, PretrainingInputs, real_rows
 
 
 def _model_config(config: ml_collections.ConfigDict, vocab_size: int) -> BertConfig:
@@ -39,25 +42,48 @@ def _model_config(config: ml_collections.ConfigDict, vocab_size: int) -> BertCon
     return to_dataclass(BertConfig, model_section, "model", vocab_size=vocab_size)
 
 
+def _vocabulary_split(data) -> str:
+    """What a trained vocabulary's cache file is named after: the training split, or for a
+    TFDS stream the sample of it that trains the vocabulary."""
+    if data.source == "tfds":
+        return f"{data.train_split}-sample{data.vocab_sample_documents}"
+    return data.train_split
+
+
 def _vocabulary(config: ml_collections.ConfigDict, saved, documents_fn):
     """config.data.vocab_file, or one trained on `documents_fn()` (the corpora's training
-    documents; cached); at a resumed run's start the one saved in its workdir
-    (train/vocabulary.py). `documents_fn=None` (a plan): None for one not trained yet."""
+    documents, or a TFDS stream's sample of them; cached); at a resumed run's start the one
+    saved in its workdir (train/vocabulary.py). `documents_fn=None` (a plan): None for one not
+    trained yet."""
     data = config.data
     if data.vocab_file:
         requested = wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
         return vocabulary.choose(saved, lambda: requested, kind="wordpiece",
                                  requested=requested,
                                  where=f"config.data.vocab_file={data.vocab_file!r}")
-    key = dict(datasets=tuple(data.names), split=data.train_split, vocab_size=data.vocab_size,
-               lowercase=data.lowercase)
+    key = dict(datasets=tuple(data.names), split=_vocabulary_split(data),
+               vocab_size=data.vocab_size, lowercase=data.lowercase)
     if documents_fn is None:
         return vocabulary.choose(saved, lambda: wordpiece.cached(**key), kind="wordpiece")
     return vocabulary.choose(
         saved, lambda: wordpiece.vocab_for_documents(documents_fn, **key), kind="wordpiece")
 
 
-class BertPretrainingTask(Task):
+def _check_vocabulary_sample(data) -> None:
+    """data.vocab_sample_documents names the articles a TFDS stream's vocabulary is trained on;
+    the local corpora train it on all their training documents."""
+    if data.source == "local":
+        if data.vocab_sample_documents:
+            raise ConfigError(f"config.data.vocab_sample_documents={data.vocab_sample_documents} "
+                              "applies to data.source='tfds' (a stream of Wikipedia articles); "
+                              "the local corpora are read whole: set it to 0")
+    elif not data.vocab_file and data.vocab_sample_documents < 1:
+        raise ConfigError(f"config.data.vocab_sample_documents={data.vocab_sample_documents}: "
+                          "name the articles the WordPiece vocabulary is trained on (e.g. "
+                          "100000), or give config.data.vocab_file")
+
+
+class BertPretrainingTask(MaskedLMData, Task):
     """`BertForPreTraining` on documents from one or more corpora."""
 
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
@@ -65,26 +91,26 @@ class BertPretrainingTask(Task):
         self.config = config
         self.inputs = PretrainingInputs(config)
         data = config.data
+        _check_vocabulary_sample(data)
         if config.model.nsp and data.input_format != "segment_pair":
             raise ConfigError(f"config.model.nsp=True needs config.data.input_format="
                               f"'segment_pair' (got {data.input_format!r}, which has no pairs)")
         if not data.vocab_file:
             self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
-        self.tokenizer = _vocabulary(config, saved_vocabulary,
-                                     lambda: self.inputs.documents(data.train_split))
+        self.tokenizer = _vocabulary(config, saved_vocabulary, self._vocabulary_documents)
         self.inputs.use_tokenizer(self.tokenizer)
         self.model_config = _model_config(config, self.tokenizer.vocab_size)
         self.inputs.check_lengths(self.model_config)
         self.model = BertForPreTraining(self.model_config)
         self.d_model = self.model_config.hidden_size
 
-    @staticmethod
-    def datasets(config) -> tuple[str, ...]:
-        return tuple(config.data.names)
-
-    @property
-    def phase2_steps(self) -> int:
-        return self.inputs.phase2_steps
+    def _vocabulary_documents(self) -> list:
+        """The documents a WordPiece vocabulary is trained on: the training documents, or for
+        TFDS Wikipedia data.vocab_sample_documents articles spread over the training split."""
+        data = self.config.data
+        if data.source == "tfds":
+            return self.inputs.sample_documents(data.vocab_sample_documents)
+        return self.inputs.documents(data.train_split)
 
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
@@ -96,17 +122,12 @@ class BertPretrainingTask(Task):
             return Resolution(_model_config(config, tokenizer.vocab_size))
         return Resolution(_model_config(config, data.vocab_size), pending={
             "model.vocab_size": f"the size of the WordPiece vocabulary trained on "
-                                f"{'+'.join(data.names)} {data.train_split} when the run starts, "
+                                f"{'+'.join(data.names)} {_vocabulary_split(data)} when the run "
+                                "starts, "
                                 f"config.data.vocab_size={data.vocab_size} asked for (the texts "
                                 "may give fewer or more: data/vocab/wordpiece.py); not trained yet"})
 
     # ---- model -----------------------------------------------------------------------------
-    def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
-        length = self.config.data.max_seq_length
-        return {"input_ids": np.ones((batch_size, length), np.int32),
-                "masked_positions": np.zeros((batch_size, self.config.data.max_predictions),
-                                             np.int32)}
-
     def init_variables(self, rng, inputs):
         return self.model.init({"params": rng}, inputs["input_ids"],
                                masked_positions=inputs["masked_positions"], train=False)
@@ -119,7 +140,7 @@ class BertPretrainingTask(Task):
     def flops_per_example_at(self, step: int) -> float:
         """FLOPs of an example of the phase that train step `step` (0-based) belongs to."""
         data = self.config.data
-        if not self.phase2_steps or step < self.config.train.num_steps - self.phase2_steps:
+        if not self.inputs.in_phase2(step):
             return self.flops_per_example()
         return flops.bert_train_flops_per_example(
             self.model_config, data.phase2_max_seq_length, data.phase2_max_predictions)
@@ -165,13 +186,3 @@ class BertPretrainingTask(Task):
 
     def eval_fn(self, params, batch):
         return self._sums(params, batch, train=False)[1]
-
-    # ---- data --------------------------------------------------------------------------------
-    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
-        return self.inputs.train_iterator(batch_size=batch_size, seed=seed,
-                                          process_index=process_index,
-                                          process_count=process_count)
-
-    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
-        return self.inputs.eval_batches(batch_size=batch_size, process_index=process_index,
-                                        process_count=process_count)

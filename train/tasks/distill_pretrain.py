@@ -33,7 +33,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from models.bert import BertModel
 from models.bert_pretraining import BertForPreTraining, gather_positions
@@ -44,7 +43,7 @@ from train.distill_init import (check_fingerprint, distill_resolution, frozen_te
 from train.losses import cosine_embedding_loss, cross_entropy, soft_target_kl
 from train.run_config import Resolution
 from train.tasks.base import Task
-from train.tasks.pretraining_inputs import PretrainingInputs, real_rows
+from train.tasks.pretraining_inputs import MaskedLMData, PretrainingInputs, real_rows
 
 CE_POSITIONS = ("real", "masked")
 TERMS = ("distill_ce", "mlm", "cosine")  # and their weights alpha_ce, alpha_mlm, alpha_cos
@@ -70,7 +69,7 @@ def check_weights(config: ml_collections.ConfigDict, teacher) -> dict[str, float
     return {term: float(w) for term, w in weights.items() if w > 0}
 
 
-class GeneralDistillationTask(Task):
+class GeneralDistillationTask(MaskedLMData, Task):
     """A smaller `BertForPreTraining` (no NSP) learning masked LM from a pretrained teacher."""
 
     has_frozen_params = True
@@ -98,8 +97,8 @@ class GeneralDistillationTask(Task):
 
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
-        return (*config.data.names, *((teachers.MINILM,) if config.distill.teacher ==
-                                      teachers.MINILM else ()))
+        return (*PretrainingInputs.datasets(config),
+                *((teachers.MINILM,) if config.distill.teacher == teachers.MINILM else ()))
 
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
@@ -112,12 +111,6 @@ class GeneralDistillationTask(Task):
         return distill_resolution(self.config, self.teacher, self.layers, self.model_config)
 
     # ---- model -----------------------------------------------------------------------------
-    def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
-        length = self.config.data.max_seq_length
-        return {"input_ids": np.ones((batch_size, length), np.int32),
-                "masked_positions": np.zeros((batch_size, self.config.data.max_predictions),
-                                             np.int32)}
-
     def init_variables(self, rng, inputs):
         variables = self.model.init({"params": rng}, inputs["input_ids"],
                                     masked_positions=inputs["masked_positions"], train=False)
@@ -138,15 +131,26 @@ class GeneralDistillationTask(Task):
         return frozen_teacher(init, self.teacher)
 
     def flops_per_example(self) -> float:
-        """The student's training step plus the teacher's forward pass, the MLM heads over the
-        positions they run on (all L with ce_positions='real')."""
+        """Phase 1's FLOPs (a longer phase 2, when configured, costs more: flops_per_example_at)."""
         data = self.config.data
-        heads = (data.max_seq_length if self.config.distill.ce_positions == "real"
-                 else data.max_predictions)
-        student = flops.bert_train_flops_per_example(self.model_config, data.max_seq_length, heads)
+        return self._flops(data.max_seq_length, data.max_predictions)
+
+    def flops_per_example_at(self, step: int) -> float:
+        """FLOPs of an example of the phase that train step `step` (0-based) belongs to."""
+        data = self.config.data
+        if not self.inputs.in_phase2(step):
+            return self.flops_per_example()
+        return self._flops(data.phase2_max_seq_length, data.phase2_max_predictions)
+
+    def _flops(self, length: int, predictions: int) -> float:
+        """The student's training step plus the teacher's forward pass on sequences of `length`,
+        the MLM heads over the positions they run on (all L with ce_positions='real', else the
+        `predictions` masked ones)."""
+        heads = length if self.config.distill.ce_positions == "real" else predictions
+        student = flops.bert_train_flops_per_example(self.model_config, length, heads)
         teacher_heads = heads if self.teacher.has_mlm_head else 0
         teacher = flops.bert_train_flops_per_example(
-            dataclasses.replace(self.teacher.model_config, nsp=False), data.max_seq_length,
+            dataclasses.replace(self.teacher.model_config, nsp=False), length,
             teacher_heads) / flops.TRAIN_FLOPS_FACTOR
         return student + teacher
 
@@ -231,17 +235,6 @@ class GeneralDistillationTask(Task):
 
     def eval_fn(self, params, batch, frozen):
         return self._sums(params, frozen, batch, train=False)[1]
-
-    # ---- data --------------------------------------------------------------------------------
-    def train_iterator(self, *, batch_size: int, seed: int, process_index: int,
-                       process_count: int):
-        return self.inputs.train_iterator(batch_size=batch_size, seed=seed,
-                                          process_index=process_index,
-                                          process_count=process_count)
-
-    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
-        return self.inputs.eval_batches(batch_size=batch_size, process_index=process_index,
-                                        process_count=process_count)
 
 
 def _check_teacher_kind(teacher) -> None:

@@ -1,0 +1,185 @@
+"""train/findings.py: each paper finding's verdict follows from the paired statistic of its
+runs, computed here independently with the statistics module; requirements that fail make a
+finding untestable with a reason; sweep configs cannot declare a finding they cannot judge."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from train import findings
+from train.sweep_spec import Finding, Levelled, Metric, Reached, Stage, Sweep, SweepError
+
+ROWS = {"ref": "posemb=none", "a": "posemb=learned_1d", "b": "posemb=sincos_2d"}
+
+
+def _sweep(*declared: Finding) -> Sweep:
+    return Sweep(title="t", stages=(Stage("train", "configs/vit/fashion_mnist.py"),), rows=ROWS,
+                 metrics=(Metric("accuracy"), Metric("perplexity", "min")), findings=declared)
+
+
+def _runs(**rows):
+    """{row: {'accuracy': [...], 'perplexity': [...], 'seed': [0, 1, 2]}} from per-seed lists."""
+    out = {}
+    for row, (accuracy, perplexity) in rows.items():
+        out[row] = {"accuracy": np.array(accuracy), "perplexity": np.array(perplexity),
+                    "seed": np.arange(len(accuracy))}
+    return out
+
+
+def _paired(a, b):
+    d = [100 * (x - y) for x, y in zip(a, b)]
+    return statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d))
+
+
+def _judge(finding, runs, tmp_path=None):
+    sweep = _sweep(finding)
+    return findings.judge(finding, sweep, runs, "ref", tmp_path, "sweep")
+
+
+REF = [0.800, 0.810, 0.790]
+
+
+@pytest.mark.parametrize("a, expect, verdict", [
+    ([0.830, 0.845, 0.818], "higher", "reproduced"),       # +3.1 points, every seed
+    ([0.806, 0.800, 0.800], "higher", "direction only"),   # +0.2 ± 0.6: within 2 s.e.
+    ([0.830, 0.845, 0.818], "lower", "not reproduced"),    # the opposite, clearly
+    ([0.806, 0.800, 0.800], "lower", "not reproduced"),    # the opposite, not clearly
+])
+def test_a_directional_finding_is_judged_by_the_paired_change(a, expect, verdict):
+    finding = Finding("a beats ref", metric="accuracy", row="a", expect=expect, paper="p")
+    j = _judge(finding, _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5])))
+    delta, se = _paired(a, REF)
+    assert (j.delta, j.se, j.seeds) == (pytest.approx(delta), pytest.approx(se), 3)
+    clear = abs(delta) >= 2 * se
+    assert clear == (verdict == "reproduced" or (verdict == "not reproduced" and a[0] == 0.830))
+    assert j.verdict == verdict
+
+
+def test_perplexity_changes_are_in_percent_of_the_second_rows_mean():
+    ref, a = [10.0, 11.0, 12.0], [9.0, 9.9, 11.1]
+    finding = Finding("a lowers perplexity", metric="perplexity", row="a", expect="lower",
+                      paper="p")
+    j = _judge(finding, _runs(ref=(REF, ref), a=(REF, a)))
+    d = [100 * (x - y) / statistics.mean(ref) for x, y in zip(a, ref)]
+    assert j.delta == pytest.approx(statistics.mean(d))
+    assert j.se == pytest.approx(statistics.stdev(d) / math.sqrt(3))
+    assert j.verdict == "reproduced"
+
+
+@pytest.mark.parametrize("a, verdict", [
+    ([0.802, 0.811, 0.789], "reproduced"),                   # +0.07 ± 0.07: inside ± 1
+    ([0.840, 0.852, 0.829], "not reproduced"),               # +4.0 ± 0.1: all beyond ± 1
+    ([0.790, 0.830, 0.795], "not testable at this scale"),   # +0.5 ± 1.3: straddles ± 1
+])
+def test_a_level_finding_is_an_equivalence_test_within_its_tolerance(a, verdict):
+    finding = Finding("a is level with ref", metric="accuracy", row="a", expect="level",
+                      tolerance=1.0, paper="p")
+    j = _judge(finding, _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5])))
+    delta, se = _paired(a, REF)
+    inside, outside = abs(delta) + 2 * se <= 1.0, abs(delta) - 2 * se > 1.0
+    assert verdict == ("reproduced" if inside else "not reproduced" if outside else
+                       "not testable at this scale")
+    assert j.verdict == verdict
+
+
+def test_one_seed_is_never_a_clear_change():
+    finding = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p")
+    j = _judge(finding, _runs(ref=([0.5], [5]), a=([0.9], [5])))
+    assert (j.verdict, j.seeds) == ("direction only", 1) and math.isnan(j.se)
+
+
+def test_a_comparison_of_two_metrics_of_one_row_pairs_its_seeds():
+    """against_metric: e.g. an LM's perplexity at 8x its training length against 1x."""
+    sweep = Sweep(title="t", stages=(Stage("train", "configs/vit/fashion_mnist.py"),), rows=ROWS,
+                  metrics=(Metric("perplexity", "min"), Metric("perplexity_8x", "min")))
+    finding = Finding("a does not grow", metric="perplexity_8x", row="a", against="a",
+                      against_metric="perplexity", expect="level", tolerance=5.0, paper="p")
+    runs = {"ref": {"perplexity": np.ones(3), "perplexity_8x": np.ones(3), "seed": np.arange(3)},
+            "a": {"perplexity": np.array([20.0, 21.0, 22.0]),
+                  "perplexity_8x": np.array([20.5, 21.2, 22.1]), "seed": np.arange(3)}}
+    j = findings.judge(finding, sweep, runs, "ref", None, "sweep")
+    d = [100 * (x - y) / 21.0 for x, y in zip([20.5, 21.2, 22.1], [20.0, 21.0, 22.0])]
+    assert j.delta == pytest.approx(statistics.mean(d)) and j.verdict == "reproduced"
+
+
+def test_an_unmet_requirement_makes_the_finding_untestable_with_its_reason():
+    need = Reached("accuracy", 0.7, ("a",), why="never left the plateau")
+    finding = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p",
+                      requires=(need,))
+    runs = _runs(ref=(REF, [5, 5, 5]), a=([0.95, 0.06, 0.05], [5, 5, 5]))
+    j = _judge(finding, runs)
+    assert j.verdict == "not testable at this scale" and math.isnan(j.delta)
+    assert "2 of 3 seeds of `a`" in j.reason and "never left the plateau" in j.reason
+    runs["a"]["accuracy"] = np.array([0.95, 0.96, 0.94])
+    assert _judge(finding, runs).verdict == "reproduced"
+
+
+def _write_history(tmp_path, row, seed, evals):
+    path = tmp_path / "sweep" / row / f"seed_{seed}" / "train" / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"metrics": {"evals": [{"step": s, "accuracy": v} for s, v in evals]}}
+    path.write_text(json.dumps({"row": row, "seed": seed, "record": record}))
+
+
+def test_a_row_still_improving_makes_the_finding_untestable(tmp_path):
+    need = Levelled("ref", "accuracy", tolerance=0.5, last=0.25)
+    finding = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p",
+                      requires=(need,))
+    runs = _runs(ref=(REF, [5, 5, 5]), a=([0.830, 0.845, 0.818], [5, 5, 5]))
+    assert "no eval history" in _judge(finding, runs, tmp_path).reason
+    for seed in range(3):  # seed 1 gains 2 points over its last quarter (steps 750 -> 1000)
+        last = 0.80 if seed != 1 else 0.82
+        _write_history(tmp_path, "ref", seed, [(250, 0.6), (500, 0.75), (750, 0.80),
+                                               (1000, last)])
+    j = _judge(finding, runs, tmp_path)
+    assert j.verdict == "not testable at this scale"
+    assert "+2.00 over its last 250 of 1000 steps" in j.reason
+    _write_history(tmp_path, "ref", 1, [(250, 0.6), (500, 0.75), (750, 0.80), (1000, 0.803)])
+    assert _judge(finding, runs, tmp_path).verdict == "reproduced"
+
+
+def test_rows_without_runs_are_untestable():
+    finding = Finding("b beats ref", metric="accuracy", row="b", expect="higher", paper="p")
+    j = _judge(finding, _runs(ref=(REF, [5, 5, 5])))
+    assert j.verdict == "not testable at this scale" and "no finished runs of b" in j.reason
+
+
+@pytest.mark.parametrize("finding, message", [
+    (Finding("x", metric="accuracy", row="c", expect="higher", paper="p"), "'c', which is not a row"),
+    (Finding("x", metric="bleu", row="a", expect="higher", paper="p"), "names the metric 'bleu'"),
+    (Finding("x", metric="accuracy", row="a", expect="higher", paper="p",
+             requires=(Reached("accuracy", 0.5, ("zz",), "w"),)), "'zz', which is not a row"),
+])
+def test_a_sweep_refuses_a_finding_it_cannot_judge(finding, message):
+    with pytest.raises(SweepError, match=message):
+        _sweep(finding)
+
+
+@pytest.mark.parametrize("kwargs", [dict(expect="level"), dict(expect="higher", tolerance=1.0),
+                                    dict(expect="better")])
+def test_a_finding_states_a_direction_or_a_tolerance(kwargs):
+    with pytest.raises(SweepError):
+        Finding("x", metric="accuracy", row="a", paper="p", **kwargs)
+
+
+def test_the_findings_table_shows_each_verdict_and_counts_them(tmp_path):
+    """The rendered table of a committed sweep: one line per declared finding, its verdict in
+    bold, and the count of verdicts under it."""
+    from train.sweep_compare import SWEEPS, load
+    for folder in SWEEPS:
+        text = findings.markdown_table(folder)
+        sweep, _ = load(folder, allow_missing=True)
+        if not sweep.findings:
+            assert "declares no findings" in text
+            continue
+        lines = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+        assert len(lines) == 1 + len(sweep.findings), folder
+        verdicts = [line.split("| **")[1].split("**")[0] for line in lines[1:]]
+        assert set(verdicts) <= set(findings.VERDICTS)
+        for verdict in set(verdicts):
+            assert f"{verdicts.count(verdict)} {verdict}" in text.splitlines()[-1]

@@ -1,0 +1,212 @@
+"""Fine-tuning a ViT from weights this project exported, offline: the commands of docs/models.md
+("Weights in and out") run as written, each `python -m train` with `smoke` added to its variant
+and a few steps, on the 28 x 28 Fashion-MNIST fixture: a tiny ViT trains, `python -m
+train.export` writes it as a Hugging Face folder and as an .npz, and
+`configs/vit/fashion_mnist.py:init=...` starts runs from them at twice the resolution (position
+embeddings resampled) and with a new head; more runs start from the workdir itself, with
+another class count (train/vit_init.py, train/tasks/classify.py). The console names the weights
+and what changed; config.json records the model that ran."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+from flax import traverse_util
+
+from models.vit import ViT, ViTConfig
+from models.vit_transfer import resample_posemb
+from train.config import ConfigError, apply_override, load_config_file
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
+SHORT = ["--config.train.num_steps=6", "--config.train.eval_every=0",
+         "--config.train.checkpoint_every=6"]
+
+
+def docs_commands(root: Path) -> list[list[str]]:
+    """The `python -m ...` commands of docs/models.md's block that exports a ViT, as argv after
+    `-m`, its workdirs/ and exports/ paths moved under `root` and every training run shortened
+    (`smoke` added to its variant, SHORT)."""
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", DOCS.read_text(), re.S)
+                 if "train.export" in b)
+    commands = []
+    for line in block.strip().split("\n"):
+        argv = [re.sub(r"(^|init=)((?:workdirs|exports)/)",
+                       lambda m: f"{m.group(1)}{root}/{m.group(2)}", arg)
+                for arg in shlex.split(line, comments=True)]
+        assert argv[:2] == ["python", "-m"], line
+        if argv[2] == "train":
+            argv[argv.index("--config") + 1] += ",smoke"
+            argv += SHORT
+        commands.append(argv[2:])
+    return commands
+
+
+def run_command(argv: list[str]) -> int:
+    from train.__main__ import main
+    from train.export import main as export
+
+    return {"train": main, "train.export": export}[argv[0]](argv[1:])
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vit_weights")
+    return root, docs_commands(root)
+
+
+@pytest.fixture(scope="module")
+def exported(fixture_data_root, commands):
+    """(pretraining workdir, its HF export, its .npz export, its params): the first three
+    commands of the docs' block (train, export twice)."""
+    from train.checkpointing import load_params
+
+    root, argvs = commands
+    assert [a[0] for a in argvs[:3]] == ["train", "train.export", "train.export"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PAPERS_JAX_DATA", str(fixture_data_root))
+        for argv in argvs[:3]:
+            assert run_command(argv) == 0, argv
+    workdir, hf, npz = (Path(p) for p in (argvs[0][argvs[0].index("--workdir") + 1],
+                                          argvs[1][2], argvs[2][2]))
+    assert (hf / "config.json").is_file() and npz.is_file()
+    return workdir, hf, npz, load_params(workdir)
+
+
+def _config(init: str, arg: str = "", **overrides):
+    config = load_config_file(f"configs/vit/fashion_mnist.py:smoke,init={init}"
+                              + (f",{arg}" if arg else ""))
+    for key, value in {"train.num_steps": 6, "train.eval_every": 0,
+                       "train.checkpoint_every": 6, **overrides}.items():
+        apply_override(config, key, str(value))
+    return config
+
+
+def _initial_params(config):
+    from train.tasks.classify import ClassificationTask
+
+    task = ClassificationTask(config)
+    variables = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))
+    return task, traverse_util.flatten_dict(jax.tree.map(np.asarray,
+                                                         nn.meta.unbox(variables["params"])))
+
+
+def test_the_exports_compute_the_run_they_came_from(exported, fashion_mnist_env):
+    """At the checkpoint's resolution a run from either export starts with the very function
+    the pretraining run ended with: nothing lost or reordered on the way out and back."""
+    workdir, hf, npz, params = exported
+    images = np.random.default_rng(0).normal(size=(3, 28, 28, 1)).astype(np.float32)
+    saved = json.loads((workdir / "config.json").read_text())["model"]
+    expected = ViT(ViTConfig(**{k: v for k, v in saved.items() if k != "name"})).apply(
+        {"params": params}, images)
+    for init in (hf, npz, workdir):
+        task, flat = _initial_params(_config(str(init)))
+        start = traverse_util.unflatten_dict(flat)
+        np.testing.assert_allclose(task.model.apply({"params": start}, images), expected,
+                                   atol=1e-5, rtol=0, err_msg=str(init))
+
+
+def test_the_docs_fine_tuning_commands_run_as_written(exported, commands, fashion_mnist_env,
+                                                     capsys):
+    """The docs' fine-tuning commands: from the HF export at twice the resolution (the
+    position table resampled, the classifier kept), from the .npz with a new head; each says
+    so, and --print_config shows beforehand the model that then runs."""
+    workdir, hf, npz, params = exported
+    _, argvs = commands
+    weights = ("(2 layers, hidden 32, patch 7, 28x28 images); its architecture replaces "
+               "config.model's")
+    notes = {hf: [f"weights: the Hugging Face checkpoint {hf} {weights}",
+                  "position embeddings resampled bilinearly (image 28x28 -> 56x56, patch grid "
+                  "4x4 -> 8x8; ViT Sec. 3.2), class token's kept",
+                  "classifier kept (10 classes)"],
+             npz: [f"weights: the .npz checkpoint {npz} {weights}",
+                   "new zero-initialised classifier for 10 classes (a new head asked for)"]}
+    assert len(argvs) == 5
+    for argv, init, size in zip(argvs[3:], (hf, npz), ([56, 56], [28, 28])):
+        workdir_index = argv.index("--workdir")
+        plan = argv[:workdir_index] + argv[workdir_index + 2:] + ["--print_config"]
+        assert run_command(plan) == 0
+        printed, err = capsys.readouterr()
+        assert all(note in err for note in notes[init]), err
+        assert run_command(argv) == 0, argv
+        _, err = capsys.readouterr()
+        assert all(note in err for note in notes[init]), err
+        ran = json.loads((Path(argv[workdir_index + 1]) / "config.json").read_text())["model"]
+        assert ran == json.loads(printed)["model"]
+        # The run's image size, the checkpoint's architecture (not the smoke config's stem).
+        assert (ran["image_size"], ran["stem_channels"], ran["pool"], ran["activation"]) == (
+            size, 0, "cls", "gelu_tanh")
+
+    _, flat = _initial_params(_config(str(hf), "image_size=56"))
+    np.testing.assert_allclose(flat[("posemb", "embedding")], resample_posemb(
+        params["posemb"]["embedding"], (4, 4), (8, 8), 1), atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(flat[("block_1", "mlp", "wo", "kernel")],
+                                  params["block_1"]["mlp"]["wo"]["kernel"])
+    np.testing.assert_array_equal(flat[("head", "kernel")], params["head"]["kernel"])
+
+
+def test_another_class_count_or_init_head_new_gets_a_zero_head(exported, fashion_mnist_env):
+    workdir, _, npz, params = exported
+    config = _config(str(npz), **{"model.num_classes": 12, "model.scan_layers": True})
+    task, flat = _initial_params(config)
+    assert task.resolution().notes[-1] == ("new zero-initialised classifier for 12 classes (the "
+                                           "checkpoint's has 10)")
+    assert flat[("head", "kernel")].shape == (32, 12) and not flat[("head", "kernel")].any()
+    np.testing.assert_array_equal(flat[("blocks", "attention", "query", "kernel")][1],
+                                  params["block_1"]["attention"]["query"]["kernel"])
+    config = _config(str(workdir), **{"init_head": "new"})
+    task, flat = _initial_params(config)
+    assert task.resolution().notes[-1].endswith("(a new head asked for)")
+    assert not flat[("head", "kernel")].any()
+
+
+def test_what_config_init_cannot_use_is_named(exported, fashion_mnist_env, tmp_path):
+    from train.tasks.classify import ClassificationTask
+
+    workdir, hf, npz, _ = exported
+    with pytest.raises(ConfigError, match="is neither 'scratch', an .npz checkpoint, a Hugging "
+                                          "Face folder"):
+        ClassificationTask(_config(str(tmp_path / "nowhere")))
+    with pytest.raises(ConfigError, match="no such .npz file"):
+        ClassificationTask(_config(str(tmp_path / "missing.npz")))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"task": {"name": "translate"}}))
+    with pytest.raises(ConfigError, match="that run's task is 'translate', not 'classify'"):
+        ClassificationTask(_config(str(other)))
+    with pytest.raises(ConfigError, match="set config.data.resize=True"):
+        ClassificationTask(_config(str(hf), **{"model.image_size": "(56, 56)"}))
+    with pytest.raises(ConfigError, match="config.init_head='old' is not one of"):
+        ClassificationTask(_config(str(hf), init_head="old"))
+    with pytest.raises(ConfigError, match="patch_size=7"):  # the checkpoint's patches
+        ClassificationTask(_config(str(hf), "image_size=30"))
+
+
+def test_export_refuses_what_its_format_cannot_describe(fashion_mnist_env, tmp_path, capsys):
+    """The smoke default: a hybrid stem and mean pooling, which HF's ViT has not."""
+    from train.__main__ import main
+    from train.export import main as export
+
+    workdir = tmp_path / "hybrid"
+    assert main(["--config", "configs/vit/fashion_mnist.py:smoke", "--config.train.num_steps=1",
+                 "--config.optimizer.warmup_steps=0", "--config.train.eval_every=0",
+                 "--workdir", str(workdir)]) == 0
+    capsys.readouterr()
+    assert export([str(workdir), str(tmp_path / "hf")]) == 2
+    assert "pool='mean' (HF ViT: 'cls'), stem_channels=16 (HF ViT: 0)" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
+    assert export([str(workdir), str(tmp_path / "out.npz")]) == 2
+    assert "stem_channels=16" in capsys.readouterr().err
+    # The workdir itself carries everything: fine-tuning from it keeps the stem, at 56 x 56.
+    config = _config(str(workdir), "image_size=56")
+    task, flat = _initial_params(config)
+    assert task.model_config.stem_channels == 16 and ("stem", "kernel") in flat
+    assert task.model.apply({"params": traverse_util.unflatten_dict(flat)},
+                            jnp.zeros((1, 56, 56, 1))).shape == (1, 10)

@@ -1,0 +1,164 @@
+"""Where an image-classification run's ViT weights come from (`config.init`), and what of them
+fits the run (`config.init_head`).
+
+    init = resolve_init(config)              # ViTInit(model_config, params, fresh, notes)
+    params = put_pretrained(variables["params"], init.params, fresh=init.fresh, ...)
+    plan = resolve_init(config, build=False)  # --print_config: the model, no weights read
+
+  'scratch'      a random ViT of config.model.
+  <file>.npz     a ViT checkpoint of google-research/vision_transformer (the paper's and the
+                 AugReg ones) or big_vision (models/vit_npz.py).
+  <folder>       a Hugging Face ViT folder (config.json + model.safetensors: ViTModel or
+                 ViTForImageClassification, models/hf_vit.py), or the workdir of an earlier
+                 classification run (its config.json and its latest checkpoint; a local folder
+                 or gs:// URL), e.g. the stage=pretrain run of configs/vit/imagenet.py, which
+                 its stage=finetune starts from at 384 px with init_head='new'.
+
+The checkpoint decides the architecture (width, depth, heads, patch size, position embedding,
+pooling, stem, activation, norms): config.model's values of those are replaced, as BERT's
+`init=minilm` replaces its sizes (train/finetune_init.py). The run decides what
+`models.vit_transfer.RUN_FIELDS` names, from config.model: the image size (position embeddings
+resampled to its patch grid, ViT Sec. 3.2), the number of classes and the pre-logits width (the
+head kept when it fits and config.init_head is 'auto', otherwise a new zero-initialised one),
+dropout, dtypes, remat and layer layout. The data's channels (config.data.image_shape) decide
+whether RGB weights are summed for grey images. `notes` say which weights came from where and
+what was resampled or replaced; the trainer prints them and the workdir's config.json records
+the model that runs (train/run_config.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+import ml_collections
+
+from models.safetensors_file import CheckpointError
+from models.vit import ViTConfig
+from models.vit_transfer import RUN_FIELDS, plan_transfer, transfer
+from train import storage
+from train.config import ConfigError, to_dataclass
+
+INIT_HEADS = ("auto", "new")
+TASK = "classify"
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTInit:
+    """What `config.init` resolves to."""
+
+    model_config: ViTConfig       # the model that runs
+    params: Any                   # the carried-over parameters (NumPy); None: scratch, or a plan
+    fresh: tuple[str, ...]        # top-level parameters the run's model initialises itself
+    notes: tuple[str, ...]        # the console lines: which weights, from where, what changed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checkpoint:
+    kind: str                     # 'npz' | 'hf' | 'workdir'
+    where: str
+    model_config: ViTConfig
+    channels: int
+    has_head: bool
+
+
+def _model_section(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    section = config.model.copy_and_resolve_references()
+    with section.unlocked():
+        del section["name"]
+    return section
+
+
+def _architecture(cfg: ViTConfig) -> dict[str, Any]:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+            if f.name not in RUN_FIELDS}
+
+
+def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
+    """The checkpoint config.init names and its model, from what is cheap to read."""
+    from models.hf_folder import WEIGHTS_FILE
+    from models.hf_vit import read_hf_architecture
+    from models.vit_npz import read_npz_architecture
+
+    init = config.init
+    local = pathlib.Path(init)  # local path: an .npz or HF folder (models/ reads local files)
+    try:
+        if local.suffix == ".npz":
+            if not local.is_file():
+                raise ConfigError(f"config.init={init!r}: no such .npz file")
+            return _Checkpoint("npz", f"the .npz checkpoint {local}",
+                               *read_npz_architecture(local))
+        if (local / WEIGHTS_FILE).is_file():
+            return _Checkpoint("hf", f"the Hugging Face checkpoint {local}",
+                               *read_hf_architecture(local))
+    except CheckpointError as error:
+        raise ConfigError(f"config.init={init!r}: {error}") from error
+    workdir = storage.run_path(init)  # a local folder or gs:// URL
+    saved_path = workdir / "config.json"
+    if not saved_path.is_file():
+        raise ConfigError(
+            f"config.init={init!r} is neither 'scratch', an .npz checkpoint, a Hugging Face "
+            f"folder (config.json + {WEIGHTS_FILE}) nor a classification workdir: "
+            f"{saved_path} does not exist")
+    saved = json.loads(saved_path.read_text())
+    task = saved.get("task", {}).get("name")
+    if task != TASK:
+        raise ConfigError(f"config.init={init!r}: that run's task is {task!r}, not {TASK!r}")
+    fields = {f.name for f in dataclasses.fields(ViTConfig)}
+    try:
+        cfg = ViTConfig(**{k: v for k, v in saved["model"].items() if k in fields})
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"the model of {saved_path} gives no valid ViTConfig: {error}") from error
+    return _Checkpoint("workdir", f"the run in {workdir}, its latest checkpoint", cfg,
+                       int(saved["data"]["image_shape"][-1]), True)
+
+
+def _describe(cfg: ViTConfig) -> str:
+    layers = f"{cfg.num_layers} layer{'s' * (cfg.num_layers != 1)}"
+    return (f"{layers}, hidden {cfg.hidden_size}, patch {cfg.patch_size}, "
+            f"{cfg.image_size[0]}x{cfg.image_size[1]} images")
+
+
+def resolve_init(config: ml_collections.ConfigDict, *, build: bool = True) -> ViTInit:
+    """The ViTInit of `config.init` (module docstring). build=False plans: the same model and
+    notes from the checkpoint's config and tensor shapes, no weights read (params None)."""
+    if config.init_head not in INIT_HEADS:
+        raise ConfigError(f"config.init_head={config.init_head!r} is not one of "
+                          f"{list(INIT_HEADS)}")
+    if not config.init:
+        raise ConfigError("config.init is empty; use 'scratch', an .npz file, a Hugging Face "
+                          "folder or a classification workdir")
+    if config.init == "scratch":
+        return ViTInit(to_dataclass(ViTConfig, _model_section(config), "model"), None, (), ())
+    found = _find(config)
+    target = to_dataclass(ViTConfig, _model_section(config), "model",
+                          **_architecture(found.model_config))
+    try:
+        plan = plan_transfer(found.model_config, target, source_channels=found.channels,
+                             target_channels=int(config.data.image_shape[-1]),
+                             has_head=found.has_head, new_head=config.init_head == "new")
+    except ValueError as error:
+        raise ConfigError(f"config.init={config.init!r}: {error}") from error
+    notes = (f"weights: {found.where} ({_describe(found.model_config)}); its architecture "
+             "replaces config.model's", *plan.notes)
+    params = transfer(_read(found, config.init), plan) if build else None
+    return ViTInit(target, params, plan.fresh, notes)
+
+
+def _read(found: _Checkpoint, init: str) -> Any:
+    """The checkpoint's parameters (NumPy, loop layout; without 'head' when it has none)."""
+    from models.hf_vit import load_hf_checkpoint
+    from models.vit_npz import load_npz
+    from train.checkpointing import load_params
+
+    try:
+        if found.kind == "npz":
+            return load_npz(init)[1]
+        if found.kind == "hf":
+            return load_hf_checkpoint(init)[1]
+    except CheckpointError as error:
+        raise ConfigError(f"config.init={init!r}: {error}") from error
+    return load_params(storage.run_path(init))
+
