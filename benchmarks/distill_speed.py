@@ -29,12 +29,12 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.outputs import run_command
 from configs.bert import distill as distill_config
 from configs.bert.finetune import TASKS
 from models.bert_student import select_layers, student_config
@@ -190,19 +190,8 @@ def record(args, report: dict, command: list[str], started: float) -> dict:
 
 
 def main(argv=None) -> dict:
-    started = time.time()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    report = run(args)
-    table = markdown(report)
-    print(table)
-    if args.json:  # `python -m train.records save FILE NAME` commits it
-        from train import run_record
-        command = ["python", "-m", "benchmarks.distill_speed", *argv]
-        run_record.write(Path(args.json), record(args, report, command, started))
-    if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
-    return report
+    return run_command("benchmarks.distill_speed", argv, parse_args=parse_args, run=run,
+                       table=markdown, record=record)
 
 
 if __name__ == "__main__":
