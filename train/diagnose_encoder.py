@@ -62,6 +62,7 @@ def parse_args(argv):
 def main(argv=None) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
+    from train import storage
     from train.config import ConfigError
     from train.encoder_diagnosis import diagnose_run, format_run
 
@@ -84,8 +85,7 @@ def main(argv=None) -> int:
                *(sys.argv[1:] if argv is None else argv)]
     text = json.dumps({"command": command, "runs": runs}, indent=1) + "\n"
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+        storage.write_atomically(storage.run_path(args.out), text)
     else:
         sys.stdout.write(text)
     return 0

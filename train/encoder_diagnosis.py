@@ -116,8 +116,8 @@ class _Finetuning:
         config = load_config_file(spec)
         apply_override(config, "init", str(workdir))
         apply_override(config, "seed", str(seed))
-        with tempfile.TemporaryDirectory() as scratch:  # nothing is written: no run here
-            self.trainer = Trainer(config, f"{scratch}/finetune")
+        with tempfile.TemporaryDirectory() as scratch:  # local path: a scratch workdir for the
+            self.trainer = Trainer(config, f"{scratch}/finetune")  # trainer, never written to
             state = self.trainer.init_state()
         self.params = jax.device_get(state.params)
         self.rng = jax.random.fold_in(state.rng, 0)  # the first train step's dropout key
