@@ -36,14 +36,15 @@ def frozen_run(brown_env, tmp_path):
 def test_step_zero_is_the_initial_state_and_every_report_is_there(frozen_run, tmp_path, capsys):
     out = tmp_path / "diagnosis.json"
     assert diagnose_encoder.main([str(frozen_run), "--steps", "all", "--batch_size", "8",
-                                  "--finetune", FINETUNE, "--out", str(out)]) == 0
+                                  "--finetune", FINETUNE, "--plateau", "0", "--out",
+                                  str(out)]) == 0
     document = json.loads(out.read_text())
     assert document["command"][:3] == ["python", "-m", "train.diagnose_encoder"]
     (run,) = document["runs"]
     assert run["corruption"] == {"mask": 0.0, "random": 1.0, "keep": 0.0}
     assert [(s["command"][-1], s["end_step"]) for s in run["sessions"]] == [("(smoke)", 2)]
     assert [e["step"] for e in run["train_log"]["entries"]] == [1, 2]
-    assert run["train_log"]["left_plateau_step"] is None or run["train_log"]["left_plateau_step"] <= 2
+    assert run["train_log"]["left_plateau_step"] == 1     # any accuracy reaches a plateau of 0
     steps = {entry["step"]: entry for entry in run["checkpoints"]}
     assert sorted(steps) == [0, 1, 2]
     initial, last = steps[0], steps[2]
