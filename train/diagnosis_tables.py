@@ -129,8 +129,9 @@ def _finetune_accuracy(results: Path, path: str) -> str:
 def finetune_table(records: rt.Records) -> str:
     diagnoses = _diagnoses(records.results)
     head = ["encoder", "identity readout, last layer", "common share, last layer",
-            "effective rank, last layer", "dropout noise / signal, last layer", "grad RMS: word embeddings", "layer 1",
-            "layer 4", "POS head", "fine-tuned POS accuracy", "the same without dropout"]
+            "effective rank, last layer", "dropout noise / signal, last layer",
+            "grad RMS: word embeddings", "layer 1", "layer 4", "POS head",
+            "fine-tuned POS accuracy", "the same without dropout"]
     rows, missing = [], []
     for label, name, step, with_dropout, without in FINETUNE_ROWS:
         found = _checkpoint(diagnoses.get(name), step)
