@@ -229,7 +229,9 @@ def _first_tokens(sequences, limit: int, order: int):
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, str]]]:
+    """The options, and the `--config.KEY=VALUE` overrides of the LM config (applied as
+    `python -m train` applies them, so both read the same data and vocabulary)."""
     parser = argparse.ArgumentParser(prog="python -m train.kneser_ney",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True,
@@ -237,15 +239,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order", type=int, default=3, help="n of the n-gram (default 3)")
     parser.add_argument("--discounts", default="modified", choices=DISCOUNTS)
     parser.add_argument("--workdir", help="write the run record to DIR/record.json")
-    started = time.time()
-    argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = parser.parse_known_args(argv)
     overrides = []
-    for item in rest:  # the LM run's own overrides, so both read the same data and vocabulary
+    for item in rest:
         if not item.startswith("--config.") or "=" not in item:
             parser.error(f"unrecognised argument {item!r}; overrides look like "
                          "--config.data.vocab_size=4096")
-        overrides.append(item[len("--config."):].partition("=")[::2])
+        key, _, value = item[len("--config."):].partition("=")
+        overrides.append((key, value))
+    return args, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, overrides = parse_args(argv)
     from data.errors import DataError
     from train.config import ConfigError, apply_override, load_config_file
 
