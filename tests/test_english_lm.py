@@ -115,7 +115,8 @@ def test_bpe_cache_trains_once_and_refuses_a_file_not_its_own(tmp_path):
         bpe.load_or_train("y", "train", texts, vocab_size=259, cache_dir=tmp_path)
     path.write_text(json.dumps({"not": "a tokenizer"}))
     with pytest.raises(DataError, match="corrupt"):
-        bpe._load_cached(path, 259)
+        bpe.cached("y", "train", vocab_size=259, cache_dir=tmp_path)
+    assert bpe.cached("z", "train", vocab_size=259, cache_dir=tmp_path) is None
 
 
 def test_a_run_keeps_its_bpe_vocabulary(tmp_path):

@@ -163,6 +163,14 @@ def _load_cached(path: pathlib.Path, vocab_size: int) -> BPETokenizer:
     return tok
 
 
+def cached(dataset: str, split: str, *, vocab_size: int,
+           cache_dir: str | os.PathLike | None = None) -> BPETokenizer | None:
+    """The cached vocabulary of `dataset`/`split` of this size, or None when it has not been
+    trained: nothing is trained here (what `python -m train --print_config` reads)."""
+    path = cache_path(dataset, split, vocab_size=vocab_size, cache_dir=cache_dir)
+    return _load_cached(path, vocab_size) if path.exists() else None
+
+
 def load_or_train(dataset: str, split: str, texts_fn: Callable[[], Iterable[str]], *,
                   vocab_size: int, cache_dir: str | os.PathLike | None = None,
                   verbose: bool = True) -> BPETokenizer:

@@ -61,9 +61,9 @@ def _cached_vocabulary(config, saved):
     """The saved vocabulary, or the cached one; None when it must still be trained."""
     if saved is not None:
         return vocabulary.choose(saved, lambda: None, kind="bpe")
-    path = bpe.cache_path(config.data.name, config.data.train_split,
-                          vocab_size=config.data.vocab_size)
-    return bpe._load_cached(path, config.data.vocab_size) if path.exists() else None
+    data = config.data
+    name = data.name if data.source == "local" else f"{data.source}.{data.name}"
+    return bpe.cached(name, data.train_split, vocab_size=data.vocab_size)
 
 
 def eval_lengths(config) -> tuple[int, ...]:
