@@ -33,6 +33,7 @@ setup(
         "sentencepiece>=0.2",            # shared source/target vocabulary for translation
         "sacrebleu>=2.4",                # BLEU of translations
         "tokenizers>=0.20",              # WordPiece vocabularies for BERT
+        "pillow",                        # decodes (TFDS Image) and resizes ImageNet's images
     ],
     extras_require={
         # transformers: the benchmark's peer, so that its tests run too (tests/test_benchmarks.py);

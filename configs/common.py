@@ -47,6 +47,7 @@ def optimizer_config(**overrides) -> ml_collections.ConfigDict:
     """train/optimizers.py reads exactly these keys."""
     config = ml_collections.ConfigDict()
     config.name = "adam"                # 'adam' | 'adamw' (decoupled decay, no decay on biases/norms)
+                                        # | 'sgd' (heavy-ball momentum)
     config.schedule = "inverse_sqrt"    # 'inverse_sqrt' (Vaswani eq. 3) | 'linear' | 'cosine' | 'constant'
     config.learning_rate = 1.0          # peak lr; for 'inverse_sqrt' the scale on d_model^-0.5 * min(..)
     config.warmup_steps = 4000          # linear warmup length in optimizer updates
@@ -55,6 +56,7 @@ def optimizer_config(**overrides) -> ml_collections.ConfigDict:
     config.b1 = 0.9                     # Adam beta1
     config.b2 = 0.98                    # Adam beta2 (Vaswani et al.: 0.98)
     config.eps = 1e-9                   # Adam epsilon (Vaswani et al.: 1e-9)
+    config.momentum = 0.0               # SGD's velocity decay ('sgd' only; ViT fine-tuning: 0.9)
     config.weight_decay = 0.0           # decoupled weight decay, 'adamw' only
     config.clip_norm = 0.0              # global gradient-norm clipping; 0 disables
     config.update(overrides)
@@ -70,6 +72,8 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     config.eval_every = 1000            # steps between evals (0: only at the end)
     config.checkpoint_every = 1000      # steps between checkpoints (always one at the end)
     config.keep_checkpoints = 3         # how many recent checkpoints to keep
+    config.average_checkpoints = 0      # >0: the final eval is of the mean of the last N
+                                        # checkpoints' parameters (Vaswani et al. Sec. 6.1)
     config.async_checkpoint = True      # write checkpoints in the background
     config.peak_flops = 0.0             # per-device peak FLOP/s for MFU; 0 = measure a matmul here
     config.progress_bar = True          # tqdm bar on the terminal (process 0 only)

@@ -153,6 +153,9 @@ def test_spec_peaks_by_device_kind():
     assert flops.spec_peak_flops("NVIDIA H200") == 989e12
     assert flops.spec_peak_flops("NVIDIA H200 NVL") == 835e12
     assert flops.spec_peak_flops("NVIDIA GH200 480GB") == 989e12
+    assert flops.spec_peak_flops("TPU v4") == 275e12
+    assert flops.spec_peak_flops("TPU v5 lite") == 197e12       # v5e's device_kind
+    assert flops.spec_peak_flops("TPU v5") == 459e12            # v5p's
     assert flops.spec_peak_flops("cpu") is None
 
 

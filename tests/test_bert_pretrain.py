@@ -97,11 +97,16 @@ def test_mlm_only_formats_have_no_nsp_metrics(brown_env):
 
 
 def test_phase2_switches_to_longer_sequences(brown_env):
-    config = smoke_config(**{"train.num_steps": 10, "data.phase2_fraction": 0.2})
+    """...and to phase 2's own batch size (BERT: 1,024 x 128 tokens, then 256 x 512), which the
+    trainer's throughput and MFU count per step (global_batch_at)."""
+    config = smoke_config(**{"train.num_steps": 10, "data.phase2_fraction": 0.2,
+                             "data.phase2_batch_size": 2})
     task = BertPretrainingTask(config)
     iterator = task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1)
-    lengths = [next(iterator)["input_ids"].shape[1] for _ in range(10)]
-    assert lengths == [32] * 8 + [64] * 2
+    shapes = [next(iterator)["input_ids"].shape for _ in range(10)]
+    assert shapes == [(4, 32)] * 8 + [(2, 64)] * 2
+    assert [task.global_batch_at(step) for step in range(10)] == [8] * 8 + [2] * 2
+    assert task.train_batch_keys(config) == ("batch_size", "phase2_batch_size")
     predictions = next(iterator)["masked_positions"].shape[1]
     assert predictions == config.data.phase2_max_predictions
     # MFU counts each step at its phase's cost: the longer rows of phase 2 cost more.

@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from train import optimizers
 from train.checkpoint_damage import find_damage
 from train.checkpointing import (CheckpointDamagedError, Checkpointer,
-                                 CheckpointMismatchError)
+                                 CheckpointMismatchError, load_params)
 
 from conftest import json_report, run_python, run_two_processes, xla_flags
 
@@ -34,7 +34,7 @@ def _make_state(seed: int, name: str = "adamw", steps: int = 2) -> State:
     model = nn.Dense(3)
     cfg = ml_collections.ConfigDict(dict(
         name=name, schedule="linear", learning_rate=1e-2, warmup_steps=1, total_steps=10,
-        end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6,
+        end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6, momentum=0.0,
         weight_decay=0.01 if name == "adamw" else 0.0, clip_norm=1.0))
     tx, _ = optimizers.make_optimizer(cfg)
     x = jax.random.normal(jax.random.key(seed), (4, 5))
@@ -280,6 +280,33 @@ def test_restore_onto_a_different_mesh(tmp_path):
     result = subprocess.run([sys.executable, "-c", _RESHARD_SCRIPT, str(tmp_path / "ckpt")],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "RESHARD_OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+_SAVE_ON_FOUR_DEVICES = textwrap.dedent("""
+    import sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from train.checkpointing import Checkpointer
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "fsdp"))
+    kernel = jax.device_put(np.arange(48, dtype=np.float32).reshape(8, 6),
+                            NamedSharding(mesh, P("fsdp", None)))
+    state = {"params": {"dense": {"kernel": kernel}},
+             "step": jax.device_put(jnp.int32(7), NamedSharding(mesh, P()))}
+    with Checkpointer(sys.argv[1], save_every=1, keep=1) as checkpointer:
+        checkpointer.save(7, state, {"at": 7}, force=True)
+""")
+
+
+def test_load_params_reads_a_checkpoint_that_other_devices_wrote(tmp_path):
+    """A run's parameters read as NumPy by a process with other devices than the run had (a
+    pod slice's pretraining fine-tuned or exported on one GPU): here written sharded over a
+    2 x 2 mesh of 4 devices, read by this 1-device process."""
+    run_python(["-c", _SAVE_ON_FOUR_DEVICES, str(tmp_path / "checkpoints")], devices=4)
+    assert jax.device_count() != 4
+    params = load_params(tmp_path)
+    kernel = params["dense"]["kernel"]
+    assert isinstance(kernel, np.ndarray)
+    np.testing.assert_array_equal(kernel, np.arange(48, dtype=np.float32).reshape(8, 6))
 
 
 def test_multi_host_checkpoint_keeps_each_process_data_state(tmp_path):

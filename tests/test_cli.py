@@ -144,6 +144,8 @@ def test_another_experiment_in_a_workdir_without_checkpoints_may_start_there(tmp
     ("optimizer.schedule", "linear"), ("optimizer.b2", "0.9"), ("model.dropout_rate", "0.1"),
     ("model.remat", "full"), ("model.dtype", "bfloat16"), ("train.num_steps", "40"),
     ("train.grad_accum_steps", "2"), ("data.batch_size", "64"), ("seed", "1"),
+    ("data.normalize", "minus_one_to_one"), ("data.eval_resize", "resize"),
+    ("train.average_checkpoints", "2"),
 ])
 def test_the_resumable_keys_are_those_that_keep_the_train_state(fashion_mnist_env, tmp_path, key,
                                                                  value):

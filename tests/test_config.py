@@ -126,7 +126,8 @@ def test_overrides_are_typed():
     ("--config.data.batch_size=30", "config.data.batch_size=30 must split into grad_accum_steps=4"),
     ("--config.task.name=regress", "config.task.name='regress' is not one of ['classify', 'translate',"),
     ("--config.data.source=web", "config.data.source='web' is not one of ['local', 'tfds']"),
-    ("--config.data.augment=rotate", "config.data.augment='rotate' is not one of ['none', 'flip', 'crop_flip']"),
+    ("--config.data.augment=rotate", "config.data.augment='rotate' is not one of ['none', 'flip', "
+     "'crop_flip', 'inception_crop']"),
     ("--config.train.nonfinite=ignore", "config.train.nonfinite='ignore' is not one of ['stop', 'skip']"),
     ("--config.train.log_every=0", "config.train.log_every=0 must be >= 1"),
     ("--config.train.checkpoint_every=0", "config.train.checkpoint_every=0 must be >= 1"),

@@ -353,7 +353,8 @@ def test_normalisation_is_per_channel():
 
 
 def test_unknown_augmentation_is_rejected():
-    with pytest.raises(DataError, match=r"augment='rotate' is not one of \['none', 'flip', 'crop_flip'\]"):
+    with pytest.raises(DataError, match=r"augment='rotate' is not one of \['none', 'flip', "
+                                        r"'crop_flip', 'inception_crop'\]"):
         batches_of(IdSource(8, shape=(28, 28, 1)), batch_size=4, train=True, augment="rotate")
 
 
@@ -376,7 +377,8 @@ def test_wrong_image_shape_names_both_shapes(fixture_env):
     with pytest.raises(DataError) as err:
         image_batches(source, batch_size=8, train=True, seed=0, image_shape=(32, 32, 3))
     assert str(err.value) == ("images of shape (32, 32, 3) expected, found (28, 28, 1) in "
-                              "fashion_mnist_local split train")
+                              "fashion_mnist_local split train (images of any size need "
+                              "eval_resize 'resize' or 'center_crop')")
 
 
 def test_compute_mean_std_matches_numpy():

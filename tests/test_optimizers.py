@@ -16,7 +16,8 @@ from train import optimizers
 def _cfg(**overrides):
     c = ml_collections.ConfigDict(dict(
         name="adam", schedule="constant", learning_rate=1e-3, warmup_steps=0, total_steps=100,
-        end_learning_rate=0.0, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.0, clip_norm=0.0))
+        end_learning_rate=0.0, b1=0.9, b2=0.98, eps=1e-9, momentum=0.0, weight_decay=0.0,
+        clip_norm=0.0))
     c.update(overrides)
     return c
 
@@ -258,12 +259,56 @@ def test_clipping_to_clip_norm(clip):
         assert not np.allclose(_np_adam([g1, g2], lr, b1, b2, eps)[1], want[1], rtol=1e-2)
 
 
+def _np_sgd_momentum(grads, lrs, momentum):
+    """Updates of heavy-ball SGD (float64): v = momentum * v + g, update = -lr * v."""
+    v, out = 0.0, []
+    for g, lr in zip(grads, lrs):
+        v = momentum * v + g
+        out.append(-lr * v)
+    return out
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_momentum_matches_the_heavy_ball_recursion(momentum):
+    """name='sgd' (ViT App. B.1.1 fine-tuning) over four steps of a warmup-cosine schedule and
+    clipping at norm 1, as the ViT fine-tuning recipe runs it, against the recursion in NumPy."""
+    cfg = _cfg(name="sgd", momentum=momentum, schedule="cosine", learning_rate=0.03,
+               warmup_steps=2, total_steps=6, clip_norm=1.0)
+    tx, schedule = optimizers.make_optimizer(cfg)
+    rng = np.random.default_rng(3)
+    grads = [rng.normal(size=(4, 2)) * scale for scale in (3.0, 0.1, 2.0, 0.5)]
+    clipped = [g * min(1.0, 1.0 / np.linalg.norm(g)) for g in grads]
+    lrs = [_recipe_lr("cosine", 0.03, 2, 6, 0.0, None, step) for step in range(4)]
+    want = _np_sgd_momentum(clipped, lrs, momentum)
+    p = jnp.zeros((4, 2))
+    state = tx.init(p)
+    for step, (g, w) in enumerate(zip(grads, want)):
+        assert float(schedule(step)) == pytest.approx(lrs[step], abs=1e-9)
+        updates, state = tx.update(jnp.asarray(g, jnp.float32), state, p)
+        np.testing.assert_allclose(updates, w, rtol=1e-5, atol=1e-9)
+    if momentum:  # the last update carries the earlier gradients: plain SGD would differ
+        assert not np.allclose(want[-1], -lrs[-1] * clipped[-1], rtol=1e-2)
+
+
+def test_sgd_state_has_one_structure_whatever_the_momentum():
+    """A run resumes with another momentum (train/workdir.py RESUMABLE): the state is the same
+    tree at momentum 0 and 0.9."""
+    p = {"w": jnp.zeros((3,))}
+    states = [optimizers.make_optimizer(_cfg(name="sgd", momentum=m))[0].init(p)
+              for m in (0.0, 0.9)]
+    assert jax.tree.structure(states[0]) == jax.tree.structure(states[1])
+
+
 # ----- errors -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides, d_model, match", [
     (dict(schedule="foo"), None,
      r"optimizer.schedule='foo' is not one of \['inverse_sqrt', 'linear', 'cosine', 'constant'\]"),
-    (dict(name="sgd"), None, r"optimizer.name='sgd' is not one of \['adam', 'adamw'\]"),
+    (dict(name="lamb"), None, r"optimizer.name='lamb' is not one of \['adam', 'adamw', 'sgd'\]"),
+    (dict(momentum=0.9), None, r"optimizer.momentum=0.9 is SGD's \(name='sgd'\); "
+                               r"config.optimizer.name='adam' keeps its first moment with b1"),
+    (dict(name="sgd", weight_decay=1e-4), None, r"weight_decay=0.0001 is not applied by "
+                                                r"config.optimizer.name='sgd'"),
     (dict(schedule="inverse_sqrt", warmup_steps=4000), None, r"d_model"),
     (dict(weight_decay=0.01), None, r"optimizer.weight_decay=0.01.*'adamw'"),
     (dict(clip_norm=-1.0), None, r"optimizer.clip_norm"),
@@ -279,8 +324,8 @@ def test_missing_and_unknown_keys():
     del cfg["clip_norm"]
     with pytest.raises(ValueError, match=r"optimizer.clip_norm"):
         optimizers.make_optimizer(cfg)
-    with pytest.raises(ValueError, match=r"unknown keys \['momentum'\]"):
-        optimizers.make_optimizer(_cfg(momentum=0.9))
+    with pytest.raises(ValueError, match=r"unknown keys \['nesterov'\]"):
+        optimizers.make_optimizer(_cfg(nesterov=True))
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -296,6 +341,8 @@ def test_missing_and_unknown_keys():
     (dict(b2=1.5), r"config.optimizer.b2=1.5 must be in \[0, 1\)"),
     (dict(eps=0.0), r"config.optimizer.eps=0.0 must be > 0"),
     (dict(eps=-1e-8), r"config.optimizer.eps=-1e-08 must be > 0"),
+    (dict(name="sgd", momentum=1.0), r"config.optimizer.momentum=1.0 must be in \[0, 1\)"),
+    (dict(name="sgd", momentum=-0.5), r"config.optimizer.momentum=-0.5 must be in \[0, 1\)"),
     (dict(name="adamw", weight_decay=-0.1), r"config.optimizer.weight_decay=-0.1 must be >= 0"),
     (dict(clip_norm=-1.0), r"config.optimizer.clip_norm=-1.0 must be >= 0 \(0 disables"),
     (dict(warmup_steps=-1), r"config.optimizer.warmup_steps=-1 must be >= 0"),

@@ -319,8 +319,9 @@ def test_stop_mode_names_the_first_non_finite_step_and_what_was_non_finite(finit
     def log_of(steps, skip=False):
         import types
 
-        task = types.SimpleNamespace(flops_per_example_at=lambda step: 0.0)
-        log = StepLog(task, global_batch=1, peak_flops=1.0, skip_nonfinite=skip)
+        task = types.SimpleNamespace(flops_per_example_at=lambda step: 0.0,
+                                     global_batch_at=lambda step: 1)
+        log = StepLog(task, peak_flops=1.0, skip_nonfinite=skip)
         for step, (loss, grads) in steps:
             log.add(step, {"finite_loss": flag(loss), "finite_grads": flag(grads)})
         return log

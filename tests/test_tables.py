@@ -107,9 +107,14 @@ def test_single_run_tables_show_their_records_numbers(tmp_path):
 
 
 def test_without_records_every_table_says_how_to_make_them(tmp_path):
+    """...but docs/launch.md's estimates, which come from the recipes' configs and the FLOPs
+    model, records or none (train/recipe_costs.py)."""
     records = Records(tmp_path)
     for name, table in tables.TABLES.items():
         text = table(records)
+        if name.startswith("launch_"):
+            assert text == table(Records()), name
+            continue
         assert ("not recorded yet" if name != "headline_runs" else "| not yet |") in text, name
         assert "%" not in text.replace("% of", ""), name  # no number where a record is missing
     for run in RUNS.values():

@@ -121,19 +121,40 @@ def state_differences(saved: dict[str, tuple], wanted: dict[str, tuple]) -> list
     return lines
 
 
+class LatestOnInterval(policies.PreservationPolicy):
+    """Keeps the last `keep` checkpoints whose step is a multiple of `interval`, and the newest
+    checkpoint whatever its step. A checkpoint written between two (at a stop, a preemption or
+    the end of a run that is not a multiple) is dropped once a newer one is written, so stops
+    never push interval checkpoints out: what checkpoint averaging needs
+    (train/checkpoint_averaging.py), where a resumed run must find the checkpoints an
+    uninterrupted one would."""
+
+    def __init__(self, keep: int, interval: int):
+        self.keep, self.interval = keep, interval
+
+    def should_preserve(self, checkpoints, *, context) -> list[bool]:
+        on_interval = [i for i, info in enumerate(checkpoints) if info.step % self.interval == 0]
+        kept = set(on_interval[-self.keep:]) | ({len(checkpoints) - 1} if checkpoints else set())
+        return [i in kept for i in range(len(checkpoints))]
+
+
 class Checkpointer:
-    """Keeps the last `keep` checkpoints of a run, saving every `save_every` steps."""
+    """Keeps the last `keep` checkpoints of a run, saving every `save_every` steps; with
+    `keep_on_interval`, the last `keep` on the save_every interval and the newest
+    (LatestOnInterval)."""
 
     def __init__(self, directory: str | os.PathLike, *, save_every: int, keep: int,
-                 async_save: bool = True):
+                 async_save: bool = True, keep_on_interval: bool = False):
         if save_every < 1:
             raise ValueError(f"save_every={save_every} must be >= 1.")
         if keep < 1:
             raise ValueError(f"keep={keep} must be >= 1.")
         self.directory = storage.run_path(directory)
         self.save_every = save_every
+        retention = (dict(preservation_policy=LatestOnInterval(keep, save_every))
+                     if keep_on_interval else dict(max_to_keep=keep))
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
+            **retention,
             save_interval_steps=save_every,
             enable_async_checkpointing=async_save,
             create=False,  # the first save makes the directory: a run stopped before it
@@ -373,21 +394,28 @@ def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
     """The parameters of a run's checkpoint (default the latest), as host NumPy arrays.
 
     `workdir` is a run's workdir (with checkpoints/) or its checkpoints/ folder. No model or
-    shardings are needed: this is how fine-tuning and analysis start from a pretraining run.
+    shardings are needed: this is how fine-tuning and analysis start from a pretraining run,
+    whatever devices wrote it. (The saved arrays' shardings name the mesh of the run that wrote
+    them, a pod slice's say; orbax restores to them unless told otherwise and refuses where
+    this process has other devices, so the target here is host arrays of the saved shapes.)
     Raises CheckpointError naming the folder when it holds no readable checkpoint.
     """
     directory = storage.run_path(workdir)
     if (directory / "checkpoints").is_dir():
         directory = directory / "checkpoints"
-    with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
+    with ocp.CheckpointManager(directory, item_names=(STATE, DATA), item_handlers={
+            STATE: ocp.StandardCheckpointHandler()}) as manager:
         steps = sorted(manager.all_steps())
         if not steps or (step is not None and step not in steps):
             raise CheckpointError(f"no checkpoint{'' if step is None else f' of step {step}'} "
                                   f"in {directory} (saved steps: {steps})")
         chosen = steps[-1] if step is None else step
         try:
+            saved = manager.item_metadata(chosen)[STATE].tree
+            # np.empty reserves address space only: no memory is touched for the target.
+            target = jax.tree.map(lambda leaf: np.empty(leaf.shape, leaf.dtype), saved)
             restored = manager.restore(chosen, args=ocp.args.Composite(
-                **{STATE: ocp.args.StandardRestore()}))
+                **{STATE: ocp.args.StandardRestore(target)}))
         except Exception as error:  # orbax raises many kinds for damaged files
             raise CheckpointError(f"checkpoint {directory}/{chosen} could not be read "
                                   f"({type(error).__name__}: {error})") from error

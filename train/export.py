@@ -58,7 +58,7 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str = "auto",
         raise ConfigError(f"--format {format!r} is not one of {list(FORMATS)}")
     directory = storage.run_path(workdir)
     cfg = _model_config(directory)
-    out_path = pathlib.Path(out)
+    out_path = pathlib.Path(out)  # local path: models/ writes the .npz or HF folder locally
     if format == "auto":
         format = "npz" if out_path.suffix == ".npz" else "hf"
     if format == "npz" and out_path.exists() and not overwrite:

@@ -178,7 +178,7 @@ def _comparison(finding: Finding, reference: str) -> str:
 def markdown_table(folder: str, results: str | Path = RESULTS) -> str:
     """The findings table of one committed sweep: claim, the paper's numbers, the comparison,
     ours (paired Δ ± s.e.), the verdict and its reason."""
-    results = Path(results)
+    results = Path(results)  # local path: the repository's committed results
     committed = SWEEPS[folder]
     try:
         sweep, runs = load(folder, results, allow_missing=True)  # judged on the seeds there are

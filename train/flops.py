@@ -91,9 +91,23 @@ GPU_BF16_PEAK_FLOPS: tuple[tuple[str, float], ...] = (
 )
 
 
+# Peak bf16 compute per chip from Google Cloud's TPU pages ("Peak compute per chip (bf16)"):
+# v4 275 TFLOP/s, v5e 197, v5p 459. JAX shows one device per chip on these (v4 and v5p join
+# their two TensorCores into one device), so these are per-device peaks too. Matched in order
+# against a device's `device_kind` (e.g. 'TPU v4', 'TPU v5 lite', 'TPU v5').
+TPU_BF16_PEAK_FLOPS: tuple[tuple[str, float], ...] = (
+    ("TPU v5 lite", 197e12),
+    ("TPU v5e", 197e12),
+    ("TPU v5p", 459e12),
+    ("TPU v5", 459e12),
+    ("TPU v4", 275e12),
+)
+
+
 def spec_peak_flops(device_kind: str) -> float | None:
-    """The data-sheet dense bf16 peak FLOP/s of a GPU by its `device_kind`; None if unknown."""
-    for name, peak in GPU_BF16_PEAK_FLOPS:
+    """The data-sheet dense bf16 peak FLOP/s of a GPU or TPU by its `device_kind`; None if
+    unknown."""
+    for name, peak in GPU_BF16_PEAK_FLOPS + TPU_BF16_PEAK_FLOPS:
         if name in device_kind:
             return peak
     return None

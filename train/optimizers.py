@@ -12,6 +12,7 @@ parameters (as in the original BERT code). Their warmup reaches `peak` at step `
 
     clip_by_global_norm(clip_norm)      (only when clip_norm > 0)
     -> adam(b1, b2, eps) | adamw(b1, b2, eps, weight_decay, mask=weight_decay_mask)
+       | sgd(momentum)                  (heavy-ball momentum: the ViT paper's fine-tuning)
     -> scaled by the schedule chosen by `schedule`
 
 Gradient accumulation is the trainer's job (a microbatch scan inside the step), not an optax
@@ -29,10 +30,10 @@ import jax.numpy as jnp
 import optax
 from flax.core import meta
 
-OPTIMIZERS = ("adam", "adamw")
+OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("inverse_sqrt", "linear", "cosine", "constant")
 CONFIG_KEYS = ("name", "schedule", "learning_rate", "warmup_steps", "total_steps",
-               "end_learning_rate", "b1", "b2", "eps", "weight_decay", "clip_norm")
+               "end_learning_rate", "b1", "b2", "eps", "momentum", "weight_decay", "clip_norm")
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,6 +123,25 @@ def constant_with_warmup(peak: float, warmup_steps: int) -> optax.Schedule:
 
 
 # --------------------------------------------------------------------------------------------
+# SGD with momentum
+# --------------------------------------------------------------------------------------------
+
+def sgd_momentum(schedule: optax.Schedule, momentum: float) -> optax.GradientTransformation:
+    """SGD with heavy-ball momentum (Polyak 1964), as the ViT paper fine-tunes (Dosovitskiy et al.
+    2021, App. B.1.1: "SGD with a momentum of 0.9"):
+
+        v <- momentum * v + g            (v starts at 0)
+        p <- p - lr(step) * v
+
+    the convention of optax.sgd and PyTorch's SGD (the learning rate scales the velocity, not
+    each gradient as it enters it). The velocity is kept even at momentum 0 (then v = g: plain
+    SGD), so the optimizer state has one structure whatever the momentum, and a run resumes
+    with another momentum (train/workdir.py)."""
+    return optax.chain(optax.trace(decay=momentum, nesterov=False),
+                       optax.scale_by_learning_rate(schedule))
+
+
+# --------------------------------------------------------------------------------------------
 # Weight-decay mask
 # --------------------------------------------------------------------------------------------
 
@@ -201,8 +221,8 @@ def _at_most(limit: int) -> str:
 
 def _check_ranges(c: dict[str, Any]) -> None:
     """Every number of the optimizer config in its range, named with the allowed one."""
-    for key in ("learning_rate", "end_learning_rate", "b1", "b2", "eps", "weight_decay",
-                "clip_norm"):
+    for key in ("learning_rate", "end_learning_rate", "b1", "b2", "eps", "momentum",
+                "weight_decay", "clip_norm"):
         if not math.isfinite(float(c[key])):
             raise ValueError(f"config.optimizer.{key}={c[key]} must be a finite number.")
     lr, end = float(c["learning_rate"]), float(c["end_learning_rate"])
@@ -214,6 +234,8 @@ def _check_ranges(c: dict[str, Any]) -> None:
         ("b2", 0 <= float(c["b2"]) < 1, "in [0, 1) (Adam's second-moment decay, e.g. 0.999)"),
         ("eps", float(c["eps"]) > 0, "> 0 (Adam divides by sqrt(second moment) + eps, which is 0 "
                                      "where a gradient is 0; e.g. 1e-8)"),
+        ("momentum", 0 <= float(c["momentum"]) < 1, "in [0, 1) (SGD's velocity decay, e.g. 0.9; "
+                                                    "0: plain SGD)"),
         ("weight_decay", float(c["weight_decay"]) >= 0, ">= 0 (0: no decay)"),
         ("clip_norm", float(c["clip_norm"]) >= 0, ">= 0 (0 disables clipping)"),
         ("warmup_steps", int(c["warmup_steps"]) >= 0, ">= 0 (0: no warmup)"),
@@ -279,15 +301,17 @@ def make_optimizer(cfg, *, d_model: int | None = None, num_steps: int | None = N
     """(optax transformation, learning-rate schedule) from an optimizer config.
 
     Keys (all required, no others allowed when `cfg` has .keys()), with their ranges:
-      name           'adam' | 'adamw'
+      name           'adam' | 'adamw' | 'sgd'
       schedule       'inverse_sqrt' | 'linear' | 'cosine' | 'constant'
       learning_rate  >= 0: peak lr; for 'inverse_sqrt' the scale multiplying
                      d_model^-0.5 * min(...)
       warmup_steps   >= 0 (>= 1 for 'inverse_sqrt'): linear warmup length in updates
       total_steps    end of the decay ('linear', 'cosine'), > warmup_steps; -1: `num_steps`
       end_learning_rate  0 <= it <= learning_rate: lr at and after total_steps ('linear', 'cosine')
-      b1, b2, eps    Adam moments' decays in [0, 1), epsilon > 0 (added outside the square root)
-      weight_decay   >= 0: decoupled decay, 'adamw' only, masked by weight_decay_mask; optax
+      b1, b2, eps    Adam moments' decays in [0, 1), epsilon > 0 (added outside the square root);
+                     not read by 'sgd'
+      momentum       in [0, 1): SGD's velocity decay ('sgd' only; 0 for Adam)
+      weight_decay   >= 0: decoupled decay, 'adamw' only (0 for 'adam' and 'sgd'), masked by weight_decay_mask; optax
                      multiplies it by the scheduled lr: p <- p - lr * (adam_update + weight_decay * p)
       clip_norm      >= 0: global-norm gradient clipping before Adam; 0 disables
     `d_model` is required for 'inverse_sqrt'; `num_steps` (the run's train.num_steps) for a
@@ -301,17 +325,25 @@ def make_optimizer(cfg, *, d_model: int | None = None, num_steps: int | None = N
                          f"{list(SCHEDULES)}.")
     _check_ranges(c)
     weight_decay, clip_norm = float(c["weight_decay"]), float(c["clip_norm"])
-    if c["name"] == "adam" and weight_decay != 0.0:
+    if c["name"] in ("adam", "sgd") and weight_decay != 0.0:
         raise ValueError(f"config.optimizer.weight_decay={weight_decay} is not applied by "
-                         "config.optimizer.name='adam'; use name='adamw' for decoupled weight "
-                         "decay, or set weight_decay=0.")
+                         f"config.optimizer.name={c['name']!r}; use name='adamw' for decoupled "
+                         "weight decay, or set weight_decay=0.")
+
+    momentum = float(c["momentum"])
+    if c["name"] != "sgd" and momentum != 0.0:
+        raise ValueError(f"config.optimizer.momentum={momentum} is SGD's (name='sgd'); "
+                         f"config.optimizer.name={c['name']!r} keeps its first moment with b1: "
+                         "set momentum=0.")
 
     schedule = _make_schedule(c, d_model, num_steps)
     adam_args = dict(b1=float(c["b1"]), b2=float(c["b2"]), eps=float(c["eps"]))
     if c["name"] == "adam":
         tx = optax.adam(schedule, **adam_args)
-    else:
+    elif c["name"] == "adamw":
         tx = optax.adamw(schedule, weight_decay=weight_decay, mask=weight_decay_mask, **adam_args)
+    else:
+        tx = sgd_momentum(schedule, momentum)
     if clip_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(clip_norm), tx)
     return tx, schedule

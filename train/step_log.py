@@ -1,6 +1,6 @@
 """The train loop's bookkeeping between two log lines: metric sums, NaN flags, throughput, MFU.
 
-    log = StepLog(task, global_batch=..., peak_flops=..., skip_nonfinite=...)
+    log = StepLog(task, peak_flops=..., skip_nonfinite=...)
     log.add(step, metrics)          after every step; nothing is read back from the devices
     log.check_finite(kept)          before a log or a checkpoint: NonFiniteError naming the first
                                     step whose loss or gradient norm was NaN/Inf (nonfinite='stop')
@@ -29,9 +29,8 @@ class NonFiniteError(RuntimeError):
 
 
 class StepLog:
-    def __init__(self, task, *, global_batch: int, peak_flops: float, skip_nonfinite: bool):
-        self.task = task
-        self.global_batch = global_batch
+    def __init__(self, task, *, peak_flops: float, skip_nonfinite: bool):
+        self.task = task  # its global_batch_at(step): BERT's phase 2 may batch otherwise
         self.peak_flops = peak_flops            # of all devices together
         self.skip_nonfinite = skip_nonfinite
         self.skipped_total = 0                  # steps whose update was dropped, this run
@@ -40,13 +39,15 @@ class StepLog:
         self.restart_clock()
 
     def restart_clock(self) -> None:
-        self._start, self._steps, self._flops = time.perf_counter(), 0, 0.0
+        self._start, self._steps, self._examples, self._flops = time.perf_counter(), 0, 0, 0.0
 
     def add(self, step: int, metrics: dict) -> None:
         self._flags.append((step, tuple(metrics[flag] for flag in FLAGS)))
         self._sums = metrics if self._sums is None else jax.tree.map(jnp.add, self._sums, metrics)
         self._steps += 1
-        self._flops += self.task.flops_per_example_at(step) * self.global_batch
+        batch = self.task.global_batch_at(step)
+        self._examples += batch
+        self._flops += self.task.flops_per_example_at(step) * batch
 
     def check_finite(self, kept: str) -> None:
         """NonFiniteError naming the first step whose loss or gradient norm was not finite, and
@@ -79,7 +80,7 @@ class StepLog:
         elapsed = time.perf_counter() - self._start
         steps_per_s = self._steps / elapsed
         values.update(steps_per_second=steps_per_s,
-                      examples_per_second=steps_per_s * self.global_batch,
+                      examples_per_second=self._examples / elapsed,
                       mfu=self._flops / elapsed / self.peak_flops)
         steps, self._sums = self._steps, None
         self.restart_clock()

@@ -10,7 +10,8 @@ notebooks/**/*.md) from the committed records under notebooks/results/:
 so that no number in the docs is typed by hand. The tables (TABLES below): single runs from
 notebooks/results/runs/NAME/record.json (train/result_tables.py; a run not recorded yet renders
 as the commands that make and save its record), the three sweeps from their runs' result.json
-(train/sweep_compare.py) and the verdicts on the papers' findings they test (train/findings.py).
+(train/sweep_compare.py) and the verdicts on the papers' findings they test (train/findings.py);
+and docs/launch.md's cost estimates from the recipes' configs (train/recipe_costs.py).
 --check writes nothing and exits 1 naming every region that differs
 from its records (tests/test_tables.py runs it on the repository's docs).
 """
@@ -48,6 +49,16 @@ def _sweep(folder: str) -> Callable[[rt.Records], str]:
     return render
 
 
+def _launch(table: str) -> Callable[[rt.Records], str]:
+    """docs/launch.md's estimates, computed from the recipes' configs (train/recipe_costs.py),
+    not from records: nothing has been measured on a GPU or TPU yet."""
+    def render(records: rt.Records) -> str:
+        from train import recipe_costs  # the models' configs and the FLOPs model: only here
+
+        return getattr(recipe_costs, table)()
+    return render
+
+
 TABLES: dict[str, Callable[[rt.Records], str]] = {
     "demo": rt.demo,
     "translation": rt.translation,
@@ -60,6 +71,8 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_lm_decode": rt.benchmark("bench_lm_decode"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
+    "launch_recipes": _launch("recipes_table"),
+    "launch_costs": _launch("costs_table"),
     **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
     **{f"findings_{folder}": (lambda records, folder=folder:
                               findings.markdown_table(folder, records.results))

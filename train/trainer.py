@@ -26,6 +26,7 @@ import numpy as np
 
 from data.errors import DataError
 from train import partitioning, run_config, storage, vocabulary
+from train.checkpoint_averaging import average_params, steps_to_average
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice
 from train.distributed import differing_processes
@@ -34,7 +35,7 @@ from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import make_optimizer
 from train.preemption import Preemption
 from train.step_log import StepLog
-from train.tasks import get_task
+from train.tasks import get_task, task_class
 from train.train_step import TrainState, make_train_step
 
 
@@ -45,25 +46,32 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
     accum = config.train.grad_accum_steps
     if accum < 1:
         raise ConfigError(f"config.train.grad_accum_steps={accum} must be >= 1")
-    for key in ("batch_size", "eval_batch_size"):
+    train_keys = task_class(config).train_batch_keys(config)  # e.g. BERT's phase 2 batch too
+    for key in (*train_keys, "eval_batch_size"):
         size = config.data[key]
         if size % dp or size % jax.process_count():
             raise ConfigError(
                 f"config.data.{key}={size} is not divisible by the data-parallel size {dp} "
                 f"(mesh data*fsdp) and process count {jax.process_count()}; use a multiple of "
                 f"{math.lcm(dp, jax.process_count())}")
-    if config.data.batch_size % (accum * dp):
-        raise ConfigError(
-            f"config.data.batch_size={config.data.batch_size} must split into "
-            f"grad_accum_steps={accum} microbatches that are each divisible by the data-parallel "
-            f"size {dp}")
+    for key in train_keys:
+        if config.data[key] % (accum * dp):
+            raise ConfigError(
+                f"config.data.{key}={config.data[key]} must split into grad_accum_steps={accum} "
+                f"microbatches that are each divisible by the data-parallel size {dp}")
     check_choice(config, "train.nonfinite", ("stop", "skip"))
     for key, least in (("num_steps", 1), ("log_every", 1), ("checkpoint_every", 1),
-                       ("keep_checkpoints", 1), ("eval_every", 0)):
+                       ("keep_checkpoints", 1), ("eval_every", 0), ("average_checkpoints", 0)):
         value = config.train[key]
         if value < least:
-            meaning = " (0: only at the end)" if least == 0 else ""
+            meaning = " (0: only at the end)" if key == "eval_every" else (
+                " (0: the final parameters, no averaging)" if least == 0 else "")
             raise ConfigError(f"config.train.{key}={value} must be >= {least}{meaning}")
+    if config.train.average_checkpoints > config.train.keep_checkpoints:
+        raise ConfigError(
+            f"config.train.average_checkpoints={config.train.average_checkpoints} averages more "
+            f"checkpoints than config.train.keep_checkpoints={config.train.keep_checkpoints} "
+            f"keeps: set keep_checkpoints to {config.train.average_checkpoints} or more")
     if config.train.peak_flops < 0:
         raise ConfigError(f"config.train.peak_flops={config.train.peak_flops} must be >= 0 "
                           "(0: measure a matmul here)")
@@ -202,8 +210,29 @@ class Trainer:
         """Whether the eval after `done` steps also generates (task.decode_every; always at the
         end for a task that generates)."""
         every = self.task.decode_every
+        if self._averages_at(done):  # the end's decode is of the averaged parameters
+            return False
         return every is not None and (done == self.config.train.num_steps or
                                       (every > 0 and done % every == 0))
+
+    def _averages_at(self, done: int) -> bool:
+        """Whether the eval after `done` steps is the final one of the average of the last
+        train.average_checkpoints checkpoints (train/checkpoint_averaging.py), made after the
+        loop once the last checkpoint is written, instead of one of the final parameters."""
+        return self.config.train.average_checkpoints > 0 and done == self.config.train.num_steps
+
+    def _evaluate_average(self, checkpointer: Checkpointer, log) -> dict[str, float]:
+        """The final eval (and decode) of the average of the run's last checkpoints."""
+        checkpointer.wait()
+        steps = steps_to_average(checkpointer.all_steps(), self.config.train.average_checkpoints)
+        log(f"the final eval is of the average of the last {len(steps)} checkpoints, steps "
+            f"{', '.join(map(str, steps))} (train.average_checkpoints="
+            f"{self.config.train.average_checkpoints})")
+        with self._context():
+            params = average_params(checkpointer, self.abstract_state, steps, log)
+        values = self.evaluate(params, decode=self.task.decode_every is not None, log=log)
+        values["averaged_checkpoints"] = len(steps)
+        return values
 
     def _restore_or_init(self, checkpointer: Checkpointer, train_iter) -> tuple[TrainState, list]:
         """The state to train from: the newest usable checkpoint (with the data position it
@@ -247,22 +276,22 @@ class Trainer:
             batch_size=global_batch // self.process_count, seed=self.config.seed,
             process_index=self.process_index, process_count=self.process_count)
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
-                                    keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
+                                    keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint,
+                                    keep_on_interval=cfg.average_checkpoints > 0)
         state, notes = self._restore_or_init(checkpointer, train_iter)
         start = self.start_step = int(jax.device_get(state.step))
         writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
                                progress_bar=cfg.progress_bar)
         for note in notes:
             writer.message(note)
-        flops_per_step = self.task.flops_per_example_at(start) * global_batch
+        flops_per_step = self.task.flops_per_example_at(start) * self.task.global_batch_at(start)
         self.peak_flops, self.peak_flops_source = self._peak_flops()  # per device; recorded
         peak = self.peak_flops * jax.device_count()
         writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
                        f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
                        f"({self.peak_flops_source})")
 
-        log = StepLog(self.task, global_batch=global_batch, peak_flops=peak,
-                      skip_nonfinite=cfg.nonfinite == "skip")
+        log = StepLog(self.task, peak_flops=peak, skip_nonfinite=cfg.nonfinite == "skip")
         preemption = self.preemption = Preemption()
         self.interrupted = None
         final_eval: dict[str, float] = {}
@@ -289,7 +318,9 @@ class Trainer:
                     writer.write(done, "train", values)
                     writer.advance(steps, loss=values["loss"], steps_s=values["steps_per_second"])
                 decode = self._decodes_at(done)
-                if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.num_steps or decode:
+                evaluate = ((cfg.eval_every and done % cfg.eval_every == 0)
+                            or done == cfg.num_steps or decode)
+                if evaluate and not self._averages_at(done):
                     final_eval = self.evaluate(state.params, decode=decode, log=writer.message)
                     writer.write(done, "eval", final_eval)
                     log.restart_clock()  # eval time is not train time
@@ -303,7 +334,11 @@ class Trainer:
                     writer.message(f"received {self.interrupted}: saved checkpoint at step {done} "
                                    f"in {checkpointer.directory}; run the same command to resume")
                     break
-            if start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
+            reached = int(jax.device_get(state.step)) >= cfg.num_steps
+            if reached and not self.interrupted and self._averages_at(cfg.num_steps):
+                final_eval = self._evaluate_average(checkpointer, writer.message)
+                writer.write(cfg.num_steps, "eval", final_eval)
+            elif start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
                 final_eval = self.evaluate(state.params, decode=self.task.decode_every is not None,
                                            log=writer.message)
         finally:

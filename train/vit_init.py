@@ -10,7 +10,9 @@ fits the run (`config.init_head`).
                  AugReg ones) or big_vision (models/vit_npz.py).
   <folder>       a Hugging Face ViT folder (config.json + model.safetensors: ViTModel or
                  ViTForImageClassification, models/hf_vit.py), or the workdir of an earlier
-                 classification run (its config.json and its latest checkpoint).
+                 classification run (its config.json and its latest checkpoint; a local folder
+                 or gs:// URL), e.g. the stage=pretrain run of configs/vit/imagenet.py, which
+                 its stage=finetune starts from at 384 px with init_head='new'.
 
 The checkpoint decides the architecture (width, depth, heads, patch size, position embedding,
 pooling, stem, activation, norms): config.model's values of those are replaced, as BERT's
@@ -81,7 +83,7 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
     from models.vit_npz import read_npz_architecture
 
     init = config.init
-    local = pathlib.Path(init)
+    local = pathlib.Path(init)  # local path: an .npz or HF folder (models/ reads local files)
     try:
         if local.suffix == ".npz":
             if not local.is_file():

@@ -33,17 +33,19 @@ RESUMABLE = (
     "seed", "train.",
     "optimizer.schedule", "optimizer.learning_rate", "optimizer.end_learning_rate",
     "optimizer.warmup_steps", "optimizer.total_steps", "optimizer.b1", "optimizer.b2",
-    "optimizer.eps", "optimizer.weight_decay",
+    "optimizer.eps", "optimizer.momentum", "optimizer.weight_decay",
     "model.dropout_rate", "model.attention_dropout_rate", "model.attention_implementation",
     "model.remat", "model.dtype",
     "task.label_smoothing", "task.beam_size", "task.length_penalty", "task.max_decode_length",
     "task.extra_decode_length", "task.decode_every", "task.num_samples", "task.max_answer_length",
     "data.source", "data.train_split", "data.eval_split", "data.batch_size",
-    "data.eval_batch_size", "data.augment", "data.pack", "data.long_examples", "data.max_length",
+    "data.eval_batch_size", "data.augment", "data.eval_resize", "data.normalize", "data.pack",
+    "data.long_examples", "data.max_length",
     "data.max_seq_length", "data.max_query_length", "data.max_predictions", "data.mask_prob",
     "data.select_prob", "data.random_prob", "data.keep_prob", "data.whole_word",
     "data.short_seq_prob", "data.dupe_factor", "data.input_format", "data.phase2_fraction",
-    "data.phase2_max_seq_length", "data.phase2_max_predictions",
+    "data.phase2_max_seq_length", "data.phase2_max_predictions", "data.phase2_batch_size",
+    "data.shuffle_window",
 )
 
 # Keys configs gained after runs were written without them, each with the value that does what

@@ -4,11 +4,26 @@ BERT pretraining (Devlin et al. 2019): masked LM + next-sentence prediction on B
 State of the Union speeches (`python -m data.fetch brown austen sotu`), with a WordPiece
 vocabulary trained on their training documents. The default is sized for a 2-core CPU.
 
+The paper's recipe at GPU-node / pod scale (docs/launch.md: commands and costs):
+`:size=base,data=wikipedia` (or size=large). BERT pretrained on BooksCorpus (800M words) and
+English Wikipedia (2,500M words); BooksCorpus is not in the TFDS catalog (nor on any registry
+this project reads), so English Wikipedia alone stands in for both: TFDS `wikipedia/20230601.en`
+(6.6M articles), prepared once as array_record where the machine can download (`tfds build
+wikipedia/20230601.en --file_format=array_record`; an Apache Beam job), then read on every host.
+Its articles are split into text passages and sentences as they are read
+(data/corpora/wikipedia.py, data/pipelines/pretraining_stream.py): nothing to preprocess first.
+The WordPiece vocabulary (30,522 tokens, BERT's size) is trained on 100,000 articles spread
+over the training split, cached, or read from `--config.data.vocab_file=PATH/vocab.txt` (e.g.
+Google's uncased BERT vocabulary). The last 2,000 articles are held out for evaluation.
+
 Variants (`:arg`, comma-separated):
   size=cpu|tiny|mini|small|medium|base|large   cpu (default): 4 layers, 128 wide, 8 heads, ALiBi
                                                 positions, no dropout, lr 2e-3; the others:
                                                 BERT's presets (Turc et al. sizes) with BERT's
-                                                learned positions and dropout 0.1
+                                                learned positions and dropout 0.1; base and large
+                                                with App. A.2's recipe (below)
+  data=local|wikipedia local (default): Brown + Austen + SOTU; wikipedia: TFDS English
+                       Wikipedia, streamed (see above)
   mask=80-10-10        % of the selected tokens replaced by [MASK] - kept the same - replaced
                        by a random token: Table 8's MASK-SAME-RND columns (its rows: 80-10-10,
                        100-0-0, 80-0-20, 80-20-0, 0-20-80, 0-0-100)
@@ -19,6 +34,14 @@ Variants (`:arg`, comma-separated):
   whole_word           whole-word masking
   smoke                a seconds-long run for tests
 e.g. `--config configs/bert/pretrain.py:mask=100-0-0` or `...:inputs=full_sentences,nsp=off`.
+
+App. A.2's recipe (size=base|large): 1,000,000 steps, Adam (0.9, 0.999) with lr 1e-4, 10,000
+warmup steps and linear decay, weight decay 0.01, dropout 0.1; 90% of the steps on 128-token
+sequences, the last 10% on 512-token ones. The batch holds ~128k tokens throughout: App. A.2
+gives 256 sequences x 512 tokens = 128,000 tokens a batch and "approximately 40 epochs over the
+3.3 billion word corpus", and App. C.1 counts 128,000 words/batch x 1,000,000 steps; with 256
+sequences of 128 tokens for 90% of the steps the run would see a third of that. So phase 1
+batches 1,024 sequences of 128 tokens (20 predictions each) and phase 2 256 of 512 (80).
 """
 
 from __future__ import annotations
@@ -30,6 +53,9 @@ from models.sizes import BERT_SIZES
 
 TABLE8_MASKS = ("80-10-10", "100-0-0", "80-0-20", "80-20-0", "0-20-80", "0-0-100")
 INPUT_FORMATS = ("segment_pair", "full_sentences", "doc_sentences")
+DATA = ("local", "wikipedia")
+WIKIPEDIA = "wikipedia/20230601.en"   # the newest English dump in TFDS 4.9.10's catalog
+WIKIPEDIA_EVAL_ARTICLES = 2000        # held out at the end of its only split, 'train'
 
 
 def parse_mask(spec: str) -> tuple[float, float, float]:
@@ -47,10 +73,15 @@ def parse_mask(spec: str) -> tuple[float, float, float]:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    args = common.parse_arg(arg, size="cpu", mask="80-10-10", nsp="on", inputs="segment_pair",
-                            posemb="", whole_word=False, smoke=False)
+    args = common.parse_arg(arg, size="cpu", data="local", mask="80-10-10", nsp="on",
+                            inputs="segment_pair", posemb="", whole_word=False, smoke=False)
     if args.size not in ("cpu", *BERT_SIZES):
         raise ValueError(f"size={args.size!r} is not one of {['cpu', *BERT_SIZES]}")
+    if args.data not in DATA:
+        raise ValueError(f"data={args.data!r} is not one of {list(DATA)}")
+    if args.data == "wikipedia" and args.inputs == "full_sentences":
+        raise ValueError("inputs=full_sentences packs across documents, which the Wikipedia "
+                         "stream does not: use segment_pair or doc_sentences")
     if args.inputs not in INPUT_FORMATS:
         raise ValueError(f"inputs={args.inputs!r} is not one of {list(INPUT_FORMATS)}")
     if args.nsp not in ("on", "off"):
@@ -98,13 +129,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.data = ml_collections.ConfigDict()
     config.data.names = ("brown", "austen", "sotu")  # python -m data.fetch NAME, documents of all
-    config.data.source = "local"             # local (data/ builders)
+    config.data.source = "local"             # local (data/ builders) | tfds (one Wikipedia dump)
     config.data.train_split = "train"
     config.data.eval_split = "validation"    # held-out documents
     config.data.vocab_file = ""              # an existing vocab.txt / tokenizer.json; "": train one
     config.data.vocab_size = 8192            # WordPiece vocabulary trained on the train split (or
                                              # of all its characters, if more: see
                                              # data/vocab/wordpiece.py)
+    config.data.vocab_sample_documents = 0   # tfds: articles the vocabulary is trained on (0 local)
+    config.data.shuffle_window = 0           # tfds: examples shuffled together in the stream
+                                             # (0 local: the whole corpus is shuffled)
     config.data.lowercase = True             # uncased (True) or cased (False) vocabulary
     config.data.input_format = args.inputs   # segment_pair (BERT) | full_sentences | doc_sentences
     config.data.max_seq_length = 128         # tokens per example, [CLS]/[SEP] included
@@ -124,6 +158,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # (BERT: 0.1 at 512); same optimizer state
     config.data.phase2_max_seq_length = 512
     config.data.phase2_max_predictions = 80  # BERT: 80 at 512
+    config.data.phase2_batch_size = 32       # global batch of phase 2 (BERT: 256 of 512 tokens)
 
     config.optimizer = common.optimizer_config(  # BERT App. A.2: AdamW, linear warmup and decay
         name="adamw", schedule="linear", learning_rate=2e-3, warmup_steps=300,
@@ -134,17 +169,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     if args.size in ("tiny", "mini", "small", "medium"):
         config.optimizer.learning_rate = 1e-3  # as probed with learned positions (docs/models.md)
-    if args.size in ("base", "large"):  # the paper's recipe at full scale
-        config.data.update(vocab_size=30522, batch_size=256, phase2_fraction=0.1)
+    if args.size in ("base", "large"):  # the paper's recipe at full scale (docstring)
+        config.data.update(vocab_size=30522, batch_size=1024, phase2_fraction=0.1,
+                           phase2_batch_size=256, eval_batch_size=256)
         config.optimizer.update(learning_rate=1e-4, warmup_steps=10_000)
         config.train.update(num_steps=1_000_000, eval_every=10_000, checkpoint_every=10_000)
+    if args.data == "wikipedia":
+        config.data.update(names=(WIKIPEDIA,), source="tfds",
+                           train_split=f"train[:-{WIKIPEDIA_EVAL_ARTICLES}]",
+                           eval_split=f"train[-{WIKIPEDIA_EVAL_ARTICLES}:]",
+                           vocab_sample_documents=100_000, shuffle_window=10_000)
 
     if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
         config.model.update(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64,
                             max_position_embeddings=64)
         config.data.update(vocab_size=400, max_seq_length=32, max_predictions=5, batch_size=8,
                            eval_batch_size=16, phase2_max_seq_length=64,
-                           phase2_max_predictions=10)
+                           phase2_max_predictions=10, phase2_batch_size=4)
+        if args.data == "wikipedia":  # a few dozen mock articles
+            config.data.update(vocab_sample_documents=20, shuffle_window=16)
         config.optimizer.warmup_steps = 5
         config.train.update(num_steps=12, log_every=4, eval_every=6, checkpoint_every=6,
                             keep_checkpoints=2, progress_bar=False)

@@ -96,6 +96,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.train_split = "train"
     config.data.eval_split = "test"
     config.data.augment = "flip"             # none | flip | crop_flip (2px-padded random crop)
+                                             # | inception_crop (images of any size)
+    config.data.eval_resize = "none"         # none: every image is image_shape | resize |
+                                             # center_crop (images of any size)
+    config.data.normalize = "dataset"        # dataset: its per-channel mean/std |
+                                             # minus_one_to_one: x / 127.5 - 1 (ViT's)
     config.data.batch_size = 128             # global batch, split over processes and devices
     config.data.eval_batch_size = 500        # global eval batch (last one padded and masked)
 

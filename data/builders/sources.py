@@ -45,6 +45,39 @@ class ImageDatasetInfo:
     std: tuple[float, ...] | None
 
 
+# TFDS 4.9 imports the packages of its older builders (translate/, text/, ...) lazily, and
+# registers a builder when its module is imported: `tfds.builder('wmt14_translate/de-en')` or
+# 'wikipedia/20230601.en' is not found in a fresh process until its package is. A name not
+# found makes us import them all (about a second; one needing an optional dependency that is
+# not installed is skipped) and ask again.
+TFDS_BUILDER_PACKAGES = (
+    "audio", "graphs", "image", "image_classification", "object_detection",
+    "question_answering", "ranking", "recommendation", "structured", "summarization", "text",
+    "text_simplification", "time_series", "translate", "video", "vision_language")
+
+
+def _import_tfds_catalog() -> None:
+    import importlib
+
+    for package in TFDS_BUILDER_PACKAGES:
+        try:
+            importlib.import_module(f"tensorflow_datasets.{package}")
+        except ImportError:  # an optional dependency of one of its builders
+            pass
+
+
+def _from_catalog(load):
+    """`load()` (a TFDS call by dataset name), asked again after importing TFDS's builder
+    packages when the name is not registered yet."""
+    import tensorflow_datasets as tfds
+
+    try:
+        return load()
+    except tfds.core.registered.DatasetNotFoundError:
+        _import_tfds_catalog()
+        return load()
+
+
 def _check_kind(source: str) -> None:
     if source not in SOURCE_KINDS:
         raise DataError(f"unknown data source kind {source!r}; allowed: {list(SOURCE_KINDS)}")
@@ -67,8 +100,9 @@ def _builder(name: str, source: SourceKind, data_dir: str | pathlib.Path | None)
     import tensorflow_datasets as tfds
 
     try:
-        builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir),
-                               file_format="array_record")
+        builder = _from_catalog(lambda: tfds.builder(
+            name, data_dir=None if data_dir is None else str(data_dir),
+            file_format="array_record"))
         builder.download_and_prepare()
     except Exception as e:  # TFDS raises many kinds (network, registration, missing files).
         raise _tfds_error(name, data_dir, e) from e
@@ -89,8 +123,8 @@ def get_data_source(name: str, split: str, *, source: SourceKind = "local",
         import tensorflow_datasets as tfds
 
         try:
-            return tfds.data_source(name, split=split,
-                                    data_dir=None if data_dir is None else str(data_dir))
+            return _from_catalog(lambda: tfds.data_source(
+                name, split=split, data_dir=None if data_dir is None else str(data_dir)))
         except Exception as e:  # TFDS raises many kinds (network, registration, missing files).
             raise _tfds_error(name, data_dir, e) from e
     builder = builders.prepare(name, data_dir=data_dir)

@@ -17,12 +17,19 @@ shards that together cover every example, and as many batches in every process.
                num_epochs the stream is cut to a multiple of process_count batches).
                Optional augmentation (`augment`: 'none', 'flip', or 'crop_flip' = random crop
                after zero padding of `crop_padding(h)` pixels (2 below 32 px, e.g. 28 px
-               MNIST, else 4) then horizontal flip), drawn
+               MNIST, else 4) then horizontal flip, or 'inception_crop' = a random crop of
+               8-100% of the area resized to image_shape, then horizontal flip
+               (data/pipelines/image_crops.py)), drawn
                from an rng seeded with (seed, global batch index) through grain's
                `random_map`, so it is reproducible and survives set_state.
   train=False  one pass in order, padded with mask=0 rows to a whole number of global batches:
                every example is seen exactly once, all shapes stay static, and every process
                yields `num_batches(len(source), ...)` batches.
+
+Image sizes. With `eval_resize='none'` every image must have `image_shape` (Fashion-MNIST).
+Images of any size (ImageNet) need `eval_resize` 'resize' or 'center_crop' (how an eval image
+is brought to image_shape) and, for training, augment='inception_crop' (the random crop is
+what brings a training image to image_shape); their channels must still be image_shape's.
 
 Normalisation uses fixed per-channel constants from the dataset's train split (`NORMALIZATION` of
 data/builders/sources.py, e.g. Fashion-MNIST mean 0.2860, std 0.3530), looked up by the source's
@@ -31,7 +38,7 @@ TFDS name, or `mean`/`std` passed in (see `compute_mean_std` for a dataset not i
 Checkpointing: the returned `grain.DatasetIterator` has `get_state() -> {'next_index': int}`
 (batches this process has taken; JSON-serialisable) and `set_state(state)`. A state resumes
 exactly only into a pipeline built with the same source, split, batch_size, seed,
-process_index/process_count, num_epochs and augment.
+process_index/process_count, num_epochs, augment and eval_resize.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import numpy as np
 from data.builders.examples import read_examples
 from data.builders.sources import NORMALIZATION
 from data.errors import DataError
+from data.pipelines import image_crops
 from data.pipelines.sharding import check_sharding, dataset_name, describe, padded_size, seeds
 
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
@@ -72,22 +80,31 @@ def compute_mean_std(source, *, max_examples: int | None = None
 class _LoadBatch:
     """Batch of example indices -> {'image': uint8 [b,h,w,c], 'label': int32, 'mask': float32}.
 
-    Indices >= len(source) are padding: zero image, label 0, mask 0.
+    Indices >= len(source) are padding: zero image, label 0, mask 0. With `any_size`, 'image' is
+    a list of the decoded images as they are (padding: None), for a later step to bring to
+    image_shape; else each must have image_shape.
     """
 
-    def __init__(self, source, image_shape: tuple[int, ...]):
+    def __init__(self, source, image_shape: tuple[int, ...], any_size: bool = False):
         self.source, self.image_shape, self.length = source, image_shape, len(source)
+        self.any_size = any_size
 
     def __call__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         real = indices[indices < self.length]
         examples = read_examples(self.source, real)
-        images = np.zeros((len(indices), *self.image_shape), np.uint8)
+        if self.any_size:
+            images = [None] * len(indices)
+        else:
+            images = np.zeros((len(indices), *self.image_shape), np.uint8)
         labels = np.zeros((len(indices),), np.int32)
         for j, example in enumerate(examples):
             image = np.asarray(example["image"])
-            if image.shape != self.image_shape:
-                raise DataError(f"images of shape {self.image_shape} expected, found "
-                                f"{image.shape} in {describe(self.source)} (example {real[j]})")
+            expected = self.image_shape[-1:] if self.any_size else self.image_shape
+            if image.ndim != 3 or image.shape[-len(expected):] != expected:
+                what = (f"{self.image_shape[-1]} channels" if self.any_size else
+                        f"images of shape {self.image_shape}")
+                raise DataError(f"{what} expected, found {image.shape} in "
+                                f"{describe(self.source)} (example {real[j]})")
             images[j] = image
             labels[j] = example["label"]
         mask = np.zeros((len(indices),), np.float32)
@@ -95,17 +112,26 @@ class _LoadBatch:
         return {"image": images, "label": labels, "mask": mask}
 
 
-AUGMENTATIONS = ("none", "flip", "crop_flip")
+AUGMENTATIONS = ("none", "flip", "crop_flip", "inception_crop")
+EVAL_RESIZES = ("none", *image_crops.EVAL_RESIZES)
 
 
 class _Augment:
     """Per example: horizontal flip with probability 1/2 ('flip'), after a random crop of the
-    zero-padded image ('crop_flip')."""
+    zero-padded image ('crop_flip'), or an Inception crop resized to image_shape and then
+    flipped ('inception_crop', on images of any size)."""
 
-    def __init__(self, mode: str):
+    def __init__(self, mode: str, image_shape: tuple[int, ...] = ()):
+        self.mode, self.size = mode, tuple(image_shape[:2])
         self.crop = mode == "crop_flip"
 
     def __call__(self, batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        if self.mode == "inception_crop":
+            images = batch["image"]
+            out = np.zeros((len(images), *self.size, _channels(images)), np.uint8)
+            for j, image in enumerate(images):
+                out[j] = image_crops.inception_crop(image, self.size, rng)
+            return {**batch, "image": out}
         images = batch["image"]
         b, h, w, _ = images.shape
         if self.crop:
@@ -118,6 +144,25 @@ class _Augment:
         for j in range(b):
             image = padded[j, dy[j]:dy[j] + h, dx[j]:dx[j] + w] if self.crop else images[j]
             out[j] = image[:, ::-1] if flip[j] else image
+        return {**batch, "image": out}
+
+
+def _channels(images: list) -> int:
+    return next((image.shape[-1] for image in images if image is not None), 3)
+
+
+class _EvalResize:
+    """Images of any size -> uint8 [b, *image_shape] by image_crops.eval_resize (padding rows:
+    zeros)."""
+
+    def __init__(self, mode: str, image_shape: tuple[int, ...]):
+        self.mode, self.shape = mode, tuple(image_shape)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = np.zeros((len(batch["image"]), *self.shape), np.uint8)
+        for j, image in enumerate(batch["image"]):
+            if image is not None:
+                out[j] = image_crops.eval_resize(image, self.shape[:2], self.mode)
         return {**batch, "image": out}
 
 
@@ -134,7 +179,8 @@ class _Normalize:
 
 def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   image_shape: Sequence[int], process_index: int = 0, process_count: int = 1,
-                  augment: str = "none", num_epochs: int | None = None,
+                  augment: str = "none", eval_resize: str = "none",
+                  num_epochs: int | None = None,
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Iterator over this process's batches of `source` (see the module docstring)."""
@@ -142,6 +188,15 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     name = dataset_name(source)
     if augment not in AUGMENTATIONS:
         raise DataError(f"augment={augment!r} is not one of {list(AUGMENTATIONS)}")
+    if eval_resize not in EVAL_RESIZES:
+        raise DataError(f"eval_resize={eval_resize!r} is not one of {list(EVAL_RESIZES)}")
+    any_size = eval_resize != "none"
+    if train and any_size != (augment == "inception_crop"):
+        raise DataError(
+            f"augment={augment!r} with eval_resize={eval_resize!r}: images of any size "
+            "(eval_resize 'resize' or 'center_crop') train with augment='inception_crop', the "
+            "crop that brings them to image_shape; images of one size (eval_resize='none') "
+            "with 'none', 'flip' or 'crop_flip'")
     check_sharding(batch_size, process_index, process_count)
     if num_epochs is not None and num_epochs < 1:
         raise DataError(f"num_epochs must be None (forever) or positive, got {num_epochs}")
@@ -149,9 +204,12 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     if n == 0:
         raise DataError(f"{describe(source)} has no examples")
     first = np.asarray(source[0]["image"])
-    if first.shape != image_shape:
+    if (first.shape[-1:] if any_size else first.shape) != (
+            image_shape[-1:] if any_size else image_shape):
         raise DataError(f"images of shape {image_shape} expected, found {first.shape} in "
-                        f"{describe(source)}")
+                        f"{describe(source)}" + ("" if any_size else
+                                                 " (images of any size need eval_resize "
+                                                 "'resize' or 'center_crop')"))
     if (mean is None) != (std is None):
         raise DataError(f"mean={mean} and std={std}: pass both (per channel) or neither (the "
                         "dataset's constants)")
@@ -177,9 +235,12 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     else:
         padded = padded_size(n, batch_size=batch_size, process_count=process_count)
         ds = grain.MapDataset.range(padded).batch(batch_size)
-    ds = ds.map(_LoadBatch(source, image_shape))
+    ds = ds.map(_LoadBatch(source, image_shape, any_size))
     if train and augment != "none":
-        ds = ds.random_map(_Augment(augment), seed=augment_seed)  # seeded by global batch index
+        ds = ds.random_map(_Augment(augment, image_shape),  # seeded by global batch index
+                           seed=augment_seed)
+    elif any_size:
+        ds = ds.map(_EvalResize(eval_resize, image_shape))
     ds = ds[process_index::process_count]
     if len(ds) == 0:
         raise DataError(f"{describe(source)}: {n} examples x {num_epochs} epochs give no batch "

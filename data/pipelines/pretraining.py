@@ -88,7 +88,7 @@ def masking_config(tokenizer, **rates) -> MaskingConfig:
 # ------------------------------------------------------------------------------ examples
 
 
-class _Examples:
+class Examples:
     """Plan row -> unmasked example: input_ids (no mask yet), word_starts, input_mask,
     segment_ids, next_sentence_label (segment_pair), mask."""
 
@@ -173,7 +173,7 @@ class _Plans:
 class _Row:
     """Instance index -> example of a fixed plan (static data, eval); beyond it: padding."""
 
-    def __init__(self, examples: _Examples, plan: np.ndarray):
+    def __init__(self, examples: Examples, plan: np.ndarray):
         self.examples, self.plan = examples, plan
 
     def __call__(self, i: int) -> dict[str, Any]:
@@ -193,7 +193,7 @@ class _Lookup:
 class _EpochRow:
     """(stream position, shuffled index in the epoch) -> example of that epoch's plan."""
 
-    def __init__(self, examples: _Examples, plans: _Plans, epoch_length: int, per_epoch: bool):
+    def __init__(self, examples: Examples, plans: _Plans, epoch_length: int, per_epoch: bool):
         self.examples, self.plans = examples, plans
         self.epoch_length, self.per_epoch = epoch_length, per_epoch
 
@@ -202,7 +202,7 @@ class _EpochRow:
         return self.examples(plan[int(i) % len(plan)])
 
 
-def _finish(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def batch_fields(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: batch[k] for k in BATCH_KEYS if k in batch}
 
 
@@ -272,7 +272,7 @@ def pretraining_batches(documents_source: Iterable | TokenizedCorpus, tokenizer,
     corpus = _corpus(documents_source, tokenizer)
     plan_seed, shuffle_seed, mask_seed = seeds(seed, 3)  # the plans, the shuffle, the masks
     nsp = input_format == "segment_pair"
-    examples = _Examples(corpus, tokenizer, max_seq_length, nsp)
+    examples = Examples(corpus, tokenizer, max_seq_length, nsp)
     plans = _Plans(corpus, input_format=input_format, max_seq_length=max_seq_length,
                    short_seq_prob=short_seq_prob, seed=plan_seed)
     mask = MaskTokens(masking)
@@ -299,7 +299,7 @@ def pretraining_batches(documents_source: Iterable | TokenizedCorpus, tokenizer,
         ds = grain.MapDataset.range(len(plan)).shuffle(seed=shuffle_seed).repeat()
         ds = ds.map(_Lookup(instances))
         ds = ds.batch(batch_size, drop_remainder=True)
-    ds = ds[process_index::process_count].map(_finish)
+    ds = ds[process_index::process_count].map(batch_fields)
     return iter(ds.to_iter_dataset(read_options or _DEFAULT_READ))
 
 

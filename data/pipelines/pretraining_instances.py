@@ -171,6 +171,43 @@ def plan_rng(seed: int, plan_id: int) -> random.Random:
     return random.Random(int(state[0]) << 64 | int(state[1]))
 
 
+def document_pairs(starts, first: int, end: int, *, max_tokens: int, short_seq_prob: float,
+                   rng: random.Random, random_segment) -> list[tuple[int, ...]]:
+    """The segment-pair rows (COLUMNS) of one document, whose sentences s = first .. end - 1 are
+    the tokens starts[s]:starts[s + 1] (module docstring). `random_segment(need)` gives a random
+    B from another document, (b_start, b_end) aiming at `need` tokens, drawing from `rng`; or
+    None when it finds none: then a chunk of two or more sentences takes its actual next
+    sentences (label 0) and a one-sentence chunk makes no example."""
+    def draw_target() -> int:
+        if rng.random() < short_seq_prob:
+            return rng.randint(2, max_tokens)
+        return max_tokens
+
+    rows = []
+    chunk_first, target, i = first, draw_target(), first
+    while i < end:
+        if starts[i + 1] - starts[chunk_first] < target and i < end - 1:
+            i += 1
+            continue
+        n = i + 1 - chunk_first                       # sentences in the chunk
+        a_end = chunk_first + (rng.randint(1, n - 1) if n >= 2 else 1)
+        a = (starts[chunk_first], starts[a_end])
+        b = None
+        if n == 1 or rng.random() < 0.5:
+            b = random_segment(target - (a[1] - a[0]))
+            if b is not None:
+                label = RANDOM_NEXT
+                i = a_end - 1                         # put the unused sentences back
+        if b is None and n >= 2:
+            label = IS_NEXT
+            b = (starts[a_end], starts[i + 1])
+        if b is not None:
+            rows.append((*truncate_pair(*a, *b, max_tokens, rng), label, target))
+        chunk_first, target = i + 1, draw_target()
+        i += 1
+    return rows
+
+
 def segment_pair_plan(corpus: TokenizedCorpus, *, max_seq_length: int, short_seq_prob: float,
                       rng: random.Random, shuffle: bool = True) -> np.ndarray:
     """Sentence-pair examples of every document (module docstring), in a random order when
@@ -178,44 +215,27 @@ def segment_pair_plan(corpus: TokenizedCorpus, *, max_seq_length: int, short_seq
     if corpus.num_documents < 2:
         raise DataError("segment_pair needs at least 2 documents (a random B comes from another "
                         f"document); got {corpus.num_documents}")
-    max_tokens = max_seq_length - 3
     starts = corpus.sentence_starts.tolist()
     doc_sentences = corpus.doc_sentences.tolist()
     num_docs = corpus.num_documents
 
-    def draw_target() -> int:
-        if rng.random() < short_seq_prob:
-            return rng.randint(2, max_tokens)
-        return max_tokens
-
     rows = []
     for d in range(num_docs):
-        first, end = doc_sentences[d], doc_sentences[d + 1]
-        chunk_first, target, i = first, draw_target(), first
-        while i < end:
-            if starts[i + 1] - starts[chunk_first] < target and i < end - 1:
-                i += 1
-                continue
-            n = i + 1 - chunk_first                       # sentences in the chunk
-            a_end = chunk_first + (rng.randint(1, n - 1) if n >= 2 else 1)
-            a = (starts[chunk_first], starts[a_end])
-            if n == 1 or rng.random() < 0.5:
-                label = RANDOM_NEXT
-                other = rng.randrange(num_docs - 1)
-                other += other >= d
-                j = rng.randrange(doc_sentences[other], doc_sentences[other + 1])
-                b_start, need = starts[j], target - (a[1] - a[0])
+        def random_segment(need: int, d=d) -> tuple[int, int]:
+            """A run of sentences from a random start in another random document, long enough
+            to fill `need` tokens (or to that document's end)."""
+            other = rng.randrange(num_docs - 1)
+            other += other >= d
+            j = rng.randrange(doc_sentences[other], doc_sentences[other + 1])
+            b_start = starts[j]
+            j += 1
+            while starts[j] - b_start < need and j < doc_sentences[other + 1]:
                 j += 1
-                while starts[j] - b_start < need and j < doc_sentences[other + 1]:
-                    j += 1
-                b = (b_start, starts[j])
-                i = a_end - 1                             # put the unused sentences back
-            else:
-                label = IS_NEXT
-                b = (starts[a_end], starts[i + 1])
-            rows.append((*truncate_pair(*a, *b, max_tokens, rng), label, target))
-            chunk_first, target = i + 1, draw_target()
-            i += 1
+            return b_start, starts[j]
+
+        rows += document_pairs(starts, doc_sentences[d], doc_sentences[d + 1],
+                               max_tokens=max_seq_length - 3, short_seq_prob=short_seq_prob,
+                               rng=rng, random_segment=random_segment)
     if shuffle:
         rng.shuffle(rows)
     return np.asarray(rows, np.int64).reshape(-1, len(COLUMNS))

@@ -40,6 +40,12 @@ Optional, with the defaults below:
   flops_per_example_at(step) -> float          FLOPs of one example at train step `step`, for
                                                tasks whose cost changes during a run (BERT's
                                                longer phase 2); flops_per_example() otherwise
+  global_batch_at(step) -> int                 examples in the global batch of train step
+                                               `step` (BERT's phase 2 may batch otherwise);
+                                               config.data.batch_size otherwise
+  train_batch_keys(config) -> keys (static)    the config.data keys of every global training
+                                               batch size, which must split over the devices
+                                               and microbatches: ('batch_size',) otherwise
   tokenizer                a text task's vocabulary (data/vocab/wordpiece.py, data/vocab/sentencepiece.py),
                            which the trainer keeps in the workdir; None for image tasks
   vocabulary_settings      the config keys that decided it ('data.vocab_size', ...); () when it
@@ -93,6 +99,13 @@ class Task:
 
     def flops_per_example_at(self, step: int) -> float:
         return self.flops_per_example()
+
+    def global_batch_at(self, step: int) -> int:
+        return self.config.data.batch_size
+
+    @staticmethod
+    def train_batch_keys(config) -> tuple[str, ...]:
+        return ("batch_size",)
 
     def data_metrics(self, train_iterator) -> dict[str, int]:
         return {}

@@ -11,7 +11,17 @@ optimised).
 
 Examples are built in the input pipeline (data/pipelines/pretraining.py): sentence pairs, truncation and
 masking, with every rate from the config. An optional second phase switches to longer
-sequences for the last `data.phase2_fraction` of the steps (data/pipelines/phases.py).
+sequences (and its own batch size) for the last `data.phase2_fraction` of the steps
+(data/pipelines/phases.py).
+
+Two sources of documents (`data.source`):
+  local  the fetched corpora of data.names (Brown, Austen, SOTU), tokenized whole in memory;
+  tfds   English Wikipedia from the TFDS catalog (data.names = one 'wikipedia/<dump>.en'),
+         streamed article by article (data/pipelines/pretraining_stream.py: passages and
+         sentences split as each article is read, examples shuffled in windows of
+         data.shuffle_window), its WordPiece vocabulary trained on data.vocab_sample_documents
+         articles spread over the training split (or data.vocab_file); evaluated on the
+         held-out articles of data.eval_split, tokenized in memory like the local corpora.
 """
 
 from __future__ import annotations
@@ -20,10 +30,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from data.pipelines import pretraining
+from data.pipelines import pretraining, pretraining_stream
 from data.vocab import wordpiece
 from data.errors import DataError
+from data.builders import sources
 from data.builders.documents import read_documents
+from data.corpora import wikipedia
 from data.pipelines.masking import MaskingConfig
 from data.pipelines.phases import PhasedIterator
 from data.pipelines.pretraining_instances import INPUT_FORMATS
@@ -44,22 +56,68 @@ def _model_config(config: ml_collections.ConfigDict, vocab_size: int) -> BertCon
     return to_dataclass(BertConfig, model_section, "model", vocab_size=vocab_size)
 
 
+def _vocabulary_split(data) -> str:
+    """What a trained vocabulary's cache file is named after: the training split, or for a
+    TFDS stream the sample of it that trains the vocabulary."""
+    if data.source == "tfds":
+        return f"{data.train_split}-sample{data.vocab_sample_documents}"
+    return data.train_split
+
+
 def _vocabulary(config: ml_collections.ConfigDict, saved, documents_fn):
     """config.data.vocab_file, or one trained on `documents_fn()` (the corpora's training
-    documents; cached); at a resumed run's start the one saved in its workdir
-    (train/vocabulary.py). `documents_fn=None` (a plan): None for one not trained yet."""
+    documents, or a TFDS stream's sample of them; cached); at a resumed run's start the one
+    saved in its workdir (train/vocabulary.py). `documents_fn=None` (a plan): None for one not
+    trained yet."""
     data = config.data
     if data.vocab_file:
         requested = wordpiece.load_tokenizer(data.vocab_file, lowercase=data.lowercase)
         return vocabulary.choose(saved, lambda: requested, kind="wordpiece",
                                  requested=requested,
                                  where=f"config.data.vocab_file={data.vocab_file!r}")
-    key = dict(datasets=tuple(data.names), split=data.train_split, vocab_size=data.vocab_size,
-               lowercase=data.lowercase)
+    key = dict(datasets=tuple(data.names), split=_vocabulary_split(data),
+               vocab_size=data.vocab_size, lowercase=data.lowercase)
     if documents_fn is None:
         return vocabulary.choose(saved, lambda: wordpiece.cached(**key), kind="wordpiece")
     return vocabulary.choose(
         saved, lambda: wordpiece.vocab_for_documents(documents_fn, **key), kind="wordpiece")
+
+
+def phase2_steps(config) -> int:
+    """The steps of phase 2: the last data.phase2_fraction of train.num_steps, rounded."""
+    return int(round(config.train.num_steps * config.data.phase2_fraction))
+
+
+def _check_source(data) -> None:
+    """The keys of the TFDS stream are set for data.source='tfds' and off for 'local'."""
+    stream = dict(shuffle_window=data.shuffle_window,
+                  vocab_sample_documents=data.vocab_sample_documents)
+    if data.source == "local":
+        on = [f"config.data.{k}={v}" for k, v in stream.items() if v]
+        if on:
+            raise ConfigError(f"{', '.join(on)} apply to data.source='tfds' (a stream of "
+                              "Wikipedia articles); the local corpora are read whole: set "
+                              "them to 0")
+        return
+    names = tuple(data.names)
+    if len(names) != 1 or not names[0].startswith("wikipedia/"):
+        raise ConfigError(f"config.data.names={names}: data.source='tfds' streams one TFDS "
+                          "Wikipedia dump, e.g. ('wikipedia/20230601.en',) "
+                          "(data/corpora/wikipedia.py reads its articles)")
+    if data.input_format not in pretraining_stream.STREAM_FORMATS:
+        raise ConfigError(f"config.data.input_format={data.input_format!r} is not streamed (it "
+                          "packs sentences across documents); data.source='tfds' takes "
+                          f"{list(pretraining_stream.STREAM_FORMATS)}")
+    if data.shuffle_window < 1:
+        raise ConfigError(f"config.data.shuffle_window={data.shuffle_window} must be >= 1 "
+                          "(examples shuffled together in the stream)")
+    if not data.vocab_file and data.vocab_sample_documents < 1:
+        raise ConfigError(f"config.data.vocab_sample_documents={data.vocab_sample_documents}: "
+                          "name the articles the WordPiece vocabulary is trained on (e.g. "
+                          "100000), or give config.data.vocab_file")
+    if data.dupe_factor:
+        raise ConfigError(f"config.data.dupe_factor={data.dupe_factor}: a stream makes new "
+                          "pairs and masks every epoch (dynamic); set it to 0")
 
 
 class BertPretrainingTask(Task):
@@ -67,11 +125,12 @@ class BertPretrainingTask(Task):
 
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("bert",))
-        check_choice(config, "data.source", ("local",))
+        check_choice(config, "data.source", sources.SOURCE_KINDS)
         check_choice(config, "data.input_format", INPUT_FORMATS)
         self.config = config
         self._document_cache: dict[str, list] = {}
         data = config.data
+        _check_source(data)
         if data.dupe_factor < 0:
             raise ConfigError(f"config.data.dupe_factor={data.dupe_factor} must be >= 0 (0: "
                               "dynamic pairs and masks; N: N static copies)")
@@ -83,8 +142,7 @@ class BertPretrainingTask(Task):
                               "[0, 1)")
         if not data.vocab_file:
             self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
-        self.tokenizer = _vocabulary(config, saved_vocabulary,
-                                     lambda: self._documents(data.train_split))
+        self.tokenizer = _vocabulary(config, saved_vocabulary, self._vocabulary_documents)
         self.model_config = _model_config(config, self.tokenizer.vocab_size)
         for key in ("max_seq_length",) + (("phase2_max_seq_length",) if self.phase2_steps else ()):
             try:
@@ -98,11 +156,22 @@ class BertPretrainingTask(Task):
 
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
-        return tuple(config.data.names)
+        return tuple(config.data.names) if config.data.source == "local" else ()
 
     @property
     def phase2_steps(self) -> int:
-        return int(round(self.config.train.num_steps * self.config.data.phase2_fraction))
+        return phase2_steps(self.config)
+
+    def global_batch_at(self, step: int) -> int:
+        """Sequences in the global batch of train step `step`: data.phase2_batch_size in phase 2
+        (BERT keeps ~128k tokens a batch: 1024 x 128, then 256 x 512)."""
+        data = self.config.data
+        in_phase2 = self.phase2_steps and step >= self.config.train.num_steps - self.phase2_steps
+        return data.phase2_batch_size if in_phase2 else data.batch_size
+
+    @staticmethod
+    def train_batch_keys(config) -> tuple[str, ...]:
+        return ("batch_size",) + (("phase2_batch_size",) if config.data.phase2_fraction else ())
 
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
@@ -114,7 +183,8 @@ class BertPretrainingTask(Task):
             return Resolution(_model_config(config, tokenizer.vocab_size))
         return Resolution(_model_config(config, data.vocab_size), pending={
             "model.vocab_size": f"the size of the WordPiece vocabulary trained on "
-                                f"{'+'.join(data.names)} {data.train_split} when the run starts, "
+                                f"{'+'.join(data.names)} {_vocabulary_split(data)} when the run "
+                                "starts, "
                                 f"config.data.vocab_size={data.vocab_size} asked for (the texts "
                                 "may give fewer or more: data/vocab/wordpiece.py); not trained yet"})
 
@@ -202,12 +272,32 @@ class BertPretrainingTask(Task):
         return self._sums(params, batch, train=False)[1]
 
     # ---- data --------------------------------------------------------------------------------
+    def _source(self, split: str):
+        """The TFDS data source of `split` of the Wikipedia dump (data.source='tfds')."""
+        return sources.get_data_source(self.config.data.names[0], split, source="tfds")
+
     def _documents(self, split: str) -> list:
-        """The Documents of `split` of every corpus in data.names, one list (cached)."""
+        """The Documents of `split` of every corpus in data.names, one list (cached); for TFDS
+        Wikipedia every article of the split, split into passages and sentences."""
         if split not in self._document_cache:
-            self._document_cache[split] = [doc for name in self.config.data.names
-                                           for doc in read_documents(name, split)]
+            if self.config.data.source == "tfds":
+                source = self._source(split)
+                self._document_cache[split] = pretraining_stream.sample_documents(
+                    source, len(source), wikipedia.article_document)
+            else:
+                self._document_cache[split] = [doc for name in self.config.data.names
+                                               for doc in read_documents(name, split)]
         return self._document_cache[split]
+
+    def _vocabulary_documents(self) -> list:
+        """The documents a WordPiece vocabulary is trained on: the training documents, or for
+        TFDS Wikipedia data.vocab_sample_documents articles spread over the training split."""
+        data = self.config.data
+        if data.source == "tfds":
+            return pretraining_stream.sample_documents(
+                self._source(data.train_split), data.vocab_sample_documents,
+                wikipedia.article_document)
+        return self._documents(data.train_split)
 
     def _batches(self, documents, *, max_seq_length: int, max_predictions: int, train: bool,
                  batch_size: int, seed: int, process_index: int, process_count: int):
@@ -218,18 +308,39 @@ class BertPretrainingTask(Task):
             short_seq_prob=data.short_seq_prob, dynamic=data.dupe_factor == 0,
             dupe_factor=max(1, data.dupe_factor), seed=seed, train=train, process_index=process_index, process_count=process_count)
 
-    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
+    def _stream(self, *, max_seq_length: int, max_predictions: int, batch_size: int, seed: int,
+                process_index: int, process_count: int):
         data = self.config.data
-        documents = self._documents(data.train_split)
-        common = dict(train=True, batch_size=batch_size, seed=seed, process_index=process_index,
-                      process_count=process_count)
-        first = self._batches(documents, max_seq_length=data.max_seq_length,
-                              max_predictions=data.max_predictions, **common)
+        return pretraining_stream.stream_batches(
+            self._source(data.train_split), self.tokenizer,
+            to_document=wikipedia.article_document, batch_size=batch_size,
+            max_seq_length=max_seq_length, masking=self._masking(max_predictions), seed=seed,
+            input_format=data.input_format, short_seq_prob=data.short_seq_prob,
+            shuffle_window=data.shuffle_window, process_index=process_index,
+            process_count=process_count)
+
+    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
+        """Phase 1's batches of `batch_size` (this process's share of data.batch_size), then
+        phase 2's of this process's share of data.phase2_batch_size."""
+        data = self.config.data
+        common = dict(seed=seed, process_index=process_index, process_count=process_count)
+        if data.source == "tfds":
+            def make(max_seq_length, max_predictions, size):
+                return self._stream(max_seq_length=max_seq_length,
+                                    max_predictions=max_predictions, batch_size=size, **common)
+        else:
+            documents = self._documents(data.train_split)
+
+            def make(max_seq_length, max_predictions, size):
+                return self._batches(documents, max_seq_length=max_seq_length,
+                                     max_predictions=max_predictions, train=True,
+                                     batch_size=size, **common)
+        first = make(data.max_seq_length, data.max_predictions, batch_size)
         if not self.phase2_steps:
             return first
         return PhasedIterator(
-            first, lambda: self._batches(documents, max_seq_length=data.phase2_max_seq_length,
-                                         max_predictions=data.phase2_max_predictions, **common),
+            first, lambda: make(data.phase2_max_seq_length, data.phase2_max_predictions,
+                                data.phase2_batch_size // process_count),
             switch_after=self.config.train.num_steps - self.phase2_steps)
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):

@@ -32,6 +32,10 @@ from train.tasks.base import Task
 from train.vit_init import resolve_init
 
 MODELS = {"vit": (ViT, ViTConfig)}
+# How pixels become model inputs: the dataset's per-channel mean and std
+# (data/builders/sources.py NORMALIZATION), or x / 127.5 - 1, the [-1, 1] range of the ViT
+# paper's input pipeline (and of the published ViT checkpoints).
+NORMALIZATIONS = {"dataset": None, "minus_one_to_one": (0.5, 0.5)}
 
 
 def _init(config: ml_collections.ConfigDict, *, build: bool):
@@ -48,6 +52,8 @@ class ClassificationTask(Task):
                               "used by a text task, not image classification; use a new --workdir")
         check_choice(config, "data.source", ("local", "tfds"))
         check_choice(config, "data.augment", image_data.AUGMENTATIONS)
+        check_choice(config, "data.eval_resize", image_data.EVAL_RESIZES)
+        check_choice(config, "data.normalize", NORMALIZATIONS)
         self.init = _init(config, build=True)
         self.model_config = self.init.model_config
         self.model = MODELS[config.model.name][0](self.model_config)
@@ -130,18 +136,27 @@ class ClassificationTask(Task):
     def _source(self, split: str):
         return sources.get_data_source(self.config.data.name, split, source=self.config.data.source)
 
+    def _pixels(self) -> dict:
+        """How the pipeline brings images to the model's size and scale (config.data)."""
+        data = self.config.data
+        centre = NORMALIZATIONS[data.normalize]
+        channels = self.image_shape[-1]
+        return dict(image_shape=self.image_shape, eval_resize=data.eval_resize,
+                    mean=None if centre is None else (centre[0],) * channels,
+                    std=None if centre is None else (centre[1],) * channels)
+
     def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
         """Endless, shuffled, per-process batches; a grain iterator with get_state/set_state."""
         return image_data.image_batches(
             self._source(self.config.data.train_split), batch_size=batch_size, train=True,
-            seed=seed, image_shape=self.image_shape, process_index=process_index,
-            process_count=process_count, augment=self.config.data.augment)
+            seed=seed, process_index=process_index, process_count=process_count,
+            augment=self.config.data.augment, **self._pixels())
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         """(iterator over this process's eval batches, number of batches every process runs)."""
         source = self._source(self.config.data.eval_split)
         iterator = image_data.image_batches(
-            source, batch_size=batch_size, train=False, seed=0, image_shape=self.image_shape,
-            process_index=process_index, process_count=process_count, augment="none")
+            source, batch_size=batch_size, train=False, seed=0, process_index=process_index,
+            process_count=process_count, augment="none", **self._pixels())
         return iterator, num_batches(len(source), batch_size=batch_size,
                                                 process_count=process_count)

@@ -1,0 +1,101 @@
+"""train/recipe_costs.py: the recipes' phases from their configs, and the step times, total
+times and accelerator-hours of docs/launch.md against a plain computation of the same formula;
+the XLA flags the launch page names are ones the pinned jaxlib accepts."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from train import flops, recipe_costs as rc
+from train.config import load_config_file
+
+
+def test_phases_follow_the_configs():
+    """BERT: 900,000 steps of 1,024 x 128 tokens, then 100,000 of 256 x 512 (App. A.2); ViT: 300
+    epochs of ImageNet's 1,281,167 images in batches of 4,096; Transformer: 128 rows of 208."""
+    bert = rc.phases(load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia"))
+    assert [(p.steps, p.batch, p.length) for p in bert] == [
+        (900_000, 1024, "128 tokens"), (100_000, 256, "512 tokens")]
+    assert bert[1].flops_per_example > 4 * bert[0].flops_per_example * 0.9  # 4x the tokens
+    vit = rc.phases(load_config_file("configs/vit/imagenet.py"))
+    assert [(p.steps, p.batch) for p in vit] == [(math.ceil(300 * 1_281_167 / 4096), 4096)]
+    wmt = rc.phases(load_config_file("configs/transformer/translate.py:size=big,data=wmt14"))
+    assert [(p.steps, p.batch) for p in wmt] == [(300_000, 128)]
+
+
+def test_costs_are_the_flops_over_the_devices_peak_at_the_mfu():
+    """BERT-base on one 8-GPU node at 40%: each phase's step is its FLOPs (batch x the FLOPs
+    model's per-example count) over 8 x 989 TFLOP/s x 0.4; the run is the steps' sum; the
+    accelerator-hours do not depend on the device count (the same chips share the same work)."""
+    config = load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia")
+    run = rc.phases(config)
+    node, cluster, pod = rc.TARGETS
+    peak = 989e12
+    assert node.peak == cluster.peak == peak and pod.peak == 459e12
+    for phase in run:
+        assert rc.step_seconds(phase, node, 0.4) == pytest.approx(
+            phase.batch * phase.flops_per_example / (8 * peak * 0.4))
+    total = sum(p.steps * p.batch * p.flops_per_example for p in run) / (8 * peak * 0.4)
+    assert rc.run_seconds(run, node, 0.4) == pytest.approx(total)
+    hours = [rc.run_seconds(run, t, 0.4) * t.devices / 3600 for t in (node, cluster)]
+    assert hours[0] == pytest.approx(hours[1])
+    assert rc.run_seconds(run, node, 0.2) == pytest.approx(2 * total)
+
+
+def test_the_tables_say_what_is_estimated():
+    costs = rc.costs_table(0.3)
+    assert costs.startswith("Estimated at MFU 30% of the bf16 peaks per device (H100 SXM 989 "
+                            "TFLOP/s, TPU v5p 459 TFLOP/s)")
+    assert "Not measured" in costs
+    rows = [line for line in costs.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + len(rc.RECIPES) * len(rc.TARGETS)
+    assert rc._flops(7.16e13) == "71.6 TFLOP" and rc._flops(7.22e19) == "72.2 EFLOP"
+    assert rc._duration(0.023) == "23 ms" and rc._duration(22_800) == "6.3 h"
+    assert rc._duration(3 * 86_400) == "3.0 days"
+
+
+def test_the_command_prints_the_tables_at_another_mfu(capsys):
+    assert rc.main(["--mfu", "0.25"]) == 0
+    assert "MFU 25%" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        rc.main(["--mfu", "1.5"])
+
+
+def _page_flags() -> list[str]:
+    text = (REPO / "docs" / "launch.md").read_text()
+    return sorted(set(re.findall(r"--xla_[a-z0-9_]+=[^\s\"']+", text)))
+
+
+def _xla_accepts(flags: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))
+    return subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.ones(2).sum()"],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_every_xla_flag_on_the_launch_page_exists_in_the_pinned_jaxlib():
+    """XLA parses every flag in XLA_FLAGS at start-up, the GPU ones on a CPU too, and stops on
+    one it does not know: so the page names no flag a reader's jaxlib would reject."""
+    flags = _page_flags()
+    assert "--xla_gpu_enable_latency_hiding_scheduler=true" in flags and len(flags) >= 4
+    result = _xla_accepts(flags)
+    assert result.returncode == 0, result.stderr[-2000:]
+    misspelt = _xla_accepts(["--xla_gpu_enable_latency_hidding_scheduler=true"])
+    assert misspelt.returncode != 0 and "Unknown flag" in misspelt.stderr
+
+
+def test_the_page_launches_every_recipe_config():
+    text = (REPO / "docs" / "launch.md").read_text()
+    for config in ("configs/bert/pretrain.py:size=base,data=wikipedia", "configs/vit/imagenet.py",
+                   "configs/vit/imagenet.py:stage=finetune",
+                   "configs/transformer/translate.py:size=base,data=wmt14"):
+        assert f"--config {config}" in text, config
+    assert "srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8" in text
+    assert "tpu-vm ssh NAME" in text and "--worker=all" in text
+    assert flops.spec_peak_flops("TPU v5") == 459e12

@@ -1,0 +1,190 @@
+"""The paper-scale recipes end to end without their data: BERT on Wikipedia, ViT on ImageNet
+(from scratch, then fine-tuned), the Transformer on WMT 2014. Each runs `python -m train` on
+TFDS's mock data for the real dataset (tests/tfds_mock.py: the builder's features and splits,
+random examples) on 4 forced CPU devices with data=2 x fsdp=2 (the real mesh rules: batch split
+over both axes, parameters sharded on fsdp), with the recipe's settings but for a tiny model and
+a few steps (each config's `smoke` variant)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import json_report, run_python
+
+MESH = ["--config.mesh.data=2", "--config.mesh.fsdp=2"]
+
+
+def _train(tmp_path, num_examples: int, config: str, workdir, *more) -> tuple[int, str]:
+    """(exit status of python -m train, its stderr) for `config` on mocked TFDS data."""
+    result = run_python(["tests/scripts/recipe_run.py", str(num_examples), "--config", config,
+                         "--workdir", str(workdir), *MESH, *more],
+                        env={"PAPERS_JAX_DATA": str(tmp_path / "data")}, devices=4)
+    return json_report(result.stdout)["code"], result.stderr
+
+
+def _log(workdir, split: str) -> list[dict]:
+    return [entry for line in (workdir / "metrics.jsonl").read_text().splitlines()
+            if (entry := json.loads(line))["split"] == split]
+
+
+def _config(workdir) -> dict:
+    return json.loads((workdir / "config.json").read_text())
+
+
+def test_bert_pretrains_on_wikipedia_through_the_stream_and_both_phases(tmp_path):
+    """size=base,data=wikipedia: articles streamed, split into passages and sentences in the
+    pipeline, a WordPiece vocabulary trained on a sample of them, App. A.2's optimizer and
+    schedule, and the last 10% of the steps in phase 2 (longer rows, its own batch)."""
+    workdir = tmp_path / "bert"
+    code, stderr = _train(tmp_path, 40, "configs/bert/pretrain.py:size=base,data=wikipedia,smoke",
+                          workdir)
+    assert code == 0, stderr[-3000:]
+    config = _config(workdir)
+    assert config["data"]["source"] == "tfds"
+    assert config["data"]["names"] == ["wikipedia/20230601.en"]
+    optimizer = config["optimizer"]
+    assert (optimizer["name"], optimizer["schedule"], optimizer["learning_rate"],
+            optimizer["b2"], optimizer["weight_decay"]) == ("adamw", "linear", 1e-4, 0.999, 0.01)
+    assert config["data"]["phase2_fraction"] == 0.1 and config["model"]["posemb"] == "learned"
+    # Phase 2 ran: the last step drew from the second pipeline (PhasedIterator's state).
+    state = json.loads((workdir / "checkpoints" / "12" / "data" /
+                        "process_0-of-1.json").read_text())["train_iterator"]
+    assert state["batches"] == 12 and state["second"] is not None
+    assert [e["step"] for e in _log(workdir, "train")] == [4, 8, 12]
+    final = _log(workdir, "eval")[-1]
+    assert final["step"] == 12 and 0 <= final["mlm_accuracy"] <= 1 and "nsp_accuracy" in final
+    cached = list((tmp_path / "data" / "vocab").glob("wikipedia*sample20*.json"))
+    assert cached, "the vocabulary was trained on the sample of 20 articles"
+
+
+def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution(tmp_path):
+    """stage=pretrain (Adam, weight decay 0.3, cosine, clipping, Inception crops of images of
+    any size, the pre-logits head) at 32 px, then stage=finetune from its workdir at 48 px (SGD
+    with momentum, a new zero head, the rest from the pretraining run's last checkpoint, its
+    position embeddings resampled from the 4 x 4 patch grid to 6 x 6)."""
+    pretrain = tmp_path / "vit"
+    code, stderr = _train(tmp_path, 48, "configs/vit/imagenet.py:smoke", pretrain)
+    assert code == 0, stderr[-3000:]
+    config = _config(pretrain)
+    assert (config["optimizer"]["name"], config["optimizer"]["weight_decay"],
+            config["optimizer"]["schedule"], config["optimizer"]["clip_norm"]) == (
+                "adamw", 0.3, "cosine", 1.0)
+    assert (config["data"]["augment"], config["data"]["eval_resize"]) == ("inception_crop",
+                                                                          "center_crop")
+    assert config["model"]["head_hidden_size"] == 32 and config["model"]["dropout_rate"] == 0.1
+    assert _log(pretrain, "eval")[-1]["step"] == 6
+
+    finetune = tmp_path / "vit_ft"
+    code, stderr = _train(tmp_path, 48, f"configs/vit/imagenet.py:stage=finetune,init={pretrain},"
+                          "smoke", finetune)
+    assert code == 0, stderr[-3000:]
+    assert f"weights: the run in {pretrain}, its latest checkpoint" in stderr
+    assert ("position embeddings resampled bilinearly (image 32x32 -> 48x48, patch grid 4x4 -> "
+            "6x6; ViT Sec. 3.2), class token's kept") in stderr
+    assert "pre-logits layer dropped" in stderr
+    assert "new zero-initialised classifier for 1000 classes (a new head asked for)" in stderr
+    config = _config(finetune)
+    assert (config["optimizer"]["name"], config["optimizer"]["momentum"],
+            config["optimizer"]["weight_decay"]) == ("sgd", 0.9, 0.0)
+    assert config["model"]["image_size"] == [48, 48] and config["model"]["head_hidden_size"] == 0
+    assert config["data"]["eval_resize"] == "resize"
+    assert 0 <= _log(finetune, "eval")[-1]["accuracy"] <= 1
+
+    # What the fine-tuning run started from, read here on one device from the checkpoint that 4
+    # wrote: the pretraining run's last weights, the position table resampled (the class
+    # token's row as it was), no pre-logits layer, a new head.
+    from train.checkpointing import load_params
+    from train.vit_init import resolve_init
+
+    from configs.vit.imagenet import get_config
+
+    init = resolve_init(get_config(f"stage=finetune,init={pretrain},smoke"))
+    trained = load_params(pretrain)
+    table, resampled = trained["posemb"]["embedding"], init.params["posemb"]["embedding"]
+    assert table.shape == (1 + 4 * 4, 32) and resampled.shape == (1 + 6 * 6, 32)
+    np.testing.assert_array_equal(resampled[0], table[0])
+    grid = table[1:].reshape(4, 4, 32)  # the 6 x 6 grid's corner patch reads the 4 x 4's corner
+    np.testing.assert_allclose(resampled[1:].reshape(6, 6, 32)[[0, 0, -1, -1], [0, -1, 0, -1]],
+                               grid[[0, 0, -1, -1], [0, -1, 0, -1]], rtol=1e-6)
+    np.testing.assert_array_equal(init.params["block_0"]["mlp"]["wi"]["kernel"],
+                                  trained["block_0"]["mlp"]["wi"]["kernel"])
+    assert init.fresh == ("head",) and "pre_logits" not in init.params
+
+
+def test_transformer_trains_on_wmt14_and_scores_the_averaged_checkpoints(tmp_path):
+    """size=base,data=wmt14: the paper's optimizer and schedule, label smoothing, packed rows,
+    beam search and BLEU on the test split (newstest2014), the final eval of the average of the
+    last checkpoints (3 in the smoke run, 5 at base)."""
+    workdir = tmp_path / "wmt"
+    code, stderr = _train(tmp_path, 48, "configs/transformer/translate.py:size=base,data=wmt14,"
+                          "smoke", workdir)
+    assert code == 0, stderr[-3000:]
+    config = _config(workdir)
+    assert config["data"]["name"] == "wmt14_translate/de-en"
+    assert (config["data"]["source_key"], config["data"]["target_key"]) == ("en", "de")
+    assert config["train"]["average_checkpoints"] == 3
+    evals = _log(workdir, "eval")
+    assert [e["step"] for e in evals] == [6, 12]
+    final = evals[-1]
+    assert final["averaged_checkpoints"] == 3 and "averaged_checkpoints" not in evals[0]
+    assert final["decoded"] == 48 and 0 <= final["bleu"] <= 100
+    assert "the average of the last 3 checkpoints, steps 4, 8, 12" in stderr
+
+
+def test_the_wmt14_test_split_is_newstest2014():
+    """Table 2's BLEU is on newstest2014: the split data=wmt14 evaluates ('test') is TFDS's
+    newstest2014, its validation split newsdev2014 + newstest2013."""
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.translate import wmt14
+
+    from configs.transformer.translate import DATASETS, get_config
+
+    subsets = wmt14.Wmt14Translate._subsets.fget(None)
+    assert get_config("data=wmt14").data.eval_split == "test" == DATASETS["wmt14"][4]
+    assert subsets[tfds.Split.TEST] == ["newstest2014"]
+    assert subsets[tfds.Split.VALIDATION] == ["newsdev2014", "newstest2013"]
+
+
+def test_the_finetuning_recipe_plans_224_px_pretraining_at_384_px(tmp_path):
+    """The paper-scale recipe (ViT-B/16): stage=finetune on a stage=pretrain run's workdir plans
+    its 14 x 14 patch grid's position embeddings resampled to 24 x 24 (Sec. 3.2), the pre-logits
+    layer dropped and a new zero head (App. B.1.1), from the pretraining run's config.json alone
+    (what --print_config shows; no weights read)."""
+    from train.tasks.classify import ClassificationTask
+
+    from configs.vit.imagenet import get_config
+
+    pretrain = tmp_path / "pretrain"
+    pretrain.mkdir()
+    (pretrain / "config.json").write_text(get_config().to_json())
+    plan = ClassificationTask.plan(get_config(f"stage=finetune,init={pretrain}"))
+    cfg = plan.model_config
+    assert (cfg.image_size, cfg.grid, cfg.patch_size, cfg.hidden_size) == (
+        (384, 384), (24, 24), 16, 768)
+    assert (cfg.head_hidden_size, cfg.num_classes, cfg.dropout_rate) == (0, 1000, 0.0)
+    notes = "\n".join(plan.notes)
+    assert "patch grid 14x14 -> 24x24" in notes and "class token's kept" in notes
+    assert "pre-logits layer dropped" in notes and "a new head asked for" in notes
+
+
+def test_a_position_table_the_recipe_cannot_resample_is_refused_at_another_resolution(tmp_path):
+    """A pretraining run with a 2-D row/column table fine-tuned at another resolution: refused,
+    naming the table and the way out; at the pretraining resolution it fine-tunes."""
+    from train.config import ConfigError
+    from train.tasks.classify import ClassificationTask
+
+    from configs.vit.imagenet import get_config
+
+    pretrain = tmp_path / "pretrain"
+    pretrain.mkdir()
+    saved = get_config("smoke")
+    saved.model.posemb = "learned_2d"
+    (pretrain / "config.json").write_text(saved.to_json())
+    with pytest.raises(ConfigError, match="posemb='learned_2d'.*not resampled.*fine-tune at "
+                                          "the checkpoint's image_size"):
+        ClassificationTask.plan(get_config(f"stage=finetune,init={pretrain},smoke"))
+    plan = ClassificationTask.plan(get_config(f"stage=finetune,init={pretrain},resolution=32,"
+                                              "smoke"))
+    assert plan.model_config.posemb == "learned_2d" and plan.model_config.grid == (4, 4)

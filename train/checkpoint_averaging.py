@@ -1,0 +1,54 @@
+"""Checkpoint averaging: the parameters of a run's last N checkpoints, averaged element-wise.
+
+Vaswani et al. 2017, Sec. 6.1: "For the base models, we used a single model obtained by
+averaging the last 5 checkpoints, which were written at 10-minute intervals. For the big models,
+we averaged the last 20 checkpoints." The average of nearby points of the end of training is a
+cheap ensemble in weight space: it smooths the noise of the last updates (Polyak averaging,
+taken at a few points only).
+
+`train.average_checkpoints = N` (0: off) makes the trainer, once the run reaches
+train.num_steps and its last checkpoint is written, evaluate (and decode, for BLEU) the average
+of the parameters of the last N checkpoints in the workdir instead of the final parameters; the
+eval record says how many it averaged (`averaged_checkpoints`). The checkpoints are the ones
+the run wrote every train.checkpoint_every steps, plus the final one, whatever sessions wrote
+them: the trainer then keeps checkpoints on that interval (train/checkpointing.py
+LatestOnInterval), so one written at a stop is dropped once a later one is written, and a
+resumed run averages the same steps as an uninterrupted one. train.keep_checkpoints must keep
+at least N. The optimizer state is not averaged (nothing trains from the average).
+
+Each checkpoint is restored in turn into the run's shardings and added to a float32 running
+sum, so the memory needed is two train states, whatever N.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+
+def steps_to_average(saved_steps: list[int], count: int) -> list[int]:
+    """The last `count` of a run's saved steps (all of them when fewer are saved)."""
+    if count < 1:
+        raise ValueError(f"count={count} must be >= 1")
+    return sorted(saved_steps)[-count:]
+
+
+def average_params(checkpointer, abstract_state: Any, steps: list[int],
+                   warn: Callable[[str], None] = print) -> Any:
+    """The element-wise mean of the parameters saved at `steps` by `checkpointer`
+    (train/checkpointing.py), in the shardings and dtypes of `abstract_state.params`: each
+    checkpoint restored into `abstract_state` in turn, summed in float32, divided by
+    len(steps)."""
+    if not steps:
+        raise ValueError("no checkpoint to average")
+    total = None
+    for step in steps:
+        state, _, _ = checkpointer.restore(abstract_state, step, warn)
+        params = jax.tree.map(lambda x: x.astype(jnp.float32), state.params)
+        total = params if total is None else jax.tree.map(jnp.add, total, params)
+        del state
+    count = float(len(steps))
+    return jax.tree.map(lambda s, like: (s / count).astype(like.dtype), total,
+                        abstract_state.params)
