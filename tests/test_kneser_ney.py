@@ -65,18 +65,20 @@ def test_modified_and_single_discounts_from_the_counts_of_counts():
         discounts_from_counts(np.array([1, 1, 2, 2, 3]), "modified")  # no 4s
 
 
-def test_the_command_scores_the_lm_task_targets_and_writes_a_record(english_lm_env, tmp_path):
+@pytest.mark.parametrize("eval_tokens", [0, 600])
+def test_the_command_scores_the_lm_task_targets_and_writes_a_record(english_lm_env, tmp_path,
+                                                                    eval_tokens):
     from train import run_record
     from train.config import load_config_file
     from train.tasks import get_task
 
     config = "configs/lm/english.py:smoke"
-    assert kneser_ney.main(["--config", config, "--config.task.eval_tokens=0",
+    assert kneser_ney.main(["--config", config, f"--config.task.eval_tokens={eval_tokens}",
                             "--discounts=single", "--workdir", str(tmp_path)]) == 0
     record = run_record.load(tmp_path / "record.json")
     ev = record["metrics"]["eval"]
     lm_config = load_config_file(config)
-    lm_config.task.eval_tokens = 0
+    lm_config.task.eval_tokens = eval_tokens
     task = get_task(lm_config)
     rows = task.eval_rows()[0]
     assert ev["tokens"] == int(rows["weights"].sum())
