@@ -49,25 +49,29 @@ def figure(sweep: Sweep, runs: dict):
 
     lengths = lengths_of(sweep)
     x = [n for n, _ in lengths]
+    colors = {row: f"C{i}" for i, row in enumerate(sweep.rows)}  # one colour a row, both panels
     panels = 2 if sweep.paper else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.2), squeeze=False)
     ours = axes[0][0]
     for row, values in runs.items():
         seeds = np.stack([values[label] for _, label in lengths], axis=1)  # [seeds, lengths]
-        line, = ours.plot(x, seeds.mean(0), "o-", label=f"{row} ({len(seeds)} seeds)")
-        ours.fill_between(x, seeds.min(0), seeds.max(0), color=line.get_color(), alpha=0.2)
+        ours.plot(x, seeds.mean(0), "o-", color=colors[row], label=f"{row} ({len(seeds)} seeds)")
+        ours.fill_between(x, seeds.min(0), seeds.max(0), color=colors[row], alpha=0.2)
     ours.set(xscale="log", yscale="log", xlabel="eval length (tokens)",
              ylabel="validation perplexity", title=f"ours: trained on {x[0]} tokens")
     ours.set_xticks(x, [str(n) for n in x])
+    ours.xaxis.set_tick_params(which="minor", bottom=False, labelbottom=False)
     ours.legend(fontsize=8)
     if sweep.paper:
         paper = axes[0][1]
         multiples = [n // x[0] for n in x]
         for row, values in sweep.paper.items():
-            paper.plot(multiples, [values[label] for _, label in lengths], "x--", label=row)
+            paper.plot(multiples, [values[label] for _, label in lengths], "x--",
+                       color=colors[row], label=row)
         paper.set(xscale="log", yscale="log", xlabel="eval length / training length",
                   ylabel="perplexity", title="Press et al. 2022, Table 3 (WikiText-103)")
         paper.set_xticks(multiples, [f"{m}x" for m in multiples])
+        paper.xaxis.set_tick_params(which="minor", bottom=False, labelbottom=False)
         paper.legend(fontsize=8)
     fig.suptitle(sweep.title, fontsize=10)
     fig.tight_layout()
