@@ -7,8 +7,8 @@ read back by `from_pretrained`) and the same prompts, in one process:
 
   decodings   greedy, and sampling from the full distribution (temperature 1, no top-k or
               top-p: both libraries draw from every token)
-  batches     1 and 8 (--batches) prompts of --prompt_length random tokens, --new_tokens new tokens each
-              (no stop token: every row generates them all, in both libraries)
+  batches     1 and 8 (--batches) prompts of --prompt_length random tokens, --new_tokens new
+              tokens each (no stop token: every row generates them all, in both libraries)
 
 Both are `jax.jit`-compiled once (compile time apart) and timed over --repeats rounds, the two
 libraries in turn and the order reversed every other round (a shared machine's drift hits both);
@@ -163,7 +163,8 @@ def make_report(args, contenders, weight_bytes: int, bandwidth: float, same: dic
               for d in DECODINGS for b in args.batches}
     bound = bandwidth / weight_bytes
     batch = min(args.batches)
-    return {"same_greedy_tokens": {str(b): v for b, v in same.items()},"size": args.size, "prompt_length": args.prompt_length,
+    return {"same_greedy_tokens": {str(b): v for b, v in same.items()},
+            "size": args.size, "prompt_length": args.prompt_length,
             "new_tokens": args.new_tokens, "rows": rows, "ratios": ratios,
             "weight_bytes": weight_bytes, "bandwidth_bytes_per_s": bandwidth,
             "bound_tokens_per_s": bound,

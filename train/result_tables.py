@@ -191,7 +191,8 @@ def language_model(records: Records) -> str:
     if lm is not None:
         m, config = lm["metrics"], lm["config"]
         ev, train = m["eval"], m["train"]
-        steps = f"{m['eval_step']:,} x {config['data']['batch_size']} x {config['data']['max_length']}"
+        data = config["data"]
+        steps = f"{m['eval_step']:,} x {data['batch_size']} x {data['max_length']}"
         rows.append(["decoder-only Transformer (`configs/lm/english.py`)",
                      f"{m['parameters']:,}", steps, clock(lm["total_wall_s"]),
                      f"{ev['perplexity']:.2f}", f"{ev['bits_per_byte']:.4f}",

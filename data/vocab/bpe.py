@@ -163,6 +163,12 @@ def _load_cached(path: pathlib.Path, vocab_size: int) -> BPETokenizer:
     return tok
 
 
+def cache_name(name: str, source: str = "local") -> str:
+    """The name a dataset's vocabularies are cached under: `name` for our local datasets,
+    'tfds.NAME' for the TFDS catalog's (the two may share a name)."""
+    return name if source == "local" else f"{source}.{name}"
+
+
 def cached(dataset: str, split: str, *, vocab_size: int,
            cache_dir: str | os.PathLike | None = None) -> BPETokenizer | None:
     """The cached vocabulary of `dataset`/`split` of this size, or None when it has not been
@@ -200,6 +206,5 @@ def load_or_train_for_dataset(name: str, split: str = "train", *, vocab_size: in
         for i in range(len(data)):
             yield as_text(data[i][key])
 
-    dataset = name if source == "local" else f"{source}.{name}"
-    return load_or_train(dataset, split, texts, vocab_size=vocab_size, cache_dir=cache_dir,
-                         verbose=verbose)
+    return load_or_train(cache_name(name, source), split, texts, vocab_size=vocab_size,
+                         cache_dir=cache_dir, verbose=verbose)

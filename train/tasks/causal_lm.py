@@ -62,8 +62,8 @@ def _cached_vocabulary(config, saved):
     if saved is not None:
         return vocabulary.choose(saved, lambda: None, kind="bpe")
     data = config.data
-    name = data.name if data.source == "local" else f"{data.source}.{data.name}"
-    return bpe.cached(name, data.train_split, vocab_size=data.vocab_size)
+    return bpe.cached(bpe.cache_name(data.name, data.source), data.train_split,
+                      vocab_size=data.vocab_size)
 
 
 def eval_lengths(config) -> tuple[int, ...]:
