@@ -63,18 +63,19 @@ def test_the_papers_findings_are_judged_from_the_runs(tmp_path):
 
 def test_the_smoke_sweep_runs_and_reports(english_lm_data_root, tmp_path):
     workdir = tmp_path / "sweep"
-    run_sweep(workdir, english_lm_data_root, "--rows", "learned,alibi", "--seeds", "2",
+    run_sweep(workdir, english_lm_data_root, "--rows", "learned,alibi", "--seeds", "1",
               config=f"{CONFIG}:smoke")
     paths = extrapolation_report.report(workdir, f"{CONFIG}:smoke")
-    assert paths[0].stat().st_size > 10_000  # a PNG with two lines and their bands
+    assert paths[0].stat().st_size > 10_000  # a PNG with two lines
     text = paths[1].read_text()
     assert "Not finished yet, so left out: sinusoidal seed 0, sinusoidal seed 1" in text
+    assert "learned seed 1" in text and "learned seed 0" not in text
     sweep = sweep_lib.load_sweep_file(f"{CONFIG}:smoke")
     runs = extrapolation_report.runs_of(sweep, extrapolation_report.collect(sweep, workdir))
     assert sorted(runs) == ["alibi", "learned"]
-    for row in runs.values():  # every length scored, with the seeds apart
+    for row in runs.values():  # every length scored
         assert all(np.all(np.isfinite(row[f"perplexity_{n}"])) for n in (16, 32, 64, 128))
-        assert list(row["seed"]) == [0, 1]
+        assert list(row["seed"]) == [0]
     with pytest.raises(FileNotFoundError, match="holds no finished run"):
         extrapolation_report.report(tmp_path / "empty", f"{CONFIG}:smoke")
     assert lx.perplexity_at(8) == "perplexity_512"
