@@ -103,6 +103,10 @@ def test_errors_name_the_problem(lm_run, tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
     assert predict_cli.main([str(tmp_path / "absent"), "--prompt", "x"]) == 2
     assert "is not the workdir of a run" in capsys.readouterr().err
+    run = load_run(lm_run)
+    run.tokenizer = None  # a workdir whose vocabulary/ was deleted
+    with pytest.raises(causal_lm.ConfigError, match="holds no vocabulary/"):
+        causal_lm.predict(run, _args("--prompt", "x"), out=len)
 
 
 def test_two_devices_give_what_one_gives(lm_run):

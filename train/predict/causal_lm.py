@@ -100,6 +100,9 @@ def predict(run, args, *, stdin=None, out=print) -> list[str]:
     """The continuation of every prompt (printed to `out` as they come), in order."""
     prompts = read_prompts(args, stdin)
     settings = _settings(args)
+    if run.tokenizer is None:
+        raise ConfigError(f"{run.workdir} holds no vocabulary/ (a run keeps the one it trained "
+                          "with there): restore it from a copy of the workdir")
     tok, model = run.tokenizer, _model(run)
     encoded = [[tok.eos_id, *tok.encode(p)] for p in prompts]
     width = max(map(len, encoded))
