@@ -70,6 +70,8 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
     "bench_distil_spam": rt.benchmark("bench_distil_spam"),
     "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
+    "language_model": rt.language_model,
+    "bench_lm_decode": rt.benchmark("bench_lm_decode"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     "launch_recipes": _launch("recipes_table"),
