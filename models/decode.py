@@ -75,6 +75,9 @@ def predict(model, params, inputs, *, beam_size: int = 4, alpha: float = 0.6,
     if sampling is not None and beam_size != 1:
         raise ValueError(f"sampling draws one hypothesis per example: use beam_size=1, not "
                          f"{beam_size}")
+    if (bos_id == PAD_ID) != (model.config.decoder_start == "pad"):
+        raise ValueError(f"bos_id={bos_id} does not start a decoder with decoder_start="
+                         f"{model.config.decoder_start!r}; pass model.config.start_id(bos_id)")
     model, params = loop_layout(model, params)   # the cache is per block (scan_layers: unstack)
     batch = inputs.shape[0]
     encoded = model.apply({"params": params}, inputs, method=Transformer.encode)

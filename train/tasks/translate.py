@@ -138,7 +138,9 @@ class TranslationTask(Task):
 
     def _logits(self, params, batch, *, train: bool, rng=None):
         segmentation = batch.get("targets_segmentation")
-        decoder_inputs = shift_right(batch["targets"], self.tokenizer.bos_id, segmentation)
+        cfg = self.model_config
+        decoder_inputs = shift_right(batch["targets"], cfg.start_id(self.tokenizer.bos_id),
+                                     segmentation, decoder_start=cfg.decoder_start)
         return self.model.apply(
             {"params": params}, batch["inputs"], decoder_inputs,
             inputs_segmentation=batch.get("inputs_segmentation"),
@@ -192,7 +194,7 @@ class TranslationTask(Task):
             self.model, params, batch["inputs"], beam_size=self.config.task.beam_size,
             alpha=self.config.task.length_penalty, max_decode_len=self.max_decode_length,
             row_max_decode_len=limits, eos_id=self.tokenizer.eos_id,
-            bos_id=self.tokenizer.bos_id)
+            bos_id=self.model_config.start_id(self.tokenizer.bos_id))
         return {"tokens": tokens, "index": batch["index"], "mask": batch["mask"]}
 
     def score_predictions(self, outputs: list[dict], log) -> dict[str, float]:
