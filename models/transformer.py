@@ -72,7 +72,7 @@ from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
 from models.sizes import TRANSFORMER_SIZES
-from models.stack import run_blocks, unstack_layers
+from models.stack import run_blocks, stack_layers, unstack_layers
 
 PAD_ID = 0
 POSEMB_KINDS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
@@ -456,7 +456,26 @@ def loop_layout(model: Transformer, params):
     cfg = model.config
     if not cfg.scan_layers:
         return model, params
+    return (Transformer(dataclasses.replace(cfg, scan_layers=False)),
+            with_layer_layout(params, scan=False))
+
+
+STACKS = ("encoder", "decoder")
+
+
+def with_layer_layout(params, scan: bool):
+    """A ``Transformer``'s parameters with each stack's blocks in the scan layout (``scan=True``:
+    one ``blocks`` subtree, leading layer axis) or the loop layout (``block_0 ..``), whichever
+    they hold now (``models.stack``); everything else unchanged. Checkpoint converters give
+    and take the loop layout."""
     params = dict(params)
-    for stack in ("encoder", "decoder"):
-        params[stack] = unstack_layers(params[stack])
-    return Transformer(dataclasses.replace(cfg, scan_layers=False)), params
+    for stack in STACKS:
+        blocks = params[stack]
+        if ("blocks" in blocks) == scan:
+            continue
+        if scan:
+            count = sum(1 for k in blocks if k.startswith("block_"))
+            params[stack] = stack_layers(blocks, count)
+        else:
+            params[stack] = unstack_layers(blocks)
+    return params
