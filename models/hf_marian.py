@@ -211,18 +211,20 @@ def config_from_hf(config_json: Mapping[str, Any], **overrides) -> tuple[Transfo
                               + "; ".join(problems))
     ids = MarianIds(value["vocab_size"], value["pad_token_id"], value["eos_token_id"],
                     value["decoder_start_token_id"])
+    layers, share, tie = (value["encoder_layers"], bool(value["share_encoder_decoder_embeddings"]),
+                          bool(value["tie_word_embeddings"]))
+    # Fields left at None where they equal their default, so an exported model comes back equal.
     fields = dict(
-        vocab_size=value["vocab_size"], d_model=value["d_model"],
-        num_layers=value["encoder_layers"], num_encoder_layers=value["encoder_layers"],
-        num_decoder_layers=value["decoder_layers"], d_ff=value["encoder_ffn_dim"],
+        vocab_size=value["vocab_size"], d_model=value["d_model"], num_layers=layers,
+        num_decoder_layers=None if value["decoder_layers"] == layers else value["decoder_layers"],
+        d_ff=value["encoder_ffn_dim"],
         num_heads=value["encoder_attention_heads"], dropout_rate=value["dropout"],
         attention_dropout_rate=value["attention_dropout"],
         mlp_dropout_rate=value["activation_dropout"],
         activation=_ACTIVATIONS[value["activation_function"]], norm="layernorm",
         norm_epsilon=NORM_EPSILON, norm_position="post", posemb="sinusoidal",
         sinusoid_layout="halves", max_length=value["max_position_embeddings"],
-        share_embeddings=bool(value["share_encoder_decoder_embeddings"]),
-        tie_output=bool(value["tie_word_embeddings"]), logits_bias=True,
+        share_embeddings=share, tie_output=None if tie == share else tie, logits_bias=True,
         decoder_start=ids.decoder_start, scale_embeddings=bool(value["scale_embedding"]),
         use_bias=True)
     fields.update(overrides)
@@ -449,10 +451,13 @@ def load_hf_checkpoint(directory: str | os.PathLike, **overrides
 
 
 def save_hf_checkpoint(directory: str | os.PathLike, cfg: TransformerConfig, params: Mapping,
-                       ids: MarianIds, *, overwrite: bool = False) -> pathlib.Path:
+                       ids: MarianIds, *, overwrite: bool = False,
+                       extra_files: Mapping[str, bytes] | None = None) -> pathlib.Path:
     """Writes ``config.json`` + ``model.safetensors`` loadable by HF ``MarianMTModel`` (and its
     Flax twin) ``.from_pretrained`` into ``directory``, atomically (models/hf_folder.py; an
-    occupied folder only with ``overwrite``). ``ids``: ``MarianIds.for_ours`` of the model's
-    vocabulary, or those ``load_hf_checkpoint`` returned."""
+    occupied folder only with ``overwrite``), with ``extra_files`` (the tokenizer's) beside
+    them. ``ids``: ``MarianIds.for_ours`` of the model's vocabulary, or those
+    ``load_hf_checkpoint`` returned."""
     tensors = params_to_hf(params, cfg, ids)
-    return write_folder(directory, config_to_hf(cfg, ids), tensors, overwrite=overwrite)
+    return write_folder(directory, config_to_hf(cfg, ids), tensors, overwrite=overwrite,
+                        extra_files=extra_files)
