@@ -30,7 +30,7 @@ INLINE = re.compile(r"(?<!`)`([^`\n]*python -m [^`\n]*)`(?!`)")
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$|\.\.\.|<\w+>|^[A-Z]+[:=]")
 # Modules whose command line the test parses with their own parser, stopped right after it.
 PARSED_BY_MAIN = ("data.fetch", "train.baselines", "train.tables", "train.records",
-                  "train.sweep_figures")
+                  "train.sweep_figures", "benchmarks.marian_decode")
 
 
 def _split(line: str) -> list[list[str]]:

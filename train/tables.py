@@ -56,6 +56,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "baselines": rt.baseline_table,
     "bench_bert_base": rt.benchmark("bench_bert_base"),
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
+    "bench_marian_decode": rt.benchmark("bench_marian_decode"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
