@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.outputs import run_command
 from models.decoder_lm import DecoderLM, DecoderLMConfig
 from models.lm_decode import generate
 from models.sampling import Sampling
@@ -207,6 +208,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the run record (train/run_record.py) here")
+    parser.add_argument("--markdown", default="", help="also write the table as Markdown here")
     args = parser.parse_args(argv)
     try:
         args.batches = tuple(int(b) for b in args.batches.split(","))
@@ -220,30 +222,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> dict:
-    started = time.time()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
+def run(args) -> dict:
+    """Both libraries' compiled generation timed in alternating rounds, the bandwidth measured
+    before and after (the larger kept), and the report."""
     contenders, weight_bytes, same = build(args)
     bandwidth = measure_bandwidth(args.bandwidth_mb)
     time_rounds(contenders, args.repeats)
     bandwidth = max(bandwidth, measure_bandwidth(args.bandwidth_mb))  # before and after
-    report = make_report(args, contenders, weight_bytes, bandwidth, same)
-    table = markdown(report)
-    print(table)
-    if args.json:  # the run record: `python -m train.records save FILE bench_lm_decode`
-        from train import run_record
+    return make_report(args, contenders, weight_bytes, bandwidth, same)
 
-        session = run_record.session(["python", "-m", "benchmarks.lm_decode", *argv], started,
-                                     None, None, "finished", None, "none (decoding is "
-                                     "bandwidth-bound: see bound_fraction)")
-        config = {k: (list(v) if k == "batches" else v) for k, v in vars(args).items()
-                  if k != "json"}
-        record = run_record.make("benchmark", config=config,
-                                 metrics={**report, "table": table}, sessions=[session],
-                                 finished=True)
-        run_record.write(Path(args.json), record)
-    return report
+
+def record(args, report: dict, command: list[str], started: float) -> dict:
+    """The run record (train/run_record.py): the report as its metrics, with the table."""
+    from train import run_record
+
+    session = run_record.session(command, started, None, None, "finished", None,
+                                 "none (decoding is bandwidth-bound: see bound_fraction)")
+    config = {k: (list(v) if k == "batches" else v) for k, v in vars(args).items()
+              if k not in ("json", "markdown")}
+    return run_record.make("benchmark", config=config,
+                           metrics={**report, "table": markdown(report)}, sessions=[session],
+                           finished=True)
+
+
+def main(argv=None) -> dict:
+    """`python -m benchmarks.lm_decode`; `--json FILE` writes the record that
+    `python -m train.records save FILE bench_lm_decode` commits."""
+    return run_command("benchmarks.lm_decode", argv, parse_args=parse_args, run=run,
+                       table=markdown, record=record)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ score of Wu et al. 2016 (GNMT), used by Vaswani et al. 2017 with alpha = 0.6:
 
     score(y) = log P(y) / lp(|y|),   lp(n) = ((5 + n) / 6) ** alpha,
 
-where ``|y|`` counts the generated tokens, the stop token included. At each step every
+where ``|y|`` counts the generated tokens, the stop token included (``penalty='power'``:
+lp(n) = n ** alpha instead, Hugging Face's and fairseq's). At each step every
 unfinished hypothesis is extended by every token and every finished one is carried over
 unchanged (keeping its score); the best ``beam_size`` of all these candidates form the next
 beam. A hypothesis still unfinished after its example's limit is kept as it is (scored with
 ``lp(limit)``). The search stops when all hypotheses are finished or after ``max_length`` steps.
-With ``beam_size=1`` it is greedy search.
+With ``beam_size=1`` it is greedy search. ``models.beam_search_t2t`` keeps the finished
+hypotheses apart from the alive ones instead (tensor2tensor's search, and Hugging Face's).
 
 The cache holds ``batch * beam`` rows, example-major (row ``r`` is beam ``r % beam_size`` of
 example ``r // beam_size``): ``repeat_rows`` makes it from a cache of one row per example.
@@ -31,6 +33,24 @@ NEG_INF = -1.0e9   # log-probability of the empty starting beams (finite: no inf
 def length_penalty(length, alpha: float):
     """Wu et al. 2016, eq. 14: lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha."""
     return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def power_length_penalty(length, alpha: float):
+    """lp(Y) = |Y|^alpha: Hugging Face's ``length_penalty`` (its beam scorers divide the summed
+    log-probability by ``length ** length_penalty``) and fairseq's ``--lenpen``; alpha = 1 ranks
+    hypotheses by their mean log-probability per token."""
+    return jnp.asarray(length, jnp.float32) ** alpha
+
+
+# beam search's penalty= -> lp(length, alpha)
+LENGTH_PENALTIES = {"gnmt": length_penalty, "power": power_length_penalty}
+
+
+def check_penalty(penalty: str, alpha: float) -> None:
+    if penalty not in LENGTH_PENALTIES:
+        raise ValueError(f"penalty={penalty!r} is not one of {list(LENGTH_PENALTIES)}")
+    if alpha < 0:
+        raise ValueError(f"alpha={alpha} must be >= 0")
 
 
 def repeat_rows(tree, beam_size: int):
@@ -55,11 +75,11 @@ def gather_beams(tree, parents, batch_size: int, beam_size: int):
 
 
 def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, beam_size: int,
-                max_length: int, bos_id, eos_id, alpha: float = 0.6,
+                max_length: int, bos_id, eos_id, alpha: float = 0.6, penalty: str = "gnmt",
                 pad_id: int = DEFAULT_PAD_ID, suppress_pad: bool = True, row_max_length=None):
-    """Beam search with the GNMT length penalty, example ``i`` limited to ``row_max_length[i]``
-    tokens (module docstring; ``bos_id``, ``eos_id``, ``pad_id``, ``suppress_pad`` as in
-    ``models.search``: ``bos_id`` one id or one per example).
+    """Beam search with the GNMT length penalty (or ``penalty='power'``), example ``i`` limited
+    to ``row_max_length[i]`` tokens (module docstring; ``bos_id``, ``eos_id``, ``pad_id``,
+    ``suppress_pad`` as in ``models.search``: ``bos_id`` one id or one per example).
 
     ``cache`` has ``batch_size * beam_size`` rows, example-major (``repeat_rows``).
 
@@ -68,8 +88,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, bea
     log-probabilities), best first. Slots with a score near ``NEG_INF`` (or -inf) hold no real
     hypothesis (only when there are fewer than ``beam_size``).
     """
-    if alpha < 0:
-        raise ValueError(f"alpha={alpha} must be >= 0")
+    check_penalty(penalty, alpha)
+    lp = LENGTH_PENALTIES[penalty]
     b, k = batch_size, beam_size
     stops = stop_ids(eos_id)
     limit = row_limits(row_max_length, b, max_length)[:, None]                   # [b, 1]
@@ -88,7 +108,7 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, bea
         carried = jnp.where(is_pad, log_prob[..., None], -jnp.inf)
         candidate = jnp.where(finished[..., None], carried, log_prob[..., None] + logp)
         candidate_length = jnp.where(finished, length, step + 1)                 # [b, k]
-        score = candidate / length_penalty(candidate_length, alpha)[..., None]
+        score = candidate / lp(candidate_length, alpha)[..., None]
         _, best = jax.lax.top_k(score.reshape(b, k * vocab), k)                  # [b, k]
         parents, token = best // vocab, (best % vocab).astype(jnp.int32)
         rows = jnp.arange(b)[:, None]
@@ -108,4 +128,4 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, bea
              jnp.zeros((b, k), jnp.int32), jnp.broadcast_to(limit <= 0, (b, k)), cache)
     _, _, tokens, log_prob, length, _, _ = jax.lax.while_loop(cond, body, state)
     # Hypotheses cut at the limit have length == limit here; beams are sorted by top_k.
-    return tokens, log_prob / length_penalty(jnp.maximum(length, 1), alpha)
+    return tokens, log_prob / lp(jnp.maximum(length, 1), alpha)

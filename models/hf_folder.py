@@ -49,10 +49,17 @@ def read_config_json(directory: pathlib.Path) -> dict[str, Any]:
 
 
 def write_folder(directory: str | os.PathLike, config: Mapping[str, Any],
-                 tensors: Mapping[str, np.ndarray], *, overwrite: bool = False) -> pathlib.Path:
+                 tensors: Mapping[str, np.ndarray], *, overwrite: bool = False,
+                 extra_files: Mapping[str, bytes] | None = None) -> pathlib.Path:
     """Writes ``config.json`` and ``model.safetensors`` (PyTorch layout, metadata format 'pt')
-    into ``directory``, atomically (module docstring). An existing non-empty ``directory`` is
-    replaced only with ``overwrite=True``; otherwise CheckpointError."""
+    into ``directory``, atomically (module docstring), with ``extra_files`` {name: contents}
+    beside them (a tokenizer's files). An existing non-empty ``directory`` is replaced only with
+    ``overwrite=True``; otherwise CheckpointError."""
+    extra_files = dict(extra_files or {})
+    clash = sorted({CONFIG_FILE, WEIGHTS_FILE} & set(extra_files))
+    if clash or any("/" in name or name.startswith(".") for name in extra_files):
+        raise CheckpointError(f"extra files {sorted(extra_files)}: plain names other than "
+                              f"{CONFIG_FILE} and {WEIGHTS_FILE}")
     directory = pathlib.Path(directory)
 
     def occupied() -> bool:
@@ -70,6 +77,8 @@ def write_folder(directory: str | os.PathLike, config: Mapping[str, Any],
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         # 'format': 'pt' tells HF transformers the tensors use PyTorch's layout (Linear [out, in]).
         write_safetensors(staging / WEIGHTS_FILE, tensors, metadata={"format": "pt"})
+        for name, contents in extra_files.items():
+            (staging / name).write_bytes(contents)
         staging.chmod(0o755)  # mkdtemp made it private
         old = None
         if directory.is_dir() and not directory.is_symlink():

@@ -31,6 +31,8 @@ ACTIVATIONS = {
     'gelu': lambda x: jax.nn.gelu(x, approximate=False),        # BERT, ViT
     # Hendrycks & Gimpel 2016: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
     'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),    # GPT-2, original BERT TF code
+    # Ramachandran et al. 2017 (Swish, beta = 1), Elfwing et al. 2018 (SiLU): x * sigmoid(x).
+    'swish': jax.nn.silu,                                       # Marian (the OPUS-MT models)
 }
 NORM_KINDS = ('layernorm', 'rmsnorm')
 NORM_POSITIONS = ('pre', 'post')
@@ -175,6 +177,7 @@ class _BlockConfig(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     value_head_dim: int | None = None      # d_v; None: head_dim (see MultiHeadAttention)
+    mlp_dropout_rate: float | None = None  # the FFN's hidden units; None: dropout_rate
     relative_positions: int = 0            # >0: 1-D relative self-attention (EncoderBlock only)
     relative_prefix_tokens: int = 0        # unpositioned tokens before those positions
 
@@ -197,8 +200,9 @@ class _BlockConfig(nn.Module):
             param_dtype=self.param_dtype, name=name)
 
     def _mlp(self):
+        rate = self.dropout_rate if self.mlp_dropout_rate is None else self.mlp_dropout_rate
         return FeedForward(hidden_dim=self.mlp_dim, activation=self.activation,
-                           dropout_rate=self.dropout_rate, use_bias=self.use_bias,
+                           dropout_rate=rate, use_bias=self.use_bias,
                            dtype=self.dtype, param_dtype=self.param_dtype, name='mlp')
 
     def _residual(self, x, sublayer, norm, deterministic):
@@ -220,9 +224,10 @@ class EncoderBlock(_BlockConfig):
     ``__call__(x [b, l, e], *, mask, bias, positions, deterministic, decode) -> [b, l, e]``;
     ``mask`` / ``bias`` go to the attention, ``positions`` ``[b, l]`` drive RoPE if enabled
     (``[b, l, k]``: axial RoPE over ``k`` position axes, e.g. a ViT's patch row and column).
-    ``dropout_rate`` drops each sublayer output and the FFN hidden activations;
-    ``attention_dropout_rate`` drops attention probabilities. ``relative_positions`` > 0 gives the
-    self-attention its own 1-D relative keys (``models.relative_attention``).
+    ``dropout_rate`` drops each sublayer output and the FFN hidden activations (those at
+    ``mlp_dropout_rate`` when set: Marian's ``activation_dropout``); ``attention_dropout_rate``
+    drops attention probabilities. ``relative_positions`` > 0 gives the self-attention its own
+    1-D relative keys (``models.relative_attention``).
 
     With a causal ``mask`` this is also the block of a decoder-only model (GPT; Radford et al.
     2018, 2019: the Transformer decoder without its cross-attention, ``models.decoder_lm``), and

@@ -65,28 +65,44 @@ POSITION_KINDS = {
 # Absolute, 1-D
 # ----------------------------------------------------------------------------------------------
 
-def sinusoidal_table(length: int, dim: int, max_timescale: float = 10000.0) -> np.ndarray:
+SINUSOID_LAYOUTS = ('interleaved', 'halves')
+
+
+def sinusoidal_table(length: int, dim: int, max_timescale: float = 10000.0,
+                     layout: str = 'interleaved') -> np.ndarray:
     """Fixed sinusoidal encodings, shape ``[length, dim]``, float32.
 
-    Column ``2i`` holds ``sin(pos * w_i)`` and column ``2i + 1`` holds ``cos(pos * w_i)`` with
-    ``w_i = 1 / max_timescale^(2i / dim)``: the wavelengths form a geometric progression from
-    ``2*pi`` to ``2*pi * max_timescale``. For any fixed offset ``k``, ``PE[pos + k]`` is a rotation
-    of ``PE[pos]`` in every (sin, cos) pair, which the paper hoped would help attend by offset.
+    With ``w_i = 1 / max_timescale^(2i / dim)``, ``i < dim / 2``, the wavelengths form a
+    geometric progression from ``2*pi`` to ``2*pi * max_timescale``. For any fixed offset ``k``,
+    ``PE[pos + k]`` is a rotation of ``PE[pos]`` in every (sin, cos) pair, which the paper hoped
+    would help attend by offset. ``layout`` says where each pair's two columns sit:
+      'interleaved'  column ``2i`` holds ``sin(pos * w_i)``, column ``2i + 1`` ``cos(pos * w_i)``
+                     (the paper's formula, Sec. 3.5);
+      'halves'       column ``i`` holds ``sin(pos * w_i)``, column ``dim/2 + i``
+                     ``cos(pos * w_i)`` (Marian and the OPUS-MT models: the same pairs, the sines
+                     first, then the cosines).
+    The two hold the same values in permuted columns, so a model trained with one computes
+    something else with the other: imported weights need their own.
     """
     if dim % 2:
         raise ValueError(f'sinusoidal_table needs an even dim, got dim={dim}.')
+    if layout not in SINUSOID_LAYOUTS:
+        raise ValueError(f'layout={layout!r} is not one of {list(SINUSOID_LAYOUTS)}')
     pos = np.arange(length, dtype=np.float64)[:, None]
     two_i = np.arange(0, dim, 2, dtype=np.float64)[None, :]
     # Vaswani et al. 2017, Sec. 3.5: PE(pos,2i) = sin(pos/10000^(2i/d)), PE(pos,2i+1) = cos(...).
     angles = pos / np.power(max_timescale, two_i / dim)
     table = np.empty((length, dim), dtype=np.float64)
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles)
+    if layout == 'interleaved':
+        table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
+    else:
+        table[:, :dim // 2], table[:, dim // 2:] = np.sin(angles), np.cos(angles)
     return table.astype(np.float32)
 
 
 class SinusoidalPositionEmbedding(nn.Module):
-    """Looks up ``sinusoidal_table(max_length, features)`` rows; has no parameters.
+    """Looks up ``sinusoidal_table(max_length, features, max_timescale, layout)`` rows; has no
+    parameters.
 
     ``__call__(positions [b, l] int) -> [b, l, features]``.
     """
@@ -94,12 +110,14 @@ class SinusoidalPositionEmbedding(nn.Module):
     max_length: int
     features: int
     max_timescale: float = 10000.0
+    layout: str = 'interleaved'
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32  # unused (no parameters); kept for a uniform interface
 
     @nn.compact
     def __call__(self, positions):
-        table = jnp.asarray(sinusoidal_table(self.max_length, self.features, self.max_timescale))
+        table = jnp.asarray(sinusoidal_table(self.max_length, self.features, self.max_timescale,
+                                             self.layout))
         return jnp.take(table, positions, axis=0).astype(self.dtype)
 
 

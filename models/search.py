@@ -80,13 +80,19 @@ def start_tokens(bos_id, batch_size: int):
     return start
 
 
-def log_probs(logits, pad_id: int, suppress_pad: bool):
+def log_probs(logits, pad_id: int, suppress_pad: bool, renormalise: bool = False):
     """float32 log-softmax of ``logits`` ``[..., vocab]``; the padding token's is -inf when
-    ``suppress_pad`` (it is never chosen)."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    ``suppress_pad`` (it is never chosen). ``renormalise``: the padding logit is removed before
+    the softmax, so the other tokens' probabilities sum to 1 (Hugging Face's Marian); otherwise
+    after it, the others keep the probabilities the model gives them."""
+    logits = logits.astype(jnp.float32)
+    is_pad = jnp.arange(logits.shape[-1]) == pad_id
+    if suppress_pad and renormalise:
+        return jax.nn.log_softmax(jnp.where(is_pad, -jnp.inf, logits), axis=-1)
+    logp = jax.nn.log_softmax(logits, axis=-1)
     if not suppress_pad:
         return logp
-    return jnp.where(jnp.arange(logp.shape[-1]) == pad_id, -jnp.inf, logp)
+    return jnp.where(is_pad, -jnp.inf, logp)
 
 
 def greedy_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, max_length: int,

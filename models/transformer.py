@@ -8,7 +8,8 @@ Token conventions (the model knows only the first; the others are arguments):
   - ``PAD_ID = 0`` is padding, in sources and targets. Padded keys are never attended to.
   - Decoder inputs are the targets shifted right by one, starting with a BOS token (``bos_id``,
     chosen by the tokenizer, must not be 0): ``shift_right([y1 y2 EOS 0], bos) = [BOS y1 y2 0]``.
-    The logits at position ``t`` predict target ``t``.
+    The logits at position ``t`` predict target ``t``. Marian (the OPUS-MT models) starts the
+    decoder with its padding token instead: ``decoder_start='pad'`` (below).
   - Packed rows (several examples in one row) carry segment ids 1, 2, ... (0 = padding) and
     positions that restart at 0 in every segment; attention never crosses segments.
 
@@ -25,8 +26,27 @@ Position information is chosen by ``posemb`` (Table 3 row (E) compares the first
 Parameters (``share_embeddings=True``, post-LN): ``shared_embedding`` ``[vocab, embed]`` (also the
 output projection, Sec. 3.4), ``encoder/block_i`` and ``decoder/block_i`` (see
 ``models.layers``), plus ``encoder/norm`` and ``decoder/norm`` for pre-LN, ``*/posemb`` for
-'learned', ``*/relative_bias`` for 't5', and ``encoder/embedding``, ``decoder/embedding``,
-``decoder/logits`` when embeddings are not shared.
+'learned', ``*/relative_bias`` for 't5', ``encoder/embedding`` and ``decoder/embedding`` when
+the two stacks' embeddings are not shared, ``decoder/logits`` (a kernel ``[embed, vocab]``) when
+the output layer is not the decoder's embedding (``tie_output``), and ``decoder/logits_bias``
+``[vocab]`` with ``logits_bias``.
+
+What Marian (Junczys-Dowmunt et al. 2018; the OPUS-MT models, ``models.hf_marian``) does
+otherwise is an option here, its defaults the paper's:
+  ``sinusoid_layout='halves'``  the sines in the first half of the table, the cosines in the
+                                second (``models.position.sinusoidal_table``);
+  ``activation='swish'``        x * sigmoid(x) in the feed-forward network;
+  ``logits_bias=True``          a bias on the output logits (HF's ``final_logits_bias``);
+  ``decoder_start='pad'``       the decoder starts from the padding token (HF's
+                                ``decoder_start_token_id = pad_token_id``): its embedding row is
+                                the start vector, so the decoder cannot tell padding by its id
+                                and masks by position instead (the causal mask of right-padded
+                                rows, the segment ids of packed ones);
+  ``tie_output`` apart from ``share_embeddings``  (HF's ``tie_word_embeddings`` and
+                                ``share_encoder_decoder_embeddings``);
+  ``mlp_dropout_rate``          the feed-forward hidden units' own rate (``activation_dropout``);
+  ``norm_epsilon=1e-5``, ``scale_embeddings`` (``scale_embedding``) and ``max_length``
+  (``max_position_embeddings``) as they are.
 
 ``remat`` (none | minimal | full) rematerialises every encoder and decoder block in the backward
 pass; ``scan_layers`` runs each stack as one ``nn.scan`` (``encoder/blocks``, ``decoder/blocks``
@@ -52,10 +72,11 @@ from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
 from models.sizes import TRANSFORMER_SIZES
-from models.stack import run_blocks, unstack_layers
+from models.stack import run_blocks, stack_layers, unstack_layers
 
 PAD_ID = 0
 POSEMB_KINDS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
+DECODER_STARTS = ("bos", "pad")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,16 +95,23 @@ class TransformerConfig:
     num_decoder_layers: int | None = None   # None: num_layers
     dropout_rate: float = 0.1               # [P_drop] embeddings and every sublayer output
     attention_dropout_rate: float = 0.0     # on attention probabilities
+    mlp_dropout_rate: float | None = None   # feed-forward hidden units; None: dropout_rate
     activation: str = "relu"                # feed-forward non-linearity (eq. 2: ReLU)
     norm: str = "layernorm"
     norm_epsilon: float = 1e-6
     norm_position: str = "post"             # 'post': the paper's LayerNorm(x + Sublayer(x))
     posemb: str = "sinusoidal"
     max_length: int = 512                   # rows of the 'sinusoidal' / 'learned' tables
+    sinusoid_layout: str = "interleaved"    # 'interleaved' (Sec. 3.5) | 'halves' (Marian)
     rope_base: float = 10000.0
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     share_embeddings: bool = True           # one matrix: source, target and output (Sec. 3.4)
+    tie_output: bool | None = None          # the decoder's embedding is the output layer;
+                                            # None: as share_embeddings
+    logits_bias: bool = False               # a learned bias on the logits (Marian)
+    decoder_start: str = "bos"              # the decoder's first input: 'bos' (a token of its
+                                            # own) | 'pad' (PAD_ID's row: Marian)
     scale_embeddings: bool = True           # multiply embeddings by sqrt(d_model) (Sec. 3.4)
     use_bias: bool = True                   # biases in attention and feed-forward projections
     attention_implementation: str = "xla"
@@ -117,8 +145,11 @@ class TransformerConfig:
                              f"num_heads={self.num_heads}")
         check_choices(self, {"posemb": POSEMB_KINDS, "activation": tuple(ACTIVATIONS),
                              "norm": NORM_KINDS, "norm_position": NORM_POSITIONS,
-                             **SHARED_CHOICES})
+                             "sinusoid_layout": position.SINUSOID_LAYOUTS,
+                             "decoder_start": DECODER_STARTS, **SHARED_CHOICES})
         check_rates(self, ("dropout_rate", "attention_dropout_rate"))
+        if self.mlp_dropout_rate is not None:
+            check_rates(self, ("mlp_dropout_rate",))
         check_positive(self, ("norm_epsilon", "rope_base"))
         if self.posemb == "t5":  # the encoder's buckets are bidirectional, the decoder's causal
             for bidirectional in (True, False):
@@ -150,6 +181,16 @@ class TransformerConfig:
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
     @property
+    def output_tied(self) -> bool:
+        """Whether the logits are the decoder's input embedding transposed (Sec. 3.4)."""
+        return self.share_embeddings if self.tie_output is None else self.tie_output
+
+    def start_id(self, bos_id: int) -> int:
+        """The decoder's first input: the tokenizer's ``bos_id``, or PAD_ID when
+        ``decoder_start='pad'`` (Marian)."""
+        return PAD_ID if self.decoder_start == "pad" else bos_id
+
+    @property
     def encoder_layers(self) -> int:
         return self.num_layers if self.num_encoder_layers is None else self.num_encoder_layers
 
@@ -158,14 +199,22 @@ class TransformerConfig:
         return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
 
 
-def shift_right(targets, bos_id: int, segmentation=None):
+def shift_right(targets, bos_id: int, segmentation=None, *, decoder_start: str = "bos"):
     """Decoder inputs from targets ``[b, t]``: one step later, BOS first, padding kept.
 
     ``[y1 y2 EOS 0 0] -> [BOS y1 y2 0 0]``. With ``segmentation`` (packed rows) every segment
     starts with BOS: ids ``[1 1 1 2 2 0]``, targets ``[a b E c E 0]`` -> ``[BOS a b BOS c 0]``.
+    ``decoder_start`` is the model's (``TransformerConfig.decoder_start``): 'bos' needs a
+    ``bos_id`` other than PAD_ID, whose start the decoder would mask as padding; 'pad' (Marian)
+    needs ``bos_id == PAD_ID`` (``TransformerConfig.start_id`` gives the right one).
     """
-    if bos_id == PAD_ID:
-        raise ValueError(f"bos_id must differ from the padding id {PAD_ID}")
+    if decoder_start not in DECODER_STARTS:
+        raise ValueError(f"decoder_start={decoder_start!r} is not one of {list(DECODER_STARTS)}")
+    if (bos_id == PAD_ID) != (decoder_start == "pad"):
+        raise ValueError(
+            f"bos_id={bos_id} with decoder_start={decoder_start!r}: a decoder that starts with "
+            f"'bos' needs a bos_id other than the padding id {PAD_ID}, one that starts with 'pad' "
+            f"(Marian) needs bos_id={PAD_ID}; TransformerConfig.start_id(bos_id) gives it")
     targets = jnp.asarray(targets)
     shifted = jnp.concatenate([jnp.full_like(targets[:, :1], bos_id), targets[:, :-1]], axis=1)
     if segmentation is not None:
@@ -194,6 +243,7 @@ def _block_fields(cfg: TransformerConfig) -> dict[str, Any]:
                 mlp_dim=cfg.d_ff, num_kv_heads=cfg.num_kv_heads, activation=cfg.activation,
                 norm=cfg.norm, norm_epsilon=cfg.norm_epsilon, norm_position=cfg.norm_position,
                 dropout_rate=cfg.dropout_rate, attention_dropout_rate=cfg.attention_dropout_rate,
+                mlp_dropout_rate=cfg.mlp_dropout_rate,
                 rotary_base=cfg.rope_base if cfg.posemb == "rope" else None,
                 use_bias=cfg.use_bias, implementation=cfg.attention_implementation,
                 dtype=dtype, param_dtype=param_dtype)
@@ -213,7 +263,8 @@ def _embed_tokens(cfg, embedding, tokens, positions, deterministic):
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_length="
                              f"{cfg.max_length} of posemb={cfg.posemb!r}; raise max_length")
         if cfg.posemb == "sinusoidal":
-            table = position.SinusoidalPositionEmbedding(cfg.max_length, cfg.d_model, dtype=dtype)
+            table = position.SinusoidalPositionEmbedding(cfg.max_length, cfg.d_model,
+                                                         layout=cfg.sinusoid_layout, dtype=dtype)
         else:
             table = position.LearnedPositionEmbedding(cfg.max_length, cfg.d_model, dtype=dtype,
                                                       param_dtype=param_dtype, name="posemb")
@@ -310,7 +361,11 @@ class Decoder(nn.Module):
                      else _make_embedding(cfg, "embedding"))
         y = _embed_tokens(cfg, embedding, targets, targets_positions, deterministic)
 
-        valid_inputs, valid_targets = inputs != PAD_ID, targets != PAD_ID
+        valid_inputs = inputs != PAD_ID
+        if cfg.decoder_start == "bos":
+            valid_targets = targets != PAD_ID
+        else:  # the start token is PAD_ID itself: its id does not mark padding (module docstring)
+            valid_targets = jnp.ones_like(targets, bool)
         packed = targets_segmentation is not None
         if step is None:   # whole sequences: causal, padding and segment masks
             self_mask = combine_masks(
@@ -338,15 +393,19 @@ class Decoder(nn.Module):
             y = make_norm(cfg.norm, epsilon=cfg.norm_epsilon, dtype=y.dtype,
                           param_dtype=_dtypes(cfg)[1], name="norm")(y)
 
-        if self.shared_embedding is not None:
-            logits = self.shared_embedding.attend(y)    # Sec. 3.4: tied, logits = y E^T
+        dtype, param_dtype = _dtypes(cfg)
+        if cfg.output_tied:
+            logits = embedding.attend(y)    # Sec. 3.4: tied, logits = y E^T
         else:
-            dtype, param_dtype = _dtypes(cfg)
             logits = nn.Dense(
                 cfg.vocab_size, use_bias=False, dtype=dtype, param_dtype=param_dtype,
                 kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
                                                          ("embed", "vocab")),
                 name="logits")(y)
+        if cfg.logits_bias:  # Marian's final_logits_bias
+            bias = self.param("logits_bias", nn.with_logical_partitioning(
+                nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,), param_dtype)
+            logits = logits + bias.astype(logits.dtype)
         logits = nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
         return logits.astype(jnp.float32)
 
@@ -397,7 +456,26 @@ def loop_layout(model: Transformer, params):
     cfg = model.config
     if not cfg.scan_layers:
         return model, params
+    return (Transformer(dataclasses.replace(cfg, scan_layers=False)),
+            with_layer_layout(params, scan=False))
+
+
+STACKS = ("encoder", "decoder")
+
+
+def with_layer_layout(params, scan: bool):
+    """A ``Transformer``'s parameters with each stack's blocks in the scan layout (``scan=True``:
+    one ``blocks`` subtree, leading layer axis) or the loop layout (``block_0 ..``), whichever
+    they hold now (``models.stack``); everything else unchanged. Checkpoint converters give
+    and take the loop layout."""
     params = dict(params)
-    for stack in ("encoder", "decoder"):
-        params[stack] = unstack_layers(params[stack])
-    return Transformer(dataclasses.replace(cfg, scan_layers=False)), params
+    for stack in STACKS:
+        blocks = params[stack]
+        if ("blocks" in blocks) == scan:
+            continue
+        if scan:
+            count = sum(1 for k in blocks if k.startswith("block_"))
+            params[stack] = stack_layers(blocks, count)
+        else:
+            params[stack] = unstack_layers(blocks)
+    return params

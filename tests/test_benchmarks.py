@@ -283,3 +283,29 @@ def test_gpu_table_script_goes_on_after_a_failed_row(tmp_path):
     assert result.returncode == 1
     assert "failed rows: bert_large_512 " in result.stderr
     assert "bert_base_128" not in result.stderr and "vit_b16" not in result.stderr
+
+
+def test_marian_decoding_benchmark_runs_and_records(tmp_path):
+    """The translation benchmark at its tiny size (one batch size, to compile little): our row,
+    the pooled search's and the peer's; ours translates exactly as generate does (the same
+    weights and sentences), and its JSON record is one `python -m train.records save`
+    commits."""
+    from benchmarks import marian_decode
+    from train import records
+
+    out = tmp_path / "marian.json"
+    report = marian_decode.main(["--size", "tiny", "--batches", "3", "--max_new_tokens", "5",
+                                 "--repeats", "1", "--json", str(out)])
+    rows = {r["label"].split(" 4.")[0]: r for r in report["rows"]}
+    assert set(rows) == {marian_decode.OURS, marian_decode.POOLED, marian_decode.PEER}
+    ours, peer = rows[marian_decode.OURS], rows[marian_decode.PEER]
+    assert ours["same_as_peer"] == 1.0 and ours["generated_tokens"] == peer[
+        "generated_tokens"] > 0
+    assert report["ratios"] == {"batch 3 (peer time / ours)": pytest.approx(
+        peer["batch_s"] / ours["batch_s"])}
+    assert ours["sentences_per_s"] == pytest.approx(3 / ours["batch_s"])
+    assert "| 3 | ours | " in marian_decode.markdown(report)
+    saved = records.save(out, "bench_marian_decode", runs_dir=tmp_path / "runs", force=True)
+    assert saved.exists()
+    with pytest.raises(SystemExit):
+        marian_decode.parse_args(["--size", "tiny", "--max_new_tokens", "200"])

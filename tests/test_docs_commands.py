@@ -31,7 +31,7 @@ PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$|\.\.\.|<\w+>|^[A-Z]+[:=]")
 # Modules whose command line the test parses with their own parser, stopped right after it.
 PARSED_BY_MAIN = ("data.fetch", "train.baselines", "train.tables", "train.records",
                   "train.sweep_figures", "train.recipe_costs", "train.diagnose_encoder",
-                  "train.extrapolation_report")
+                  "train.extrapolation_report", "benchmarks.marian_decode")
 
 
 def _split(line: str) -> list[list[str]]:

@@ -40,6 +40,7 @@ NP_ACTIVATIONS = {
     'gelu': lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
     'gelu_tanh': lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
                                                    * (x + 0.044715 * x ** 3))),
+    'swish': lambda x: x / (1.0 + np.exp(-x)),
 }
 
 
@@ -80,7 +81,7 @@ def np_mha(p, xq, xkv, mask=None):
 # FeedForward and norms
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize('activation', ['relu', 'gelu', 'gelu_tanh'])
+@pytest.mark.parametrize('activation', ['relu', 'gelu', 'gelu_tanh', 'swish'])
 def test_feed_forward_matches_numpy(activation):
     x = _normal(2, 3, 6)
     module = L.FeedForward(hidden_dim=10, activation=activation)
@@ -100,8 +101,8 @@ def test_gelu_variants_differ():
 
 def test_feed_forward_errors_dropout_and_names():
     x = _normal(1, 2, 4)
-    with pytest.raises(ValueError, match="'relu', 'gelu', 'gelu_tanh'"):
-        L.FeedForward(hidden_dim=8, activation='swish').init(jax.random.PRNGKey(0), x)
+    with pytest.raises(ValueError, match="'relu', 'gelu', 'gelu_tanh', 'swish'"):
+        L.FeedForward(hidden_dim=8, activation='silu').init(jax.random.PRNGKey(0), x)
     module = L.FeedForward(hidden_dim=8, dropout_rate=0.5)
     variables = module.init(jax.random.PRNGKey(0), x)
     P = jax.sharding.PartitionSpec

@@ -41,6 +41,28 @@ def test_sinusoidal_table_matches_formula():
         assert table[pos, 1] == pytest.approx(math.cos(pos), abs=1e-6)
 
 
+def test_sinusoidal_halves_layout_is_marians():
+    """'halves' (Marian): column i holds sin(pos w_i), column d/2 + i cos(pos w_i), w_i =
+    10000^(-2i/d): the interleaved table's columns permuted, written out here element by
+    element."""
+    length, dim = 30, 12
+    table = P.sinusoidal_table(length, dim, layout='halves')
+    expected = np.zeros((length, dim))
+    for pos in range(length):
+        for i in range(dim // 2):
+            angle = pos / 10000.0 ** (2 * i / dim)
+            expected[pos, i], expected[pos, dim // 2 + i] = math.sin(angle), math.cos(angle)
+    np.testing.assert_allclose(table, expected, atol=1e-6)
+    interleaved = P.sinusoidal_table(length, dim)
+    np.testing.assert_array_equal(table, np.concatenate([interleaved[:, 0::2],
+                                                         interleaved[:, 1::2]], axis=1))
+    out = P.SinusoidalPositionEmbedding(max_length=length, features=dim, layout='halves').apply(
+        {}, np.array([[3, 0, 29]]))
+    np.testing.assert_allclose(out[0], table[[3, 0, 29]], atol=1e-7)
+    with pytest.raises(ValueError, match="layout='split' is not one of"):
+        P.sinusoidal_table(4, 8, layout='split')
+
+
 def test_sinusoidal_table_odd_dim_raises():
     with pytest.raises(ValueError, match='even'):
         P.sinusoidal_table(4, 7)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
+import pytest
 
 from train import sweep_figures
 from train.sweep_compare import SWEEPS
@@ -54,3 +55,27 @@ def test_a_sweep_with_a_run_missing_is_an_error_naming_the_run(tmp_path, capsys)
     assert (f"{results / 'transformer_table3'} has no finished record of 1 of the sweep's 24 "
             "runs (A2 seed 2)") in error
     assert not (tmp_path / "f" / "transformer_table3.png").exists()
+
+
+def test_a_sweep_in_progress_draws_its_records_and_names_the_runs_not_recorded(tmp_path):
+    """While a committed sweep is declared in progress, its figure shows the rows recorded and
+    its title names every run missing; declared complete, the same records are an error."""
+    import dataclasses
+
+    import matplotlib
+    matplotlib.use("Agg")
+
+    from train.sweep_compare import load, missing_runs
+
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "notebooks" / "results" / "bert_table8", results / "bert_table8")
+    (results / "bert_table8" / "80-0-20" / "seed_1" / "classify" / "result.json").unlink()
+    in_progress = dataclasses.replace(SWEEPS["bert_table8"], in_progress=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(SWEEPS, "bert_table8", in_progress)
+        sweep, runs = load("bert_table8", results)
+        assert missing_runs(sweep, runs) == ["80-0-20 seed 1"]
+        title = sweep_figures.figure("bert_table8", sweep, runs)._suptitle.get_text()
+    assert "20 of 21 runs recorded so far; not yet: 80-0-20 (seed 1)" in title
+    with pytest.raises(FileNotFoundError, match=r"80-0-20 seed 1"):
+        load("bert_table8", results)

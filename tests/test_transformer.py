@@ -76,7 +76,7 @@ def test_from_size_and_validation():
                                (dict(num_heads=5), "num_heads=5 does not divide d_model=32"),
                                (dict(num_kv_heads=3), "num_kv_heads=3 must divide num_heads=4"),
                                (dict(norm_position="middle"), "norm_position="),
-                               (dict(activation="swish"), "activation="),
+                               (dict(activation="tanh"), "activation="),
                                (dict(dtype="float64"), "dtype="),
                                (dict(dropout_rate=1.0), "dropout_rate="),
                                (dict(posemb="rope", head_dim=5), "even head_dim"),

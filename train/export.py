@@ -1,7 +1,11 @@
 """python -m train.export WORKDIR OUT [--format auto|hf|npz] [--head ...] [--layout ...]
 
-Writes the latest checkpoint of an image-classification run (a ViT, configs/vit/...) in a
-format other code reads:
+Writes the latest checkpoint of a run in a format other code reads. A translation run
+(configs/transformer/translate.py) becomes a Hugging Face Marian folder (models/hf_marian.py:
+MarianMTModel's config.json + model.safetensors, and the run's vocabulary as MarianTokenizer's
+source.spm, target.spm and vocab.json, train/marian_tokenizer.py); its model must have Marian's
+architecture (`arch=marian` trains one), and --head / --layout do not apply. An image-
+classification run (a ViT, configs/vit/...) becomes:
   hf    a Hugging Face ViT folder (config.json + model.safetensors, models/hf_vit.py): HF's
         ViTForImageClassification (--head classifier, the default), or ViTModel (--head model:
         the encoder, its pre-logits layer as ViTModel's pooler, no classifier);
@@ -10,13 +14,13 @@ format other code reads:
 --format auto picks npz for an OUT ending in .npz, else hf. The run's config.json (the model
 that ran, train/run_config.py) gives the architecture. A model the format cannot describe
 (a hybrid stem, mean pooling for HF, a ReLU model as .npz, ...) is refused with what differs.
-Either file starts another run: `--config configs/vit/fashion_mnist.py:init=OUT`.
+Either file starts another run: `--config configs/vit/fashion_mnist.py:init=OUT` (a Marian
+folder: `--config configs/transformer/translate.py:init=OUT`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import pathlib
 import sys
@@ -25,31 +29,28 @@ from models.safetensors_file import CheckpointError
 from models.vit import ViTConfig
 from train import storage
 from train.config import ConfigError
+from train.run_config import saved_model
 
 FORMATS = ("auto", "hf", "npz")
-TASK = "classify"
+TASKS = ("classify", "translate")
 
 
-def _model_config(workdir) -> ViTConfig:
+def _saved_config(workdir) -> dict:
     path = workdir / "config.json"
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: {workdir} is not the workdir of a run")
     saved = json.loads(path.read_text())
     task = saved.get("task", {}).get("name")
-    if task != TASK:
+    if task not in TASKS:
         raise ConfigError(f"{workdir} holds a {task!r} run; python -m train.export writes the "
-                          f"ViT of a {TASK!r} run")
-    fields = {f.name for f in dataclasses.fields(ViTConfig)}
-    try:
-        return ViTConfig(**{k: v for k, v in saved["model"].items() if k in fields})
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"the model of {path} gives no valid ViTConfig: {error}") from error
+                          f"model of a run of {list(TASKS)}")
+    return saved
 
 
-def export(workdir: str, out: str, *, format: str = "auto", head: str = "auto",
-           layout: str = "vit", overwrite: bool = False) -> str:
+def export(workdir: str, out: str, *, format: str = "auto", head: str | None = None,
+           layout: str | None = None, overwrite: bool = False) -> str:
     """Writes the run's latest checkpoint to `out` (module docstring); returns what was written,
-    as a line to print."""
+    as a line to print. `head` and `layout` (ViT only) default to 'auto' and 'vit'."""
     from models.hf_vit import save_hf_checkpoint
     from models.vit_npz import save_npz
     from train.checkpointing import load_params
@@ -57,7 +58,21 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str = "auto",
     if format not in FORMATS:
         raise ConfigError(f"--format {format!r} is not one of {list(FORMATS)}")
     directory = storage.run_path(workdir)
-    cfg = _model_config(directory)
+    saved = _saved_config(directory)
+    if saved["task"]["name"] == "translate":
+        from train.export_translation import export_translation
+
+        given = [f"--{name} {value}" for name, value in (("head", head), ("layout", layout))
+                 if value is not None]
+        if given:
+            raise ConfigError(f"{' and '.join(given)}: for a ViT; {directory} holds a "
+                              "translation run (a Hugging Face Marian folder has no head or "
+                              "layout to choose)")
+        return export_translation(directory, saved, pathlib.Path(out),  # local path: as below
+                                  format=format,
+                                  overwrite=overwrite)
+    head, layout = head or "auto", layout or "vit"
+    cfg = saved_model(ViTConfig, saved, directory)
     out_path = pathlib.Path(out)  # local path: models/ writes the .npz or HF folder locally
     if format == "auto":
         format = "npz" if out_path.suffix == ".npz" else "hf"
@@ -79,13 +94,16 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str = "auto",
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m train.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workdir", help="the workdir of an image-classification run")
+    parser.add_argument("workdir", help="the workdir of an image-classification or translation "
+                                            "run")
     parser.add_argument("out", help="the folder (hf) or .npz file (npz) to write")
     parser.add_argument("--format", choices=FORMATS, default="auto")
-    parser.add_argument("--head", choices=("auto", "classifier", "model"), default="auto",
-                        help="hf: ViTForImageClassification (auto, classifier) or ViTModel")
-    parser.add_argument("--layout", choices=("vit", "big_vision"), default="vit",
-                        help="npz: vision_transformer's (AugReg) or big_vision's names")
+    parser.add_argument("--head", choices=("auto", "classifier", "model"), default=None,
+                        help="ViT, hf: ViTForImageClassification (auto, the default; "
+                             "classifier) or ViTModel")
+    parser.add_argument("--layout", choices=("vit", "big_vision"), default=None,
+                        help="ViT, npz: vision_transformer's (AugReg; the default) or "
+                             "big_vision's names")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     return parser.parse_args(argv)
 

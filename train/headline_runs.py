@@ -108,4 +108,9 @@ RUNS = {run.name: run for run in (
                 _BENCH.format(model="--model vit --size B/16 --batch 8", file="vit_b16")),
     _distil_speed("spam", "seq 128"),
     _distil_speed("tweets", "seq 64, as Brown POS"),
+    HeadlineRun("bench_marian_decode", "beam-search translation (beam 4, batch 1 and 32) by an "
+                                       "OPUS-MT-sized Transformer beside Hugging Face's "
+                                       "FlaxMarianMTModel.generate, the same weights",
+                "python -m benchmarks.marian_decode --size opus --batches 1 32 --beam 4 "
+                "--repeats 5 --json workdirs/bench/marian_decode.json"),
 )}

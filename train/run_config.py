@@ -130,3 +130,14 @@ def saved_request(workdir: str | os.PathLike) -> dict[str, Any] | None:
         raise ConfigError(f"{path} is unreadable ({type(error).__name__}: {error}); it records "
                           "the config of the run in this workdir: restore it from a copy, or "
                           "use another --workdir") from error
+
+
+def saved_model(cls, saved: Mapping[str, Any], workdir) -> Any:
+    """The frozen model config (`cls`: ViTConfig, TransformerConfig, ...) of the model section
+    of a run's config.json, `saved`: the model that ran (exporting it, starting from it)."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return cls(**{k: v for k, v in saved["model"].items() if k in fields})
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"the model of {workdir}/config.json gives no valid {cls.__name__}: "
+                          f"{error}") from error

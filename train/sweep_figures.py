@@ -3,7 +3,8 @@
 Writes the figure of every committed sweep that the docs embed, notebooks/figures/<sweep>.png,
 from the runs' records in notebooks/results/<sweep>/ (train/sweep_compare.py): for each metric
 the paper reports, ours per row (each seed, and mean ± std; the paper on its own axis) and each
-row's change from the reference row, ours (± 1 standard error) beside the paper's.
+row's change from the reference row, ours (± 1 standard error) beside the paper's. The figure
+of a sweep declared in progress (train/sweep_compare.py SWEEPS) names the runs not recorded yet.
 notebooks/ablation_results.ipynb draws the same figures.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
 
-from train.sweep_compare import RESULTS, SWEEPS, change, load, paper_change, scale
+from train.sweep_compare import (RESULTS, SWEEPS, change, load, missing_runs, paper_change,
+                                  scale)
 from train.sweep_spec import Sweep
 
 FIGURES = RESULTS.parent / "figures"
@@ -61,13 +64,23 @@ def figure(folder: str, sweep: Sweep, runs: dict):
         ax_change.set(ylabel=unit, title=f"{label}: change from {reference!r}")
         ax_change.set_xticks(x, rows, rotation=20)
         ax_change.legend(fontsize=8)
-    fig.suptitle(sweep.title)
+    missing = missing_runs(sweep, runs)  # 'ROW seed K', rows in order
+    by_row = {}
+    for run in missing:
+        row, seed = run.rsplit(" seed ", 1)
+        by_row.setdefault(row, []).append(seed)
+    recorded = len(sweep.rows) * sweep.seeds - len(missing)
+    fig.suptitle(sweep.title if not missing else textwrap.fill(
+        f"{sweep.title}: {recorded} of {len(sweep.rows) * sweep.seeds} runs recorded so far; "
+        "not yet: " + "; ".join(f"{row} (seed {', '.join(seeds)})"
+                                for row, seeds in by_row.items()), 150))
     fig.tight_layout()
     return fig
 
 
 def write_figures(results: Path = RESULTS, out: Path = FIGURES) -> list[Path]:
-    """out/<sweep>.png for every committed sweep; FileNotFoundError if one has no records."""
+    """out/<sweep>.png for every committed sweep; FileNotFoundError if one has no records, or a
+    complete sweep a run's (`load`); a sweep in progress names its missing runs in the title."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -72,6 +72,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
     "language_model": rt.language_model,
     "bench_lm_decode": rt.benchmark("bench_lm_decode"),
+    "bench_marian_decode": rt.benchmark("bench_marian_decode"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     "launch_recipes": _launch("recipes_table"),

@@ -34,7 +34,8 @@ RESUMABLE = (
     "optimizer.schedule", "optimizer.learning_rate", "optimizer.end_learning_rate",
     "optimizer.warmup_steps", "optimizer.total_steps", "optimizer.b1", "optimizer.b2",
     "optimizer.eps", "optimizer.momentum", "optimizer.weight_decay",
-    "model.dropout_rate", "model.attention_dropout_rate", "model.attention_implementation",
+    "model.dropout_rate", "model.attention_dropout_rate", "model.mlp_dropout_rate",
+    "model.attention_implementation",
     "model.remat", "model.dtype",
     "task.label_smoothing", "task.beam_size", "task.length_penalty", "task.max_decode_length",
     "task.extra_decode_length", "task.decode_every", "task.num_samples", "task.max_answer_length",
@@ -52,7 +53,12 @@ RESUMABLE = (
 # those runs did: a saved config without the key had this value (a ViT run trained from
 # scratch, on images as stored, with the ViT's default norm epsilon).
 ADDED_KEYS = {"init": "scratch", "init_head": "auto", "data.resize": False,
-              "model.layer_norm_eps": 1e-6}
+              "model.layer_norm_eps": 1e-6,
+              # the Transformer's defaults, before translation configs declared them
+              "model.norm_epsilon": 1e-6, "model.sinusoid_layout": "interleaved",
+              "model.tie_output": None, "model.scale_embeddings": True,
+              "model.logits_bias": False, "model.decoder_start": "bos",
+              "model.mlp_dropout_rate": None}
 
 # How many differing keys a refusal lists, those that decide the train state first (in this
 # order of sections, each one's `name` first); the rest are counted.

@@ -19,6 +19,15 @@ Variants (`:arg`, comma-separated):
                              table3.py), or a modern position encoding as an extra row
   posemb=sinusoidal|learned|rope|alibi|t5|none
                              the position encoding directly (row E = posemb=learned)
+  arch=paper|marian          paper (default): the paper's choices; marian: Marian's (the
+                             OPUS-MT models'), so that the run exports to a Hugging Face Marian
+                             folder (`python -m train.export`): SiLU/swish, LayerNorm eps 1e-5,
+                             the sines before the cosines, a logits bias, decoding started from
+                             the padding token (models/transformer.py)
+  init=scratch|FOLDER|WORKDIR  the weights and vocabulary to start from: a Hugging Face Marian
+                             folder that `python -m train.export` wrote, or a translation
+                             workdir (train/translate_init.py); their architecture replaces
+                             config.model's
   smoke                      a seconds-long run for tests
 e.g. `--config configs/transformer/translate.py:row=A3` or `...:size=base,data=wmt14`.
 
@@ -28,6 +37,10 @@ last 5 (base) or 20 (big) checkpoints, as the paper's Sec. 6.1 does
 its 8 P100 GPUs. The BLEU is sacrebleu's on detokenized text (13a tokenization), not the
 paper's tokenized BLEU (multi-bleu.perl, German compounds split), which reads somewhat higher;
 GPU and pod commands and costs: docs/launch.md.
+
+Weights in and out: `python -m train.export WORKDIR OUT` writes a run of `arch=marian` as a
+Hugging Face Marian folder (MarianMTModel + MarianTokenizer files), and `init=OUT` starts another
+run from it (docs/models.md).
 """
 
 from __future__ import annotations
@@ -54,6 +67,12 @@ def paper_checkpoint_every(size: str) -> int:
     return round(per_minute * CHECKPOINT_MINUTES)
 
 
+# arch=... -> config.model settings: Marian's choices (models/hf_marian.py) or the paper's.
+ARCHITECTURES = {
+    "paper": {},
+    "marian": dict(activation="swish", norm_epsilon=1e-5, sinusoid_layout="halves",
+                   logits_bias=True, decoder_start="pad"),
+}
 # name -> (dataset, source key, target key, source kind, eval split)
 DATASETS = {
     "bible_en_es": ("bible_en_es", "en", "es", "local", "test"),
@@ -64,13 +83,16 @@ DATASETS = {
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     args = common.parse_arg(arg, size="cpu", data="bible_en_es", row="base", posemb="",
-                            smoke=False)
+                            arch="paper", init="scratch", smoke=False)
     if args.size not in ("cpu", *TRANSFORMER_SIZES):
         raise ValueError(f"size={args.size!r} is not one of ['cpu', 'base', 'big']")
     if args.data not in DATASETS:
         raise ValueError(f"data={args.data!r} is not one of {sorted(DATASETS)}")
+    if args.arch not in ARCHITECTURES:
+        raise ValueError(f"arch={args.arch!r} is not one of {sorted(ARCHITECTURES)}")
     config = ml_collections.ConfigDict()
     config.seed = 0                          # parameter init, dropout and data order
+    config.init = args.init                  # scratch | a Marian folder | a translation workdir
 
     config.task = ml_collections.ConfigDict()
     config.task.name = "translate"           # train/tasks/translate.py
@@ -99,9 +121,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.activation = "relu"         # eq. 2
     config.model.norm = "layernorm"          # layernorm | rmsnorm
     config.model.norm_position = "post"      # post (the paper) | pre
+    config.model.norm_epsilon = 1e-6
     config.model.posemb = "sinusoidal"       # sinusoidal|learned|rope|alibi|t5|none
+    config.model.sinusoid_layout = "interleaved"  # sin/cos pairs side by side (Sec. 3.5) |
+                                             # halves: all sines, then all cosines (Marian)
     config.model.max_length = 256            # rows of the sinusoidal / learned position table
     config.model.share_embeddings = True     # source, target and output share one matrix
+    config.model.tie_output = None          # the output layer is the decoder's embedding;
+                                             # None: as share_embeddings
+    config.model.scale_embeddings = True     # embeddings times sqrt(d_model) (Sec. 3.4)
+    config.model.logits_bias = False         # a learned bias on the output logits (Marian)
+    config.model.decoder_start = "bos"       # bos | pad: decoding starts from the padding
+                                             # token's row (Marian)
+    config.model.mlp_dropout_rate = None     # feed-forward hidden units; None: dropout_rate
     config.model.attention_implementation = "xla"  # xla | cudnn (GPU) | auto
     config.model.dtype = "float32"           # compute dtype
     config.model.param_dtype = "float32"     # parameter and optimizer-state dtype
@@ -111,6 +143,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # one compiled block, a leading layer axis
     if args.size != "cpu":
         config.model.update(TRANSFORMER_SIZES[args.size])
+    config.model.update(ARCHITECTURES[args.arch])
 
     name, source_key, target_key, source, eval_split = DATASETS[args.data]
     config.data = ml_collections.ConfigDict()

@@ -54,7 +54,7 @@ def read_prompts(args, stdin=None) -> list[str]:
     if args.prompt:
         prompts, where = list(args.prompt), "--prompt"
     elif args.prompts_file:
-        with open(args.prompts_file, encoding="utf-8") as f:
+        with open(args.prompts_file, encoding="utf-8") as f:  # local path: the user's file
             prompts, where = f.read().splitlines(), args.prompts_file
     else:
         stdin = sys.stdin if stdin is None else stdin

@@ -7,6 +7,10 @@ evaluation rows hold one pair each. Metrics: `loss` (label-smoothed, what is opt
 per wordpiece), `accuracy` (next-token, teacher-forced). At the end (and every
 `task.decode_every` steps) the eval split is translated with beam search and scored with
 sacrebleu (`bleu`, detokenized text, the standard 13a tokenization); a few samples are logged.
+
+Initialisation (`config.init`, train/translate_init.py): 'scratch', a Hugging Face Marian
+folder with its tokenizer, or an earlier translation workdir, whose weights replace the random
+ones in `init_variables` and whose vocabulary the run tokenizes with.
 """
 
 from __future__ import annotations
@@ -22,18 +26,29 @@ from data.pipelines import translation as text_data
 from data.pipelines.sharding import num_batches
 from data.builders.examples import as_text
 from models import decode as decoding
-from models.transformer import PAD_ID, Transformer, TransformerConfig, shift_right
+from models.transformer import (PAD_ID, Transformer, TransformerConfig, shift_right,
+                                with_layer_layout)
 from train import flops, vocabulary
 from train.config import ConfigError, check_choice, to_dataclass
 from train.losses import cross_entropy
+from train.pretrained_params import put_pretrained
 from train.run_config import Resolution
 from train.tasks.base import Task
+from train.translate_init import TranslationInit, resolve_init
 
 # Position encodings that read a table with `model.max_length` rows.
 TABLE_POSEMBS = ("sinusoidal", "learned")
 
 
-def _model_config(config: ml_collections.ConfigDict, vocab_size: int) -> TransformerConfig:
+def _model_config(config: ml_collections.ConfigDict, init: TranslationInit,
+                  vocab_size: int) -> TransformerConfig:
+    """config.model's Transformer (scratch) or config.init's; its vocabulary of `vocab_size`."""
+    if init.model_config is not None:
+        if init.model_config.vocab_size != vocab_size:
+            raise ConfigError(f"config.init={config.init!r}: its model has "
+                              f"{init.model_config.vocab_size} token ids, its vocabulary "
+                              f"{vocab_size} pieces")
+        return init.model_config
     model_section = config.model.copy_and_resolve_references()
     with model_section.unlocked():
         del model_section["name"]
@@ -75,14 +90,21 @@ class TranslationTask(Task):
                 raise ConfigError(f"config.task.{key}={task[key]} must be >= 0")
         self.extra_decode_length = int(task.extra_decode_length)
 
-        self.tokenizer = vocabulary.choose(
-            saved_vocabulary, lambda: sentencepiece_vocab.load_or_train_for_dataset(
-                config.data.name, split=config.data.train_split, source=config.data.source,
-                keys=(config.data.source_key, config.data.target_key),
-                vocab_size=config.data.vocab_size, model_type=config.data.vocab_model_type),
-            kind="sentencepiece")
-        self.vocabulary_settings = ("data.vocab_size", "data.vocab_model_type")
-        self.model_config = _model_config(config, self.tokenizer.vocab_size)
+        self.init = resolve_init(config, build=True)
+        if self.init.tokenizer is None:  # scratch: trained on the run's texts
+            self.tokenizer = vocabulary.choose(
+                saved_vocabulary, lambda: sentencepiece_vocab.load_or_train_for_dataset(
+                    config.data.name, split=config.data.train_split, source=config.data.source,
+                    keys=(config.data.source_key, config.data.target_key),
+                    vocab_size=config.data.vocab_size, model_type=config.data.vocab_model_type),
+                kind="sentencepiece")
+            self.vocabulary_settings = ("data.vocab_size", "data.vocab_model_type")
+        else:  # the checkpoint's own, which a resumed run must still be using
+            self.tokenizer = vocabulary.choose(
+                saved_vocabulary, lambda: self.init.tokenizer, kind="sentencepiece",
+                requested=self.init.tokenizer, where=f"the vocabulary of config.init="
+                                                     f"{config.init!r}")
+        self.model_config = _model_config(config, self.init, self.tokenizer.vocab_size)
         self.max_decode_length = self._decode_width(int(task.max_decode_length))
         self.model = Transformer(self.model_config)
         self.d_model = self.model_config.d_model
@@ -94,11 +116,16 @@ class TranslationTask(Task):
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The vocabulary's size needs no training: a SentencePiece model has exactly
-        data.vocab_size pieces (sentencepiece_vocab.load_model_file checks it), and a saved one
-        was trained with the same setting (train/vocabulary.py checks it)."""
-        saved = vocabulary.choose(saved_vocabulary, lambda: None, kind="sentencepiece")
+        data.vocab_size pieces (sentencepiece_vocab.load_model_file checks it), a saved one
+        was trained with the same setting (train/vocabulary.py checks it), and config.init's
+        is read from its files (no weights read)."""
+        init = resolve_init(config, build=False)
+        saved = vocabulary.choose(saved_vocabulary, lambda: init.tokenizer, kind="sentencepiece")
         vocab_size = config.data.vocab_size if saved is None else saved.vocab_size
-        return Resolution(_model_config(config, vocab_size))
+        return Resolution(_model_config(config, init, vocab_size), notes=init.notes)
+
+    def resolution(self) -> Resolution:
+        return Resolution(self.model_config, notes=self.init.notes)
 
     def _decode_width(self, cap: int) -> int:
         """The length of the decoded arrays: the longest any sentence may run (each stops at its
@@ -130,7 +157,13 @@ class TranslationTask(Task):
         return {"inputs": tokens, "targets": tokens}
 
     def init_variables(self, rng, inputs):
-        return self.model.init({"params": rng}, inputs["inputs"], inputs["targets"], train=False)
+        variables = self.model.init({"params": rng}, inputs["inputs"], inputs["targets"],
+                                    train=False)
+        if self.init.params is None:
+            return variables
+        loaded = with_layer_layout(self.init.params, self.model_config.scan_layers)
+        return {**variables, "params": put_pretrained(
+            variables["params"], loaded, what=f"the weights of config.init={self.config.init!r}")}
 
     def flops_per_example(self) -> float:
         return flops.transformer_train_flops_per_example(self.model_config, self.max_length,
@@ -138,7 +171,9 @@ class TranslationTask(Task):
 
     def _logits(self, params, batch, *, train: bool, rng=None):
         segmentation = batch.get("targets_segmentation")
-        decoder_inputs = shift_right(batch["targets"], self.tokenizer.bos_id, segmentation)
+        cfg = self.model_config
+        decoder_inputs = shift_right(batch["targets"], cfg.start_id(self.tokenizer.bos_id),
+                                     segmentation, decoder_start=cfg.decoder_start)
         return self.model.apply(
             {"params": params}, batch["inputs"], decoder_inputs,
             inputs_segmentation=batch.get("inputs_segmentation"),
@@ -192,7 +227,7 @@ class TranslationTask(Task):
             self.model, params, batch["inputs"], beam_size=self.config.task.beam_size,
             alpha=self.config.task.length_penalty, max_decode_len=self.max_decode_length,
             row_max_decode_len=limits, eos_id=self.tokenizer.eos_id,
-            bos_id=self.tokenizer.bos_id)
+            bos_id=self.model_config.start_id(self.tokenizer.bos_id))
         return {"tokens": tokens, "index": batch["index"], "mask": batch["mask"]}
 
     def score_predictions(self, outputs: list[dict], log) -> dict[str, float]:

@@ -1,0 +1,38 @@
+"""`python -m train.export` for a translation run: its latest checkpoint as a Hugging Face Marian
+folder, the run's vocabulary as MarianTokenizer's files beside the weights (train/export.py)."""
+
+from __future__ import annotations
+
+import pathlib
+
+from models.hf_marian import MarianIds, config_to_hf, save_hf_checkpoint
+from models.transformer import TransformerConfig
+from train import vocabulary
+from train.config import ConfigError
+from train.run_config import saved_model
+
+
+def export_translation(directory, saved: dict, out: pathlib.Path, *, format: str,
+                       overwrite: bool) -> str:
+    """Writes the run in `directory` (its saved config.json `saved`) to the folder `out`;
+    returns what was written, as a line to print."""
+    from train.checkpointing import load_params
+    from train.marian_tokenizer import tokenizer_files
+
+    if format == "npz" or (format == "auto" and out.suffix == ".npz"):
+        raise ConfigError(f"{directory} holds a translation run, which exports as a Hugging "
+                          "Face Marian folder (--format hf), not an .npz")
+    cfg = saved_model(TransformerConfig, saved, directory)
+    tokenizer = vocabulary.load(directory)
+    if tokenizer is None:
+        raise ConfigError(f"{directory} keeps no vocabulary (vocabulary/): it was written before "
+                          "runs kept theirs, and the weights mean nothing without it")
+    ids = MarianIds.for_ours(cfg.vocab_size, eos_id=tokenizer.eos_id,
+                             start_id=cfg.start_id(tokenizer.bos_id))
+    config_to_hf(cfg, ids)  # a model Marian cannot describe is refused before any weight is read
+    files = tokenizer_files(tokenizer, ids, cfg.max_length)
+    save_hf_checkpoint(out, cfg, load_params(directory), ids, overwrite=overwrite,
+                       extra_files=files)
+    return (f"{out}: a Hugging Face MarianMTModel folder with its MarianTokenizer files, of the "
+            f"latest checkpoint in {directory} ({cfg.encoder_layers} + {cfg.decoder_layers} "
+            f"layers, d_model {cfg.d_model}, {cfg.vocab_size:,} tokens)")
