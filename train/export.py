@@ -41,9 +41,14 @@ def _model_config(workdir) -> ViTConfig:
                           f"ViT of a {TASK!r} run")
     fields = {f.name for f in dataclasses.fields(ViTConfig)}
     try:
-        return ViTConfig(**{k: v for k, v in saved["model"].items() if k in fields})
+        cfg = ViTConfig(**{k: v for k, v in saved["model"].items() if k in fields})
     except (TypeError, ValueError) as error:
         raise ConfigError(f"the model of {path} gives no valid ViTConfig: {error}") from error
+    if cfg.probe_norm:
+        raise ConfigError(f"{workdir} is a linear probe with probe_norm=True: neither format has "
+                          "its feature standardisation before the head; export the encoder's "
+                          "run (its config.init) instead")
+    return cfg
 
 
 def export(workdir: str, out: str, *, format: str = "auto", head: str = "auto",

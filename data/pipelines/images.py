@@ -4,6 +4,10 @@ Every batch is a dict of numpy arrays for ONE process:
   'image'  float32 [b, h, w, c]  (x / 255 - mean) / std, per channel
   'label'  int32   [b]
   'mask'   float32 [b]            1 for a real example, 0 for eval padding
+  'patch_order' int32 [b, N]     with `patch_order=N`: a random permutation of each image's N
+                                 patches, the masked autoencoder's masks
+                                 (data/pipelines/patch_masking.py); drawn from an rng seeded
+                                 with (seed, global batch index), like the augmentation
 
 Order of examples. The pipeline works on example indices, so reading is batched
 (`source.__getitems__`). All processes build the same global stream of batches of `batch_size`
@@ -52,6 +56,7 @@ from data.builders.examples import read_examples
 from data.builders.sources import NORMALIZATION
 from data.errors import DataError
 from data.pipelines import image_crops
+from data.pipelines.patch_masking import AddPatchOrder
 from data.pipelines.sharding import check_sharding, dataset_name, describe, padded_size, seeds
 
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
@@ -180,7 +185,7 @@ class _Normalize:
 def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   image_shape: Sequence[int], process_index: int = 0, process_count: int = 1,
                   augment: str = "none", eval_resize: str = "none",
-                  num_epochs: int | None = None,
+                  num_epochs: int | None = None, patch_order: int = 0,
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Iterator over this process's batches of `source` (see the module docstring)."""
@@ -224,7 +229,7 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                         f"({image_shape[-1]})")
     if not all(np.isfinite(mean)) or not all(s > 0 for s in std):  # `not >` catches NaN too
         raise DataError(f"mean {mean} must be finite and std {std} positive")
-    shuffle_seed, augment_seed = seeds(seed, 2)
+    shuffle_seed, augment_seed, patch_order_seed = seeds(seed, 3)
 
     ds = grain.MapDataset.range(n)
     if train:
@@ -241,6 +246,8 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                            seed=augment_seed)
     elif any_size:
         ds = ds.map(_EvalResize(eval_resize, image_shape))
+    if patch_order:  # seeded by global batch index, before the batches are shared out
+        ds = ds.random_map(AddPatchOrder(patch_order), seed=patch_order_seed)
     ds = ds[process_index::process_count]
     if len(ds) == 0:
         raise DataError(f"{describe(source)}: {n} examples x {num_epochs} epochs give no batch "

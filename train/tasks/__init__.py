@@ -15,7 +15,8 @@ def task_class(config):
     tasks = {"classify": "train.tasks.classify:ClassificationTask",
              "translate": "train.tasks.translate:TranslationTask",
              "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask",
-             "finetune": "train.tasks.finetune:FinetuneTask"}
+             "finetune": "train.tasks.finetune:FinetuneTask",
+             "mae_pretrain": "train.tasks.mae_pretrain:MAEPretrainingTask"}
     check_choice(config, "task.name", tasks)
     module, name = tasks[config.task.name].split(":")
     return getattr(importlib.import_module(module), name)
