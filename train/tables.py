@@ -67,6 +67,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "baselines": rt.baseline_table,
     "bench_bert_base": rt.benchmark("bench_bert_base"),
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
+    "bench_mae_step": rt.benchmark("bench_mae_step"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     "launch_recipes": _launch("recipes_table"),
