@@ -63,6 +63,9 @@ can be gathered per patch: posemb none, learned_1d, learned_2d, sincos_2d (posem
 rope_2d, and no convolutional stem (a 3x3 convolution would show a visible patch the border
 pixels of its masked neighbours).
 
+`probe_norm` puts a linear probe's fixed feature standardisation (`ProbeNorm`, MAE's BatchNorm
+without affine transformation) between the pooled features and the classifier.
+
 `remat` (none | minimal | full) rematerialises each encoder block in the backward pass (gradient
 checkpointing): less activation memory for more compute, the same parameters, logits and
 gradients. `scan_layers` runs the blocks as one `nn.scan` (parameters `blocks/...` with a leading

@@ -44,7 +44,7 @@ TFDS name, or `mean`/`std` passed in (see `compute_mean_std` for a dataset not i
 Checkpointing: the returned `grain.DatasetIterator` has `get_state() -> {'next_index': int}`
 (batches this process has taken; JSON-serialisable) and `set_state(state)`. A state resumes
 exactly only into a pipeline built with the same source, split, batch_size, seed,
-process_index/process_count, num_epochs, augment and eval_resize.
+process_index/process_count, num_epochs, augment, eval_resize and patch_order.
 """
 
 from __future__ import annotations
