@@ -14,8 +14,8 @@ stored images are resized bilinearly to config.model.image_size on the device, b
 Linear probing (`config.task.probe`; MAE, He et al. 2022, Sec. 4 and App. A.3): the encoder is
 frozen and only the classifier trains. Frozen twice over: the loss sees the other parameters
 through stop_gradient (no backward pass through the encoder), and the optimizer gives them
-optax.set_to_zero updates (train/optimizers.py `freeze`: no weight decay, no Adam moments), so
-they stay bit for bit what config.init loaded; the model runs as at test time (no dropout), and
+optax.set_to_zero updates (train/optimizers.py `freeze`: weight decay included), so they stay
+bit for bit what config.init loaded; the model runs as at test time (no dropout), and
 the head is linear (head_hidden_size=0). config.json records it (`task.trained_parameters`).
 With config.model.probe_norm the pooled features are standardised before the head by their
 mean and variance over the first config.task.probe_norm_examples training images, computed
