@@ -63,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.outputs import run_command
 from benchmarks.profile import markdown as profile_markdown
 from benchmarks.profile import profile_contender
 from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown
@@ -310,22 +311,17 @@ def record(args, report: dict, command: list[str], started: float) -> dict:
                            sessions=[session], finished=True)
 
 
-def main(argv=None) -> dict:
-    started = time.time()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    report = run(args)
+def _table(report: dict) -> str:
+    """The report's table, and the profile's when --profile traced one."""
     table = markdown(report)
     if "profile" in report:
         table += "\n\n" + profile_markdown(report["profile"])
-    print(table)
-    if args.json:  # the run record: `python -m train.records save FILE NAME` commits it
-        from train import run_record
-        command = ["python", "-m", "benchmarks.train_step", *argv]
-        run_record.write(Path(args.json), record(args, report, command, started))
-    if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
-    return report
+    return table
+
+
+def main(argv=None) -> dict:
+    return run_command("benchmarks.train_step", argv, parse_args=parse_args, run=run, table=_table,
+                       record=record)
 
 
 if __name__ == "__main__":

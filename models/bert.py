@@ -114,7 +114,7 @@ class BertConfig:
     num_heads: int = 12
     mlp_dim: int = 3072
     max_position_embeddings: int = 512
-    type_vocab_size: int = 2
+    type_vocab_size: int = 2               # segments; 0: no segment embeddings (DistilBERT)
     dropout_rate: float = 0.1              # embeddings and every sublayer output
     attention_dropout_rate: float = 0.1    # attention probabilities
     layer_norm_eps: float = 1e-12
@@ -122,6 +122,7 @@ class BertConfig:
     rotary_base: float = 10000.0           # posemb='rope' only
     initializer_range: float = 0.02        # std of the truncated-normal kernels and embeddings
     nsp: bool = True                       # BertForPreTraining builds the NSP head
+    pooler: bool = True                    # False: no pooler, pooled = h_[CLS] (DistilBERT)
     attention_implementation: str = "xla"
     dtype: str = "float32"                 # compute dtype
     param_dtype: str = "float32"           # parameter (and optimizer state) dtype
@@ -130,12 +131,14 @@ class BertConfig:
 
     def __post_init__(self):
         for field in ("vocab_size", "hidden_size", "num_heads", "mlp_dim",
-                      "max_position_embeddings", "type_vocab_size"):
+                      "max_position_embeddings"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field}={value!r} must be a positive integer")
-        if not isinstance(self.num_layers, int) or self.num_layers < 0:
-            raise ValueError(f"num_layers={self.num_layers!r} must be a non-negative integer")
+        for field in ("num_layers", "type_vocab_size"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{field}={value!r} must be a non-negative integer")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
                              f"hidden_size={self.hidden_size}")
@@ -199,8 +202,10 @@ def layer_norm(cfg: BertConfig, name: str | None = None) -> nn.Module:
 class BertEmbeddings(nn.Module):
     """``LayerNorm(word + position + segment)`` then dropout: ``[b, l] ids -> [b, l, H]``.
 
-    Submodules ``word_embeddings``, ``token_type_embeddings``, ``position_embeddings`` (posemb
-    'learned' only), ``norm``. ``positions`` ``[b, l]`` index the position table.
+    Submodules ``word_embeddings``, ``token_type_embeddings`` (not with ``type_vocab_size=0``:
+    DistilBERT drops the segment embeddings, and ``token_type_ids`` are then not read),
+    ``position_embeddings`` (posemb 'learned' only), ``norm``. ``positions`` ``[b, l]`` index
+    the position table.
     """
 
     config: BertConfig
@@ -211,9 +216,11 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = nn.Embed(
             cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
             embedding_init=nn.with_logical_partitioning(initializer(cfg), ("vocab", "embed")))
-        self.token_type_embeddings = nn.Embed(
-            cfg.type_vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
-            embedding_init=nn.with_logical_partitioning(initializer(cfg), ("type_vocab", "embed")))
+        if cfg.type_vocab_size:
+            self.token_type_embeddings = nn.Embed(
+                cfg.type_vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
+                embedding_init=nn.with_logical_partitioning(initializer(cfg),
+                                                            ("type_vocab", "embed")))
         if cfg.posemb == "learned":
             self.position_embeddings = position.LearnedPositionEmbedding(
                 cfg.max_position_embeddings, cfg.hidden_size, embedding_init=initializer(cfg),
@@ -225,7 +232,9 @@ class BertEmbeddings(nn.Module):
         cfg = self.config
         cfg.check_length(input_ids.shape[-1])
         # Devlin et al. 2019, Fig. 2: input = token + segment + position embeddings.
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        x = self.word_embeddings(input_ids)
+        if cfg.type_vocab_size:
+            x = x + self.token_type_embeddings(token_type_ids)
         if cfg.posemb == "learned":
             x = x + self.position_embeddings(positions)
         elif cfg.posemb == "sinusoidal":
@@ -307,7 +316,8 @@ class BertPooler(nn.Module):
 
 
 class BertModel(nn.Module):
-    """The BERT encoder with its pooler.
+    """The BERT encoder with its pooler (``config.pooler``; without it, as DistilBERT, the pooled
+    output is the first token's final state h_[CLS] itself, which the heads then read).
 
     ``__call__(input_ids [b, l] int, token_type_ids [b, l] | None, attention_mask [b, l] |
     None, *, train) -> (sequence_output [b, l, H], pooled [b, H])``. ``token_type_ids`` default
@@ -324,7 +334,11 @@ class BertModel(nn.Module):
     def setup(self):
         self.embeddings = BertEmbeddings(self.config)
         self.encoder = BertEncoder(self.config)
-        self.pooler = BertPooler(self.config)
+        if self.config.pooler:
+            self.pooler = BertPooler(self.config)
+
+    def _pooled(self, sequence_output):
+        return self.pooler(sequence_output) if self.config.pooler else sequence_output[:, 0]
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, *,
                  train: bool = False, output_hidden_states: bool = False):
@@ -349,9 +363,9 @@ class BertModel(nn.Module):
         if output_hidden_states:
             states = self.encoder(x, mask=mask, bias=bias, positions=positions,
                                   deterministic=not train, return_all=True)
-            return states[-1], self.pooler(states[-1]), states
+            return states[-1], self._pooled(states[-1]), states
         x = self.encoder(x, mask=mask, bias=bias, positions=positions, deterministic=not train)
-        return x, self.pooler(x)
+        return x, self._pooled(x)
 
 
 def with_layer_layout(params: Mapping[str, Any], scan: bool) -> dict[str, Any]:

@@ -79,7 +79,8 @@ class BertForPreTraining(nn.Module):
     logits the loss ignores). ``with_nsp`` (default ``config.nsp``) leaves out 'nsp_logits' when
     False (RoBERTa-style training without NSP).
     ``mlm_logits_all_positions`` is the same with the head on every position (``[b, l, V]``), the
-    same parameters; it exists for equal-work comparisons.
+    same parameters; it exists for equal-work comparisons. ``hidden_and_mlm_logits`` returns the
+    final hidden states beside the logits (what distillation matches).
     """
 
     config: BertConfig
@@ -118,6 +119,16 @@ class BertForPreTraining(nn.Module):
         sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask, train=train)
         return {"mlm_logits": self.predictions(sequence_output, self._word_embeddings()),
                 **self._nsp(pooled, with_nsp)}
+
+
+    def hidden_and_mlm_logits(self, input_ids, token_type_ids=None, attention_mask=None, *,
+                              masked_positions=None, train: bool = False):
+        """``(sequence_output [b, l, H], mlm_logits)``: the logits at ``masked_positions``
+        (``[b, P, V]``) or, with None, at every position (``[b, l, V]``); no NSP head."""
+        sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask, train=train)
+        if masked_positions is None:
+            return sequence_output, self.predictions(sequence_output, self._word_embeddings())
+        return sequence_output, self.masked_lm_logits(sequence_output, masked_positions)
 
 
 def masked_lm_logits(model: BertForPreTraining, sequence_output, masked_positions):

@@ -114,6 +114,11 @@ def _check_convertible(cfg: BertConfig) -> None:
     if cfg.posemb != "learned":
         raise CheckpointError(f"posemb={cfg.posemb!r} has no HF BERT equivalent (HF BERT learns "
                               "absolute positions: posemb='learned')")
+    if not cfg.type_vocab_size or not cfg.pooler:
+        raise CheckpointError(
+            f"type_vocab_size={cfg.type_vocab_size}, pooler={cfg.pooler}: a BERT without segment "
+            "embeddings or pooler (a DistilBERT-style student) has no HF BERT layout; HF BERT "
+            "always has both")
 
 
 # ----------------------------------------------------------------------------- parameter names

@@ -30,7 +30,7 @@ INLINE = re.compile(r"(?<!`)`([^`\n]*python -m [^`\n]*)`(?!`)")
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$|\.\.\.|<\w+>|^[A-Z]+[:=]")
 # Modules whose command line the test parses with their own parser, stopped right after it.
 PARSED_BY_MAIN = ("data.fetch", "train.baselines", "train.tables", "train.records",
-                  "train.sweep_figures", "train.recipe_costs")
+                  "train.sweep_figures", "train.recipe_costs", "train.diagnose_encoder")
 
 
 def _split(line: str) -> list[list[str]]:
@@ -108,6 +108,8 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
         from benchmarks.train_step import parse_args
     elif module == "benchmarks.mae_step":
         from benchmarks.mae_step import parse_args
+    elif module == "benchmarks.distill_speed":
+        from benchmarks.distill_speed import parse_args
     elif module == "train.export":
         from train.export import parse_args
     else:
@@ -132,7 +134,7 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
 def test_command_runs_as_written(where, argv, monkeypatch):
     module, args = argv[0], argv[1:]
     known = {"train", "train.sweep", "benchmarks.train_step", "benchmarks.mae_step",
-             "train.export", *PARSED_BY_MAIN}
+             "benchmarks.distill_speed", "train.export", *PARSED_BY_MAIN}
     assert module in known, f"{where}: a command no test checks: python -m {module}"
     if not args:  # `python -m train.sweep` named in the text: the module is the command
         return
@@ -179,6 +181,8 @@ def test_command_runs_as_written(where, argv, monkeypatch):
     for key, value in overrides:
         apply_override(config, key, value)
     if config.get("init") in WORKDIRS | EXPORTS:  # the page trains or exports it first
+        return
+    if "distill" in config and config.distill.teacher in WORKDIRS:  # ... or that teacher
         return
     try:  # what --print_config checks: the model, the task, the variant's values
         plan_task(config, None)

@@ -390,19 +390,35 @@ def _describe(error: BaseException) -> str:
                                for e in (error, error.__cause__) if e is not None)
 
 
-def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
-    """The parameters of a run's checkpoint (default the latest), as host NumPy arrays.
+def _checkpoints_folder(workdir: str | os.PathLike) -> epath.Path:
+    directory = storage.run_path(workdir)
+    return directory / "checkpoints" if (directory / "checkpoints").is_dir() else directory
+
+
+def checkpoint_steps(workdir: str | os.PathLike) -> list[int]:
+    """The saved steps of a run's workdir (or its checkpoints/ folder), oldest first; [] when
+    there are none. Reads the folder's listing only."""
+    directory = _checkpoints_folder(workdir)
+    if not directory.is_dir():
+        return []
+    with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
+        return sorted(manager.all_steps())
+
+
+def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
+    """The whole train state of a run's checkpoint (default the latest) as saved, as host NumPy
+    arrays: a dict of 'step', 'params', 'opt_state' (the optimizer's state as nested dicts and
+    lists, e.g. Adam's {'count', 'mu', 'nu'}) and 'rng'.
 
     `workdir` is a run's workdir (with checkpoints/) or its checkpoints/ folder. No model or
     shardings are needed: this is how fine-tuning and analysis start from a pretraining run,
     whatever devices wrote it. (The saved arrays' shardings name the mesh of the run that wrote
     them, a pod slice's say; orbax restores to them unless told otherwise and refuses where
     this process has other devices, so the target here is host arrays of the saved shapes.)
+    Nothing in the folder is written or cleaned up: a run may still be writing there.
     Raises CheckpointError naming the folder when it holds no readable checkpoint.
     """
-    directory = storage.run_path(workdir)
-    if (directory / "checkpoints").is_dir():
-        directory = directory / "checkpoints"
+    directory = _checkpoints_folder(workdir)
     with ocp.CheckpointManager(directory, item_names=(STATE, DATA), item_handlers={
             STATE: ocp.StandardCheckpointHandler()}) as manager:
         steps = sorted(manager.all_steps())
@@ -420,5 +436,15 @@ def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
             raise CheckpointError(f"checkpoint {directory}/{chosen} could not be read "
                                   f"({type(error).__name__}: {error})") from error
     state = restored[STATE]
-    params = state["params"] if isinstance(state, dict) else state.params
-    return jax.tree.map(np.asarray, params)
+    if not isinstance(state, dict):
+        state = {"step": state.step, "params": state.params, "opt_state": state.opt_state,
+                 "rng": state.rng}
+    return jax.tree.map(np.asarray, state)
+
+
+def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:
+    """The parameters of a run's checkpoint (default the latest), as host NumPy arrays
+    (`load_state`'s 'params'): how fine-tuning and analysis start from a pretraining run,
+    whatever devices wrote it. Raises CheckpointError naming the folder when it holds no
+    readable checkpoint."""
+    return load_state(workdir, step)["params"]

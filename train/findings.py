@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from train.sweep_compare import RESULTS, SWEEPS, load, missing_runs, scale, sweep_command
+from train.sweep_compare import (RESULTS, SWEEPS, in_percent, load, missing_runs, scale,
+                                 sweep_command)
 from train.sweep_spec import Finding, Levelled, Reached, Sweep
 
 CLEAR = 2.0  # standard errors: a smaller change is not told apart from seed noise
@@ -97,7 +98,7 @@ def _levelled(need: Levelled, sweep: Sweep, results: Path, folder: str) -> str:
         rise = final[name] - earlier[name]
         if "perplexity" in name:
             rise = 100 * rise / earlier[name]
-        elif "accuracy" in name:
+        elif in_percent(name):
             rise *= 100
         if abs(rise) > need.tolerance or earlier is final:
             return (f"`{need.row}` (seed index {seed}) was still changing: {name} moved "
@@ -112,7 +113,7 @@ def _reached(need: Reached, runs: dict) -> str:
         target = scale(need.metric, np.float64(need.value))
         short = values < target if need.at_least else values > target
         if short.any():
-            unit = "%" if "accuracy" in need.metric else ""
+            unit = "%" if in_percent(need.metric) else ""
             return (f"{int(short.sum())} of {len(values)} seeds of `{row}` did not reach "
                     f"{need.metric} {'>=' if need.at_least else '<='} {target:g}{unit}: "
                     f"{need.why}")

@@ -10,7 +10,8 @@
               config.json gives the model dimensions (overriding config.model's), its
               tokenizer.json the vocabulary, its weights the encoder (models/hf_bert.py);
   <path>      the workdir of a pretraining run (`python -m train --config configs/bert/
-              pretrain.py ...`): its config.json gives the model dimensions, its vocabulary/
+              pretrain.py ...`) or of a general distillation (configs/bert/distill.py, a
+              smaller student): its config.json gives the model dimensions, its vocabulary/
               the vocabulary the run trained with (train/vocabulary.py), the latest checkpoint
               the encoder (train.checkpointing.load_params(path)['bert']). A workdir written
               before runs kept their vocabulary has none: then its config names it (its
@@ -41,6 +42,8 @@ from train.config import ConfigError, to_dataclass
 from train.pretrained_params import put_pretrained
 
 INIT_NAMES = ("scratch", "minilm")  # or a path
+# The tasks whose workdirs hold a pretrained encoder: BERT pretraining, general distillation.
+PRETRAINING_TASKS = ("bert_pretrain", "distill_pretrain")
 # BertConfig fields fine-tuning sets itself, whatever the pretrained model used.
 RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "attention_implementation", "dtype",
                   "param_dtype", "remat", "scan_layers", "nsp")
@@ -147,9 +150,9 @@ def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
                           "writes it)")
     saved = json.loads(saved_path.read_text())
     task = saved.get("task", {}).get("name")
-    if task != "bert_pretrain":
-        raise ConfigError(f"config.init={config.init!r}: that run's task is {task!r}, not "
-                          "'bert_pretrain'")
+    if task not in PRETRAINING_TASKS:
+        raise ConfigError(f"config.init={config.init!r}: that run's task is {task!r}, not one of "
+                          f"{list(PRETRAINING_TASKS)}")
     data = saved["data"]
     pending = ""
     tok = vocabulary.load(  # kept there since the run began (train/vocabulary.py)

@@ -46,6 +46,15 @@ def _finetune(name: str, variant: str, meaning: str) -> HeadlineRun:
                            "tweets" if "tweets" in variant else "brown"))
 
 
+def _distil_speed(task: str, shape: str) -> HeadlineRun:
+    """The inference speed of MiniLM and its 3-layer DistilBERT student on `task`'s inputs."""
+    return HeadlineRun(
+        f"bench_distil_{task}", f"DistilBERT student (3 of MiniLM's 6 layers) beside its teacher: "
+                                f"inference sequences/s on {task} ({shape}, batch 64)",
+        f"python -m benchmarks.distill_speed --task {task} --json workdirs/bench/distil_{task}.json",
+        fetch="minilm")
+
+
 # What `make bench` runs (its default BENCH_ARGS), the record in its --json file.
 _BENCH = ("python -m benchmarks.train_step {model} --steps 3 --repeats 5 "
           "--json workdirs/bench/{file}.json")
@@ -89,4 +98,6 @@ RUNS = {run.name: run for run in (
                                   "(target >= 2.5x)",
                 "python -m benchmarks.mae_step --steps 3 --repeats 5 "
                 "--json workdirs/bench/mae_step.json"),
+    _distil_speed("spam", "seq 128"),
+    _distil_speed("tweets", "seq 64, as Brown POS"),
 )}

@@ -130,3 +130,29 @@ def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str,
     sharding = batch_sharding(mesh)
     return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
             for name, value in local_batch.items()}
+
+
+def place(values: Any, abstract_tree: Any, mesh: Mesh, rules=LOGICAL_RULES) -> Any:
+    """Host NumPy arrays -> global jax.Arrays in the shardings of their logical axis names.
+
+    `abstract_tree`: the same tree of (boxed) abstract values (jax.eval_shape of the model's
+    init), which names each array's logical axes; `values` holds the whole of each array on
+    every process (read by each from the same files), and each device gets its own shard of it
+    (`jax.make_array_from_callback`, which works with many hosts). How the trainer places frozen
+    parameters (a distillation teacher) without compiling them into an init function.
+    """
+    shardings = logical_shardings(abstract_tree, mesh, rules)
+    abstract = nn.meta.unbox(abstract_tree)
+    flat_values, tree = jax.tree.flatten(values)
+    flat_abstract = tree.flatten_up_to(abstract)
+    flat_shardings = tree.flatten_up_to(shardings)
+    placed = []
+    for path, value, shape, sharding in zip(jax.tree_util.tree_flatten_with_path(values)[0],
+                                            flat_values, flat_abstract, flat_shardings):
+        value = np.asarray(value, dtype=shape.dtype)
+        if value.shape != tuple(shape.shape):
+            raise ValueError(f"{jax.tree_util.keystr(path[0])}: the values have shape "
+                             f"{value.shape}, the model {tuple(shape.shape)}")
+        placed.append(jax.make_array_from_callback(value.shape, sharding,
+                                                   lambda index, v=value: v[index]))
+    return tree.unflatten(placed)

@@ -115,7 +115,7 @@ def phases(config) -> list[Phase]:
     cfg, data, steps = _model_config(config), config.data, config.train.num_steps
     task = config.task.name
     if task == "bert_pretrain":
-        from train.tasks.bert_pretrain import phase2_steps
+        from train.tasks.pretraining_inputs import phase2_steps
 
         second = phase2_steps(config)
         out = [Phase(steps - second, data.batch_size, f"{data.max_seq_length} tokens",

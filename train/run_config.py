@@ -51,6 +51,9 @@ class Resolution:
     pending: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # ^ plans only: keys known once something expensive is built -> what decides them
     notes: tuple[str, ...] = ()                          # where the weights came from, printed
+    resume_checks: tuple[str, ...] = ()
+    # ^ keys of `values` that a resumed run must find unchanged in config.json (what it read
+    #   from outside the workdir at every start, e.g. a distillation teacher's fingerprint)
 
 
 def resolved(config: ml_collections.ConfigDict, resolution: Resolution) -> dict[str, Any]:
@@ -67,6 +70,29 @@ def resolved(config: ml_collections.ConfigDict, resolution: Resolution) -> dict[
             node = node[section]
         node[name] = value
     return tree
+
+
+def check_resumed(workdir: str | os.PathLike, resolution: Resolution) -> None:
+    """A resumed run's `resume_checks` values must be the ones its config.json recorded at the
+    start it continues: else it would go on training against another input than its checkpoints
+    were trained with (a teacher retrained since). ConfigError naming each key, both values and
+    what to do. A config.json without the key (written by older code) is not checked."""
+    path = storage.run_path(workdir) / RESOLVED_FILE
+    if not resolution.resume_checks or not path.exists():
+        return
+    saved = json.loads(path.read_text())
+    changed = []
+    for key in resolution.resume_checks:
+        node = saved
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and node != resolution.values[key]:
+            changed.append(f"  {key}: {node!r} in {path}, {resolution.values[key]!r} now")
+    if changed:
+        raise ConfigError(
+            "this run's checkpoints were trained against other inputs than it would resume "
+            "with:\n" + "\n".join(changed) + "\nRestore what it read (e.g. the teacher's "
+            "checkpoint of that step), or start a new --workdir")
 
 
 def to_text(tree: Mapping[str, Any]) -> str:

@@ -85,9 +85,15 @@ def missing_runs(sweep: Sweep, runs: dict) -> list[str]:
             if row not in runs or seed not in runs[row]["seed"]]
 
 
+def in_percent(label: str) -> bool:
+    """Accuracies and a distillation's scores (fractions: `score`, `teacher_score`, the share
+    `score_of_teacher`) are shown in %; BLEU, perplexity and losses as they are."""
+    return "accuracy" in label or "score" in label
+
+
 def scale(label: str, values):
-    """Accuracies (fractions) as percentages; BLEU, perplexity and losses as they are."""
-    return 100 * values if "accuracy" in label else values
+    """The values of `label` in the units the tables show (in_percent)."""
+    return 100 * values if in_percent(label) else values
 
 
 def change(label: str, row: dict, base: dict) -> tuple[float, float]:
@@ -186,7 +192,7 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
                 cells.append(value if row == reference or math.isnan(shift) else
                              f"{value} ({_delta(label, shift, math.nan)})")
         lines.append("| " + " | ".join(cells) + " |")
-    percent = "; accuracies in %" if any("accuracy" in label for label in labels) else ""
+    percent = "; accuracies in %" if any(in_percent(label) for label in labels) else ""
     relative = (f" (perplexity: in % of `{reference}`'s)"
                 if any("perplexity" in label for label in with_paper) else "")
     notes = [f"**{sweep.title}** (`{sweep_command(folder)}`): mean ± sample std over "

@@ -10,8 +10,9 @@ notebooks/**/*.md) from the committed records under notebooks/results/:
 so that no number in the docs is typed by hand. The tables (TABLES below): single runs from
 notebooks/results/runs/NAME/record.json (train/result_tables.py; a run not recorded yet renders
 as the commands that make and save its record), the three sweeps from their runs' result.json
-(train/sweep_compare.py) and the verdicts on the papers' findings they test (train/findings.py);
-and docs/launch.md's cost estimates from the recipes' configs (train/recipe_costs.py).
+(train/sweep_compare.py), the verdicts on the papers' findings they test (train/findings.py),
+the diagnosis of BERT Table 8's collapsed encoders (train/diagnosis_tables.py), and
+docs/launch.md's cost estimates from the recipes' configs (train/recipe_costs.py).
 --check writes nothing and exits 1 naming every region that differs
 from its records (tests/test_tables.py runs it on the repository's docs).
 """
@@ -24,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from train import findings
+from train import diagnosis_tables, findings
 from train import result_tables as rt
 from train.run_record import REPO, RecordError
 from train.sweep_compare import SWEEPS, load, markdown_table, sweep_command
@@ -68,6 +69,8 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_bert_base": rt.benchmark("bench_bert_base"),
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
     "bench_mae_step": rt.benchmark("bench_mae_step"),
+    "bench_distil_spam": rt.benchmark("bench_distil_spam"),
+    "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     "launch_recipes": _launch("recipes_table"),
@@ -76,6 +79,8 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     **{f"findings_{folder}": (lambda records, folder=folder:
                               findings.markdown_table(folder, records.results))
        for folder in SWEEPS},
+    "bert_table8_collapse": diagnosis_tables.collapse_table,
+    "bert_table8_finetune_probe": diagnosis_tables.finetune_table,
 }
 
 

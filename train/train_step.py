@@ -14,6 +14,10 @@ k microbatch means instead would weigh a microbatch with few masked tokens as mu
 many.) Microbatch i takes rows i, i + k, i + 2k, ...: the batch arrives split over the
 data-parallel devices in contiguous blocks, so every microbatch keeps rows on every device and
 no device idles or gathers rows from another.
+
+A task with frozen parameters (a distillation teacher, train/tasks/base.py) gets them as the
+step's third argument, `frozen`, passed through to its loss: they are not an argument of the
+differentiated objective, so no gradient is formed for them and the optimizer never sees them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from train.tasks.base import batch_objective
+from train.tasks.base import batch_objective, call_loss
 
 
 @flax.struct.dataclass
@@ -77,8 +81,8 @@ def make_train_step(task, optimizer, schedule, train_cfg):
     accum = train_cfg.grad_accum_steps
     skip_nonfinite = train_cfg.nonfinite == "skip"
 
-    def objective(params, batch, rng, normalizers):
-        terms, metrics = task.loss_fn(params, batch, rng)
+    def objective(params, batch, rng, normalizers, frozen):
+        terms, metrics = call_loss(task, params, batch, rng, frozen)
         if "loss" in metrics:
             raise ValueError(f"{type(task).__name__}.loss_fn returned a metric named 'loss'; the "
                              "train step logs the objective under that name")
@@ -86,22 +90,22 @@ def make_train_step(task, optimizer, schedule, train_cfg):
 
     grad_fn = jax.value_and_grad(objective, has_aux=True)
 
-    def train_step(state: TrainState, batch):
+    def train_step(state: TrainState, batch, frozen=None):
         rng = jax.random.fold_in(state.rng, state.step)
         normalizers = task.loss_normalizers(batch)
         if accum == 1:
-            (loss, metrics), grads = grad_fn(state.params, batch, rng, normalizers)
+            (loss, metrics), grads = grad_fn(state.params, batch, rng, normalizers, frozen)
         else:
             micro = split_microbatches(batch, accum)
 
             def body(total, inputs):
                 index, microbatch = inputs
                 out = grad_fn(state.params, microbatch, jax.random.fold_in(rng, index),
-                              normalizers)
+                              normalizers, frozen)
                 return jax.tree.map(jnp.add, total, out), None
 
             zeros = jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda x: x[0], micro),
-                                   rng, normalizers)
+                                   rng, normalizers, frozen)
             zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
             ((loss, metrics), grads), _ = jax.lax.scan(body, zeros, (jnp.arange(accum), micro))
         grad_norm = optax.tree.norm(grads)

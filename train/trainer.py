@@ -10,6 +10,13 @@ One code path for 1 CPU, N GPUs or a multi-host TPU pod:
   4. each process loads its own slice of every global batch, assembled with
      `jax.make_array_from_process_local_data`;
   5. metrics go to metrics.jsonl / TensorBoard, checkpoints (state + data position) to orbax.
+
+A task that reads a model it does not train (a distillation teacher, train/tasks/base.py) gives
+its parameters once; they are placed sharded by their logical axes like the trained ones and
+passed to every train and eval step beside the state, never into the optimizer or the
+checkpoints: a resumed run reads them again from where the task found them, and the task
+records what it read (e.g. a fingerprint) in config.json, which a resume must find unchanged
+(train/run_config.py check_resumed).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from train.optimizers import freeze, make_optimizer
 from train.preemption import Preemption
 from train.step_log import StepLog
 from train.tasks import get_task, task_class
+from train.tasks.base import eval_fn_of
 from train.train_step import TrainState, make_train_step
 
 
@@ -125,16 +133,19 @@ class Trainer:
             lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
             nn.meta.unbox(boxed), self.state_shardings)
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.abstract_state.params))
+        self.frozen = self._place_frozen()  # None, or e.g. a distillation teacher's parameters
+        frozen_shardings = jax.tree.map(lambda x: x.sharding, self.frozen)
 
         batch_sharding = partitioning.batch_sharding(self.mesh)
         replicated = partitioning.replicated(self.mesh)
         step_fn = make_train_step(self.task, self.optimizer, self.schedule, config.train)
-        self._train_step = jax.jit(step_fn, in_shardings=(self.state_shardings, batch_sharding),
-                                   out_shardings=(self.state_shardings, replicated),
-                                   donate_argnums=0)
-        self._eval_step = jax.jit(self.task.eval_fn,
-                                  in_shardings=(self.state_shardings.params, batch_sharding),
-                                  out_shardings=replicated)
+        self._train_step = jax.jit(
+            step_fn, in_shardings=(self.state_shardings, batch_sharding, frozen_shardings),
+            out_shardings=(self.state_shardings, replicated), donate_argnums=0)
+        self._eval_step = jax.jit(
+            eval_fn_of(self.task),
+            in_shardings=(self.state_shardings.params, batch_sharding, frozen_shardings),
+            out_shardings=replicated)
         # Generation (beam search) for tasks scored on their outputs, e.g. BLEU; the outputs come
         # back replicated, so process 0 can score every example.
         self._predict_step = (None if self.task.decode_every is None else jax.jit(
@@ -159,6 +170,14 @@ class Trainer:
                     "(PAPERS_JAX_DATA) and --workdir at the same shared folder")
         return task
 
+    def _place_frozen(self):
+        """The task's frozen parameters on the devices (None for a task without), sharded by
+        their logical axes (train/partitioning.py place)."""
+        if not self.task.has_frozen_params:
+            return None
+        abstract, values = self.task.frozen_params()
+        return partitioning.place(values, abstract, self.mesh, self.rules)
+
     def _context(self):
         """Mesh and logical rules in scope while tracing, so activation constraints resolve."""
         stack = contextlib.ExitStack()
@@ -174,7 +193,7 @@ class Trainer:
     def train_step(self, state: TrainState, local_batch: dict) -> tuple[TrainState, dict]:
         with self._context():
             return self._train_step(state, partitioning.global_batch(_numeric(local_batch),
-                                                                     self.mesh))
+                                                                     self.mesh), self.frozen)
 
     def evaluate(self, params, *, decode: bool = False, log=print) -> dict[str, float]:
         """Metrics over the whole eval split; every process runs the same number of steps.
@@ -191,7 +210,7 @@ class Trainer:
         with self._context():
             for _ in range(num_batches):  # padded batches (mask 0) keep every process in step
                 batch = partitioning.global_batch(_numeric(next(iterator)), self.mesh)
-                metrics = self._eval_step(params, batch)
+                metrics = self._eval_step(params, batch, self.frozen)
                 totals = metrics if totals is None else _sum_metrics(totals, metrics)
                 if decode:
                     outputs.append(self._predict_step(params, batch))
@@ -250,6 +269,7 @@ class Trainer:
             notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
         else:
             state, data_state, _ = restored
+            run_config.check_resumed(self.workdir, self.task.resolution())
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
         storage.make_folder(self.workdir)  # only now: no empty one if stopped
@@ -289,7 +309,10 @@ class Trainer:
         flops_per_step = self.task.flops_per_example_at(start) * self.task.global_batch_at(start)
         self.peak_flops, self.peak_flops_source = self._peak_flops()  # per device; recorded
         peak = self.peak_flops * jax.device_count()
-        writer.message(f"{self.num_params:,} parameters; mesh {dict(self.mesh.shape)}; "
+        frozen = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.frozen))
+        writer.message(f"{self.num_params:,} parameters"
+                       f"{f' (and {frozen:,} frozen)' if frozen else ''}; "
+                       f"mesh {dict(self.mesh.shape)}; "
                        f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
                        f"({self.peak_flops_source})")
 

@@ -13,7 +13,13 @@ row (`--seeds N`), on a reduced budget (`steps` pretraining steps, default 1,000
 4,200: ~10 minutes a run on a 2-core CPU, plus the three downstream runs). Pretraining keeps the
 config's schedule (300 warmup steps to 2e-3) and decays linearly to 0 at `steps`: with a 100-step
 warmup the 100-0-0 row (seed 0) never left the unigram plateau (5% MLM accuracy through step 1,000,
-NSP at chance), while with 300 its MLM accuracy was rising by step 400 (9.1%).
+NSP at chance), while with 300 its MLM accuracy was rising by step 400 (9.1%). The two rows with
+random replacements and no kept tokens, 0-0-100 (every seed) and 80-0-20 (2 of 3), stay on it
+collapsed (measured on 0-0-100 seed 0 and 80-0-20 seed 1): every position's final vector becomes
+the same one and the input tokens can no longer be read from it. A 4x lower peak learning rate
+(in the warmup, the same as a 4x longer warmup) delays that and does not prevent it, so every
+row keeps the one schedule; `steps=N` gives every row a longer budget (docs/reproductions.md,
+measured by `python -m train.diagnose_encoder`).
 
 The downstream stages keep configs/bert/finetune.py's 240-step CPU budgets (0.16 epochs of the
 POS data, 0.25 of the tweets). Fine-tuning runs at peak learning rates of 2e-3 (POS) and 1e-3
@@ -73,9 +79,9 @@ def _paper(row: str, column: int) -> str:
 
 def _left_plateau(*rows: str) -> Reached:
     return Reached("pretrain.mlm_accuracy", LEFT_PLATEAU, ("80-10-10", *rows),
-                   why="an encoder still on the unigram plateau after pretraining: its "
-                       "downstream numbers measure a failure to start learning, not a masking "
-                       "strategy")
+                   why="an encoder still on the unigram plateau after pretraining, collapsed "
+                       "there (the same vector at every position, docs/reproductions.md): its "
+                       "downstream numbers measure that collapse, not a masking strategy")
 
 
 def _robust(row: str, metric: str, column: int) -> Finding:

@@ -56,7 +56,7 @@ def main(accum: int) -> None:
         if k == accum:
             with trainer._context():
                 placed = partitioning.global_batch(batch, trainer.mesh)
-                hlo = trainer._train_step.lower(state, placed).compile().as_text()
+                hlo = trainer._train_step.lower(state, placed, trainer.frozen).compile().as_text()
             report["collectives"] = {name: len(re.findall(rf"\b{name}(?:-start)?\(", hlo))
                                      for name in COLLECTIVES}
         state, _ = trainer.train_step(state, batch)

@@ -16,7 +16,9 @@ def task_class(config):
              "translate": "train.tasks.translate:TranslationTask",
              "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask",
              "finetune": "train.tasks.finetune:FinetuneTask",
-             "mae_pretrain": "train.tasks.mae_pretrain:MAEPretrainingTask"}
+             "mae_pretrain": "train.tasks.mae_pretrain:MAEPretrainingTask",
+             "distill_pretrain": "train.tasks.distill_pretrain:GeneralDistillationTask",
+             "distill_finetune": "train.tasks.distill_finetune:TaskDistillationTask"}
     check_choice(config, "task.name", tasks)
     module, name = tasks[config.task.name].split(":")
     return getattr(importlib.import_module(module), name)

@@ -57,6 +57,18 @@ Optional, with the defaults below:
                            the model that runs, other values set as it started, the lines the
                            trainer prints (where the weights came from); the workdir's
                            config.json records it. Default: `model_config` alone.
+  has_frozen_params        True for a task that reads a model it does not train (a distillation
+                           teacher). It then gives
+    frozen_params() -> (abstract, values)   the frozen model's parameters: `abstract` their
+                           shapes with logical axis names (jax.eval_shape of its init, boxed),
+                           `values` the same tree as host NumPy arrays; the trainer places them
+                           once, sharded like the trained parameters by their logical axes
+                           (train/partitioning.py place), outside the train state (so outside
+                           the optimizer state and the checkpoints), and passes them as
+                           `frozen` to
+    loss_fn(params, batch, rng, frozen) and eval_fn(params, batch, frozen)
+                           instead of the two above; `frozen` is not an argument of what the
+                           train step differentiates, so it gets no gradient and no update.
 Eval batches may carry non-numeric entries (reference strings); the trainer sends only numeric
 arrays to the devices.
 """
@@ -79,11 +91,27 @@ def batch_objective(terms: dict, normalizers: dict):
     return sum(terms[t] / jnp.maximum(normalizers[t], 1.0) for t in sorted(terms))
 
 
+def call_loss(task, params, batch, rng, frozen):
+    """`task.loss_fn`, given the frozen parameters when the task reads some (`frozen` is None
+    for the others). A task object that is not a `Task` (a test's minimal one) has none."""
+    if getattr(task, "has_frozen_params", False):
+        return task.loss_fn(params, batch, rng, frozen)
+    return task.loss_fn(params, batch, rng)
+
+
+def eval_fn_of(task):
+    """The task's eval function as the trainer jits it: (params, batch, frozen) -> metrics."""
+    if task.has_frozen_params:
+        return task.eval_fn
+    return lambda params, batch, frozen: task.eval_fn(params, batch)
+
+
 class Task:
     decode_every: int | None = None
     trained_parameters: tuple[str, ...] | None = None
     tokenizer = None
     vocabulary_settings: tuple[str, ...] = ()
+    has_frozen_params: bool = False
 
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:

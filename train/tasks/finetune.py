@@ -65,45 +65,18 @@ class FinetuneTask(Task):
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("bert",))
         check_choice(config, "data.source", ("local", "tfds"))
-        check_choice(config, "task.features", bert_heads.FEATURE_MODES)
-        check_choice(config, "task.feature_head", bert_heads.TOKEN_FEATURE_HEADS)
         self.config = config
         self.dataset = _dataset(config)
         self.kind = self.dataset.kind
-        task = config.task
-        if task.features != "none":
-            if self.kind not in FEATURE_KINDS:
-                raise ConfigError(f"config.task.features={task.features!r}: the feature-based "
-                                  f"mode exists for {list(FEATURE_KINDS)}, not {self.kind!r}")
-            if config.optimizer.weight_decay != 0.0:
-                raise ConfigError(
-                    f"config.task.features={task.features!r} freezes the encoder, but "
-                    f"config.optimizer.weight_decay={config.optimizer.weight_decay} would still "
-                    "shrink its parameters (decoupled decay ignores gradients); set it to 0")
-        if task.max_answer_length < 1:
-            raise ConfigError(f"config.task.max_answer_length={task.max_answer_length} must "
-                              "be >= 1")
-        data = config.data
-        self.init = resolve_init(config, scratch_vocab=lambda: vocabulary.choose(
-            saved_vocabulary, self._scratch_vocab, kind="wordpiece"))
-        self.model_config = self.init.model_config
-        # A resumed run: config.init's vocabulary must still be the one the run started with.
-        source = (f"config.data.vocab_file={data.vocab_file!r}"
-                  if config.init == "scratch" else f"the vocabulary of config.init={config.init!r}")
-        self.tokenizer = vocabulary.choose(saved_vocabulary, lambda: self.init.tokenizer,
-                                           kind="wordpiece", requested=self.init.tokenizer,
-                                           where=source)
-        if config.init == "scratch" and not data.vocab_file:  # trained on the task's texts
-            self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
+        if config.task.max_answer_length < 1:
+            raise ConfigError(f"config.task.max_answer_length={config.task.max_answer_length} "
+                              "must be >= 1")
+        self._check_options()
+        self.model_config, self.tokenizer = self._resolve_model(saved_vocabulary)
         try:
             self.model_config.check_length(config.data.max_seq_length)
         except ValueError as error:
             raise ConfigError(f"config.data.max_seq_length: {error}") from error
-        try:
-            bert_heads.check_features(self.model_config, task.features)
-        except ValueError as error:
-            raise ConfigError(f"config.task.features: {error} (the encoder of "
-                              f"init={config.init!r})") from error
         self.model = self._head()
         try:
             self.encoder = ft_data.FeatureEncoder(
@@ -114,6 +87,41 @@ class FinetuneTask(Task):
             raise ConfigError(f"config.data: {error}") from error
         self.d_model = self.model_config.hidden_size
         self._num_train_examples = 0
+
+    def _check_options(self) -> None:
+        """The checks of config.task's feature-based mode."""
+        config, task = self.config, self.config.task
+        check_choice(config, "task.features", bert_heads.FEATURE_MODES)
+        check_choice(config, "task.feature_head", bert_heads.TOKEN_FEATURE_HEADS)
+        if task.features != "none":
+            if self.kind not in FEATURE_KINDS:
+                raise ConfigError(f"config.task.features={task.features!r}: the feature-based "
+                                  f"mode exists for {list(FEATURE_KINDS)}, not {self.kind!r}")
+            if config.optimizer.weight_decay != 0.0:
+                raise ConfigError(
+                    f"config.task.features={task.features!r} freezes the encoder, but "
+                    f"config.optimizer.weight_decay={config.optimizer.weight_decay} would still "
+                    "shrink its parameters (decoupled decay ignores gradients); set it to 0")
+
+    def _resolve_model(self, saved_vocabulary):
+        """(the model config, the vocabulary) of config.init (train/finetune_init.py)."""
+        config, data = self.config, self.config.data
+        self.init = resolve_init(config, scratch_vocab=lambda: vocabulary.choose(
+            saved_vocabulary, self._scratch_vocab, kind="wordpiece"))
+        # A resumed run: config.init's vocabulary must still be the one the run started with.
+        source = (f"config.data.vocab_file={data.vocab_file!r}"
+                  if config.init == "scratch" else f"the vocabulary of config.init={config.init!r}")
+        tokenizer = vocabulary.choose(saved_vocabulary, lambda: self.init.tokenizer,
+                                      kind="wordpiece", requested=self.init.tokenizer,
+                                      where=source)
+        if config.init == "scratch" and not data.vocab_file:  # trained on the task's texts
+            self.vocabulary_settings = ("data.vocab_size", "data.lowercase")
+        try:
+            bert_heads.check_features(self.init.model_config, config.task.features)
+        except ValueError as error:
+            raise ConfigError(f"config.task.features: {error} (the encoder of "
+                              f"init={config.init!r})") from error
+        return self.init.model_config, tokenizer
 
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
@@ -138,17 +146,10 @@ class FinetuneTask(Task):
         return Resolution(self.model_config, notes=(self.init.description,))
 
     def _head(self):
-        cfg, task, n = self.model_config, self.config.task, self.dataset.num_labels
-        if self.kind in ("classify", "pair_classify"):
-            return bert_heads.BertForSequenceClassification(cfg, num_labels=n, features=task.features,
-                                                      head_hidden=task.head_hidden)
-        if self.kind == "tag":
-            return bert_heads.BertForTokenClassification(cfg, num_labels=n, features=task.features,
-                                                   head_hidden=task.head_hidden,
-                                                   feature_head=task.feature_head)
-        if self.kind == "span":
-            return bert_heads.BertForQuestionAnswering(cfg)
-        return bert_heads.BertForMultipleChoice(cfg)
+        task = self.config.task
+        return head_model(self.kind, self.model_config, self.dataset.num_labels,
+                          features=task.features, head_hidden=task.head_hidden,
+                          feature_head=task.feature_head)
 
     def _scratch_vocab(self):
         from data.vocab import wordpiece
@@ -192,7 +193,10 @@ class FinetuneTask(Task):
 
     def _sums(self, params, batch, *, train: bool, rng=None):
         """(loss sum, weight, {metric: (sum, count)}) of one batch."""
-        outputs = self._apply(params, batch, train=train, rng=rng)
+        return self._scores(self._apply(params, batch, train=train, rng=rng), batch, train=train)
+
+    def _scores(self, outputs, batch, *, train: bool):
+        """`_sums` from the head's outputs."""
         rows = batch["mask"]
         weights = self._loss_weights(batch)
         if self.kind == "tag":
@@ -284,6 +288,22 @@ class FinetuneTask(Task):
         if not self._num_train_examples:
             return {}
         return {"epochs": totals["examples"] / self._num_train_examples}
+
+
+def head_model(kind: str, cfg, num_labels: int, *, features: str = "none",
+               head_hidden: int = 256, feature_head: str = "bilstm"):
+    """The head of models/bert_heads.py that BERT's Fig. 4 draws for data of `kind`."""
+    if kind in ("classify", "pair_classify"):
+        return bert_heads.BertForSequenceClassification(cfg, num_labels=num_labels,
+                                                        features=features,
+                                                        head_hidden=head_hidden)
+    if kind == "tag":
+        return bert_heads.BertForTokenClassification(cfg, num_labels=num_labels,
+                                                     features=features, head_hidden=head_hidden,
+                                                     feature_head=feature_head)
+    if kind == "span":
+        return bert_heads.BertForQuestionAnswering(cfg)
+    return bert_heads.BertForMultipleChoice(cfg)
 
 
 def _dataset(config):

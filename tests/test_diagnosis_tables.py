@@ -1,0 +1,54 @@
+"""train/diagnosis_tables.py renders the committed diagnosis records: each declared checkpoint's
+last-layer numbers, a fine-tuning run's final eval, and what is not recorded named as such."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from train import diagnosis_tables
+from train import result_tables as rt
+
+FOLDER = rt.RESULTS / diagnosis_tables.FOLDER
+
+
+def _cells(table: str, first: str, second: str) -> list[str]:
+    """The cells of the row whose first two cells are `first` and `second`."""
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == [first, second]:
+            return cells
+    raise AssertionError(f"no row {first!r} {second!r} in:\n{table}")
+
+
+def test_tables_read_the_declared_checkpoints_and_name_what_is_missing(tmp_path):
+    results = tmp_path / "results"
+    (results / diagnosis_tables.FOLDER).mkdir(parents=True)
+    shutil.copy(FOLDER / "0-0-100_seed0.json", results / diagnosis_tables.FOLDER)
+    records = rt.Records(results)
+
+    collapse = diagnosis_tables.collapse_table(records)
+    (run,) = json.loads((FOLDER / "0-0-100_seed0.json").read_text())["runs"]
+    last = next(c for c in run["checkpoints"] if c["step"] == 1000)["pretrain"]["layers"][-1]
+    cells = _cells(collapse, "0-0-100", "1000")
+    assert f"{last['states']['effective_rank']:.1f}" in cells
+    assert f"{last['states']['identity_readout']:.3f}" in cells
+    assert "Not recorded: `80-10-10_seed0` step 50" in collapse
+    assert "python -m train.diagnose_encoder" in collapse
+
+    finetune = diagnosis_tables.finetune_table(records)
+    row = next(line for line in finetune.splitlines() if line.startswith("| 0-0-100 after 1,000"))
+    assert row.endswith("| (not recorded) | (not recorded) |")   # no fine-tuning records here
+    assert "Not recorded: `80-10-10_seed0` step 250" in finetune
+
+    shutil.copytree(FOLDER / "finetune", results / diagnosis_tables.FOLDER / "finetune")
+    record = json.loads((FOLDER / "finetune" / "0-0-100_seed0_step1000" / "record.json")
+                        .read_text())
+    row = next(line for line in diagnosis_tables.finetune_table(records).splitlines()
+               if line.startswith("| 0-0-100 after 1,000"))
+    assert rt.percent(record["metrics"]["eval"]["token_accuracy"], 1) in row
+
+
+def test_with_no_records_the_tables_say_so(tmp_path):
+    records = rt.Records(tmp_path)
+    assert "holds no diagnosis" in diagnosis_tables.collapse_table(records)

@@ -1,0 +1,157 @@
+"""Where a distillation run's teacher comes from (`config.distill.teacher`), and what it is.
+
+    teacher = load_teacher("workdirs/finetune_spam")     # Teacher: config, vocabulary, params
+    plan = load_teacher("minilm", build=False)           # --print_config: no weights read
+
+  'minilm'    all-MiniLM-L6-v2 (data/fetching/pretrained.py; `python -m data.fetch minilm`): a
+              bare encoder (models.bert.BertModel), no MLM head;
+  <workdir>   a run of this project, its config.json the model that ran, its vocabulary/ the
+              vocabulary, its checkpoints/ the parameters (`step`, or -1: the latest):
+                configs/bert/pretrain.py  (task 'bert_pretrain')     BertForPreTraining, MLM head
+                configs/bert/distill.py   (task 'distill_pretrain')  a distilled student, MLM head
+                configs/bert/finetune.py  (task 'finetune')          a fine-tuning head on a task
+
+The teacher is read from its source at every start of the distillation run, resumes included,
+and never saved in the run's checkpoints: they hold what training changes (the student and its
+optimizer state), while the teacher, often twice the student's size, is an input like the data.
+A resume must read the same teacher as the first start, or the student would go on learning from
+another model than its checkpoints learned from: the run records the `fingerprint` (sha256 of
+every parameter's name, dtype, shape and bytes) and the checkpoint `step` in its config.json,
+and the trainer refuses a resume whose teacher differs (train/run_config.py check_resumed). A
+teacher workdir that trains on and keeps only its last checkpoints can lose the step read: then
+pass that step as config.distill.teacher_step from a copy of its checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+from flax import traverse_util
+
+from models.bert import BertConfig, with_layer_layout
+from train import storage, vocabulary
+from train.config import ConfigError
+
+MINILM = "minilm"
+# The tasks whose workdirs can teach, and the kind of model each trains.
+KINDS = {"bert_pretrain": "pretraining", "distill_pretrain": "pretraining",
+         "finetune": "finetune"}
+ENCODER = "encoder"  # MiniLM: a BertModel without heads
+
+
+@dataclasses.dataclass
+class Teacher:
+    kind: str                 # 'encoder' (MiniLM), 'pretraining' (MLM head), 'finetune' (a head)
+    model_config: BertConfig  # the model that ran, remat off (the teacher runs forward only)
+    tokenizer: Any            # its WordPiece vocabulary: the student's too
+    params: Any               # its parameter tree (NumPy, the config's layer layout); None: plan
+    source: str               # 'minilm', or the workdir as given
+    step: int                 # the checkpoint step read; -1 for MiniLM
+    fingerprint: str          # sha256 of the parameters ('' in a plan)
+    saved: dict               # the workdir's config.json ({} for MiniLM)
+
+    @property
+    def has_mlm_head(self) -> bool:
+        return self.kind == "pretraining"
+
+    @property
+    def description(self) -> str:
+        cfg = self.model_config
+        where = ("all-MiniLM-L6-v2" if self.source == MINILM else
+                 f"the {self.saved['task']['name']} run in {self.source}, step {self.step}")
+        return (f"teacher: {where} ({cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+                f"{cfg.vocab_size:,} tokens)")
+
+
+def fingerprint(params: Any) -> str:
+    """sha256 over every array of a parameter tree: its path, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for path, value in sorted(traverse_util.flatten_dict(dict(params), sep="/").items()):
+        value = np.ascontiguousarray(np.asarray(value))
+        digest.update(f"{path}|{value.dtype.str}|{value.shape}|".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
+def load_teacher(source: str, step: int = -1, *, build: bool = True) -> Teacher:
+    """The Teacher of `source` (module docstring). build=False (a plan): no parameters read."""
+    if not source:
+        raise ConfigError("config.distill.teacher is empty: use 'minilm' or the workdir of a "
+                          "configs/bert/pretrain.py, finetune.py or distill.py run")
+    if source == MINILM:
+        if step != -1:
+            raise ConfigError(f"config.distill.teacher_step={step}: MiniLM has no checkpoint "
+                              "steps (leave it -1)")
+        return _minilm(build)
+    return _workdir(source, step, build)
+
+
+def _minilm(build: bool) -> Teacher:
+    from data.errors import DataError
+    from data.fetching import pretrained
+    from data.vocab import wordpiece
+    from models.hf_bert import CheckpointError, load_hf_checkpoint, load_hf_config
+
+    folder = pretrained.minilm_dir()
+    try:
+        cfg = load_hf_config(folder)
+        params = load_hf_checkpoint(folder)[1] if build else None
+    except CheckpointError as error:  # a file changed since the fetch checked it
+        raise DataError(f"config.distill.teacher='minilm': {error}; run: python -m data.fetch "
+                        "minilm --force") from error
+    tokenizer = wordpiece.load_tokenizer(folder / "tokenizer.json")
+    return Teacher(ENCODER, dataclasses.replace(cfg, remat="none"), tokenizer, params, MINILM,
+                   -1, fingerprint(params) if build else "", {})
+
+
+def _workdir(source: str, step: int, build: bool) -> Teacher:
+    from train.checkpointing import checkpoint_steps, load_params
+
+    workdir = storage.run_path(source)
+    saved_path = workdir / "config.json"
+    if not saved_path.is_file():
+        raise ConfigError(f"config.distill.teacher={source!r} is neither 'minilm' nor a run's "
+                          f"workdir: {saved_path} does not exist (python -m train writes it)")
+    saved = json.loads(saved_path.read_text())
+    task = saved.get("task", {}).get("name")
+    if task not in KINDS:
+        raise ConfigError(f"config.distill.teacher={source!r}: that run's task is {task!r}; a "
+                          f"teacher is a run of one of {sorted(KINDS)}")
+    if task == "finetune" and saved["task"].get("features", "none") != "none":
+        raise ConfigError(f"config.distill.teacher={source!r} is a feature-based run "
+                          f"(task.features={saved['task']['features']!r}: a frozen encoder under "
+                          "a separate classifier); teach with a fine-tuned one (features=none)")
+    tokenizer = vocabulary.load(workdir, fix=f"it is the vocabulary of the teacher {source!r}: "
+                                             "restore it from a copy")
+    if tokenizer is None or vocabulary.kind_of(tokenizer) != "wordpiece":
+        raise ConfigError(f"config.distill.teacher={source!r} keeps no WordPiece vocabulary in "
+                          f"{workdir / vocabulary.FOLDER} (a workdir written before runs kept "
+                          "theirs): run the teacher again with this code")
+    fields = {f.name for f in dataclasses.fields(BertConfig)}
+    try:
+        cfg = BertConfig(**{k: v for k, v in saved["model"].items() if k in fields})
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"the model of {saved_path} gives no valid BertConfig: "
+                          f"{error}") from error
+    if cfg.vocab_size != tokenizer.vocab_size:
+        raise ConfigError(f"{saved_path} has model.vocab_size={cfg.vocab_size}, its vocabulary "
+                          f"{tokenizer.vocab_size} tokens: not a finished run's config")
+    steps = checkpoint_steps(workdir)
+    if not steps or (step != -1 and step not in steps):
+        wanted = "a checkpoint" if step == -1 else f"the checkpoint of step {step}"
+        raise ConfigError(f"config.distill.teacher={source!r} has no {wanted} (saved steps: "
+                          f"{steps}); train the teacher first, or set config.distill."
+                          "teacher_step to a saved step")
+    step = steps[-1] if step == -1 else step
+    params = None
+    if build:
+        params = with_layer_layout(load_params(workdir, step), scan=cfg.scan_layers)
+        if "bert" not in params:
+            raise ConfigError(f"the checkpoint of {source!r} has no 'bert' encoder (top-level "
+                              f"parameters {sorted(params)})")
+    return Teacher(KINDS[task], dataclasses.replace(cfg, remat="none"), tokenizer, params,
+                   source, step, fingerprint(params) if build else "", saved)
