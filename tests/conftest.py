@@ -154,6 +154,23 @@ def bible_env(bible_data_root, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
+def english_lm_data_root(tmp_path_factory) -> Path:
+    """A data root holding the four corpora of english_lm (tests/english_lm_data.py), the
+    dataset prepared."""
+    from english_lm_data import install_english_lm_fixture
+
+    return _prepared_root(tmp_path_factory, "english_lm_root", install_english_lm_fixture,
+                          "english_lm")
+
+
+@pytest.fixture
+def english_lm_env(english_lm_data_root, monkeypatch) -> Path:
+    """PAPERS_JAX_DATA pointing at the prepared english_lm fixture for one test."""
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(english_lm_data_root))
+    return english_lm_data_root
+
+
+@pytest.fixture(scope="session")
 def spam_data_root(tmp_path_factory) -> Path:
     """A data root holding the 100 real SpamAssassin emails of tests/fixtures/spam, laid
     out as `python -m data.fetch spam` would leave it, already prepared."""

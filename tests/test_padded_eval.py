@@ -33,6 +33,7 @@ CASES = {
     "classify": ("configs/vit/fashion_mnist.py:smoke", {}, "fashion_mnist_env"),
     "mae_pretrain": ("configs/vit/mae.py:smoke", {}, "fashion_mnist_env"),
     "translate": ("configs/transformer/translate.py:smoke", {}, "bible_env"),
+    "causal_lm": ("configs/lm/english.py:smoke", {}, "english_lm_env"),
     "bert_pretrain": ("configs/bert/pretrain.py:smoke", {"data.names": "('brown',)"},
                       "brown_env"),
     "finetune_classify_spam": (FINETUNE, {"data.name": "spam"}, "spam_env"),

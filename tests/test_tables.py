@@ -218,3 +218,18 @@ def test_the_committed_sweep_reports_are_their_runs_records(folder, tmp_path):
         assert (tmp_path / name).read_text() == (directory / name).read_text(), (
             f"{directory / name} differs from its runs' result.json: `python -m train.sweep "
             f"--config {config} --workdir {directory} --report_only` writes it")
+
+
+def test_the_language_model_table_sets_the_lm_beside_kneser_ney(tmp_path):
+    _save(tmp_path, "lm_english", "train", {"data": {"batch_size": 32, "max_length": 128}},
+          _train({"perplexity": 41.237, "bits_per_byte": 1.40213}, 2000, split="validation",
+                 train={"mfu": 0.2351}, params=1_334_016), 1750)
+    _save(tmp_path, "lm_kneser_ney", "baselines", {}, {"eval_split": "validation", "eval": {
+        "order": 3, "discounts": "modified", "train_tokens": 6_300_000, "perplexity": 59.82,
+        "bits_per_byte": 1.5373}}, 42)
+    text = tables.TABLES["language_model"](Records(tmp_path))
+    assert ("| decoder-only Transformer (`configs/lm/english.py`) | 1,334,016 | 2,000 x 32 x 128 "
+            "| 29:10 | 41.24 | 1.4021 | 23.5% |") in text
+    assert ("| interpolated Kneser-Ney 3-gram (modified discounts) | - | 6,300,000 training "
+            "tokens counted | 0:42 | 59.82 | 1.5373 | - |") in text
+    assert "validation perplexity (per BPE token)" in text and "not recorded yet" not in text

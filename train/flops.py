@@ -183,3 +183,18 @@ def bert_train_flops_per_example(cfg, seq_length: int, num_predictions: int) -> 
     if cfg.nsp:
         forward += 2.0 * (h * h + h * 2)
     return TRAIN_FLOPS_FACTOR * forward
+
+
+def decoder_lm_train_flops_per_example(cfg, tokens: int) -> float:
+    """Training FLOPs of one row of `tokens` through `models.decoder_lm.DecoderLM`.
+
+    Every layer: causal self-attention (counted in full: the masked half is still computed) and
+    the feed-forward (2 d_model d_ff per token); then the output projection onto the vocabulary.
+    A packed row costs the same whatever documents it holds.
+    """
+    heads = dict(num_heads=cfg.num_heads, kv_heads=cfg.kv_heads, qk_dim=cfg.qk_dim,
+                 v_dim=cfg.qk_dim)
+    layer = (attention_forward_flops(tokens, tokens, cfg.d_model, **heads)
+             + 2.0 * 2 * tokens * cfg.d_model * cfg.d_ff)
+    logits = 2.0 * tokens * cfg.d_model * cfg.vocab_size
+    return TRAIN_FLOPS_FACTOR * (cfg.num_layers * layer + logits)

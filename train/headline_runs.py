@@ -86,6 +86,19 @@ RUNS = {run.name: run for run in (
                              "fine-tuning tasks (test split)",
                 "python -m train.baselines --task all --workdir workdirs/baselines",
                 fetch="spam tweets brown"),
+    HeadlineRun("lm_english", "the CPU decoder-only LM on English documents: validation "
+                              "perplexity and bits per byte, time, MFU",
+                "python -m train --config configs/lm/english.py --workdir workdirs/lm_english",
+                fetch="english_lm"),
+    HeadlineRun("lm_kneser_ney", "the interpolated Kneser-Ney trigram on the same BPE tokens: "
+                                 "validation perplexity and bits per byte",
+                "python -m train.kneser_ney --config configs/lm/english.py "
+                "--workdir workdirs/lm_kneser_ney", fetch="english_lm"),
+    HeadlineRun("bench_lm_decode", "decoding speed: our cached generate beside Hugging Face's "
+                                   "FlaxGPT2LMHeadModel.generate on the same weights, greedy "
+                                   "and sampling, batch 1 and 8, with the memory-bandwidth "
+                                   "bound",
+                "python -m benchmarks.lm_decode --json workdirs/bench/lm_decode.json"),
     HeadlineRun("bench_bert_base", "`make bench`: BERT-base train step (seq 128, batch 8) "
                                    "beside Hugging Face's Flax BERT",
                 _BENCH.format(model="--model bert --size base --seq 128 --batch 8",

@@ -183,6 +183,33 @@ def bert_pretraining(records: Records) -> str:
     return _compose(table, {"bert_pretrain": record}, [])
 
 
+def language_model(records: Records) -> str:
+    """The CPU LM beside the Kneser-Ney trigram on the same tokens (train/kneser_ney.py)."""
+    found, missing = _gather(records, ("lm_english", "lm_kneser_ney"))
+    rows = []
+    lm, kn = found.get("lm_english"), found.get("lm_kneser_ney")
+    if lm is not None:
+        m, config = lm["metrics"], lm["config"]
+        ev, train = m["eval"], m["train"]
+        data = config["data"]
+        steps = f"{m['eval_step']:,} x {data['batch_size']} x {data['max_length']}"
+        rows.append(["decoder-only Transformer (`configs/lm/english.py`)",
+                     f"{m['parameters']:,}", steps, clock(lm["total_wall_s"]),
+                     f"{ev['perplexity']:.2f}", f"{ev['bits_per_byte']:.4f}",
+                     percent(train["mfu"], 1)])
+    if kn is not None:
+        ev = kn["metrics"]["eval"]
+        rows.append([f"interpolated Kneser-Ney {ev['order']}-gram ({ev['discounts']} discounts)",
+                     "-", f"{ev['train_tokens']:,} training tokens counted",
+                     clock(kn["wall_s"]), f"{ev['perplexity']:.2f}",
+                     f"{ev['bits_per_byte']:.4f}", "-"])
+    split = next((r["metrics"]["eval_split"] for r in found.values()), "validation")
+    table = _table(["model", "parameters", "steps x rows x tokens", "wall clock",
+                    f"{split} perplexity (per BPE token)", "bits per byte", "MFU (last log)"],
+                   rows)
+    return _compose(table, found, missing)
+
+
 def _baseline_cells(baselines: dict | None, task: str) -> list[str]:
     if baselines is None:
         return ["(not recorded yet)"] * 2

@@ -41,6 +41,19 @@ SWEEPS = {s.folder: s for s in (
 )}
 
 
+def runs_of(sweep: Sweep, records: list[dict]) -> dict:
+    """{row: {label: values over seeds, 'seed': seeds}} of a sweep's finished runs (the records
+    of train/sweep_report.collect), rows in the sweep's order, those without a run left out."""
+    labels = [sweep.label(m) for m in sweep.metrics]
+    runs = {}
+    for row in sweep.rows:
+        mine = [r for r in records if r["row"] == row]
+        if mine:
+            runs[row] = {label: np.array([r["metrics"][label] for r in mine]) for label in labels}
+            runs[row]["seed"] = np.array([r["seed"] for r in mine])
+    return runs
+
+
 def sweep_command(folder: str) -> str:
     """The command that runs (or resumes, running only what is missing) a committed sweep."""
     return f"python -m train.sweep --config {SWEEPS[folder].config} --workdir workdirs/{folder}"
@@ -61,13 +74,7 @@ def load(folder: str, results: str | Path = RESULTS, *,
             f"{directory} holds no finished run of the sweep {committed.config}: "
             f"`{sweep_command(folder)}` makes them (then copy workdirs/{folder} to {directory}, "
             f"or point RESULTS at the folder holding it as {folder}/)")
-    labels = [sweep.label(m) for m in sweep.metrics]
-    runs = {}
-    for row in sweep.rows:
-        mine = [r for r in records if r["row"] == row]
-        if mine:
-            runs[row] = {label: np.array([r["metrics"][label] for r in mine]) for label in labels}
-            runs[row]["seed"] = np.array([r["seed"] for r in mine])
+    runs = runs_of(sweep, records)
     missing = missing_runs(sweep, runs)
     if missing and not allow_missing:
         raise FileNotFoundError(

@@ -71,6 +71,8 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_mae_step": rt.benchmark("bench_mae_step"),
     "bench_distil_spam": rt.benchmark("bench_distil_spam"),
     "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
+    "language_model": rt.language_model,
+    "bench_lm_decode": rt.benchmark("bench_lm_decode"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     "launch_recipes": _launch("recipes_table"),

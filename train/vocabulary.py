@@ -2,12 +2,14 @@
 
     DIR/vocabulary/tokenizer.json        a WordPiece vocabulary (BERT pretraining, fine-tuning)
     DIR/vocabulary/sentencepiece.model   a SentencePiece model (translation)
+    DIR/vocabulary/bpe.json              a byte-level BPE vocabulary (causal LM)
     DIR/vocabulary/settings.json         the config settings it was built from (none for a
                                          vocab_file's or a pretrained model's)
 
 The vocabulary a task builds at a run's first start comes from the config: a file it names
 (config.data.vocab_file), a pretrained model's, or one trained on the training texts and cached
-under the data root by dataset name and settings (data/vocab/wordpiece.py, data/vocab/sentencepiece.py).
+under the data root by dataset name and settings (data/vocab/wordpiece.py,
+data/vocab/sentencepiece.py, data/vocab/bpe.py).
 The cache can change under a run: deleted and retrained, retrained on another version of the
 texts, or read from another data root. A vocabulary of the same size but other tokens fits the
 checkpoint's embedding table and would be accepted without a word, every id now meaning another
@@ -38,7 +40,8 @@ from train import storage
 from train.config import ConfigError
 
 FOLDER = "vocabulary"
-FILES = {"wordpiece": "tokenizer.json", "sentencepiece": "sentencepiece.model"}
+FILES = {"wordpiece": "tokenizer.json", "sentencepiece": "sentencepiece.model",
+         "bpe": "bpe.json"}
 SETTINGS_FILE = "settings.json"
 
 
@@ -50,13 +53,16 @@ def settings_of(config, keys) -> dict[str, Any]:
 
 
 def kind_of(tokenizer: Any) -> str:
-    """'wordpiece' or 'sentencepiece' for the tokenizers of data/vocab/wordpiece.py and
-    data/vocab/sentencepiece.py."""
+    """'wordpiece', 'sentencepiece' or 'bpe' for the tokenizers of data/vocab/wordpiece.py,
+    data/vocab/sentencepiece.py and data/vocab/bpe.py."""
+    from data.vocab import bpe
     from data.vocab import sentencepiece as sentencepiece_vocab
     from data.vocab import wordpiece
 
     if isinstance(tokenizer, wordpiece.WordPieceTokenizer):
         return "wordpiece"
+    if isinstance(tokenizer, bpe.BPETokenizer):
+        return "bpe"
     if isinstance(tokenizer, sentencepiece_vocab.Tokenizer):
         return "sentencepiece"
     raise TypeError(f"{type(tokenizer).__name__} is not a vocabulary this project saves")
@@ -64,7 +70,7 @@ def kind_of(tokenizer: Any) -> str:
 
 def _contents(tokenizer: Any) -> bytes:
     """The bytes of the saved file (and what two vocabularies are compared by, see `same`)."""
-    if kind_of(tokenizer) == "wordpiece":
+    if kind_of(tokenizer) in ("wordpiece", "bpe"):
         return tokenizer.tokenizer_json.encode("utf-8")
     return tokenizer.model_proto
 
@@ -81,6 +87,8 @@ def same(a: Any, b: Any) -> bool:
         return False
     if kind_of(a) == "wordpiece":
         return a.tokens == b.tokens and a.lowercase == b.lowercase and a.prefix == b.prefix
+    if kind_of(a) == "bpe":
+        return a.tokenizer_json == b.tokenizer_json  # the merges decide, not only the tokens
     return a.model_proto == b.model_proto
 
 
@@ -127,12 +135,15 @@ def _from_contents(kind: str, contents: bytes, path: epath.Path, fix: str) -> An
     """The tokenizer a saved file holds (bytes read through the run's path type), checked as
     data/ checks the files it loads itself."""
     from data.errors import DataError
+    from data.vocab import bpe
     from data.vocab import sentencepiece as sentencepiece_vocab
     from data.vocab import wordpiece
 
     try:
         if kind == "wordpiece":
             return wordpiece.WordPieceTokenizer(contents.decode("utf-8"))
+        if kind == "bpe":
+            return bpe.BPETokenizer(contents.decode("utf-8"))
         tokenizer = sentencepiece_vocab.Tokenizer(contents)
     except (DataError, RuntimeError, UnicodeDecodeError) as error:
         raise DataError(f"the vocabulary file {path} is corrupt ({type(error).__name__}: "

@@ -16,6 +16,7 @@ that turns its raw files, read by its reader of data/corpora/, into a TFDS datas
     text_classification.py  the base of the labelled texts:
     spam.py                   SpamAssassin emails, ham / spam
     tweets.py                 tweets, negative / neutral / positive
+    english_lm.py           English running text of austen, brown, sotu and the WEB Bible
     sources.py              get_data_source(name, split, source='local'|'tfds'), dataset_info
     examples.py             read_examples (one batched read), as_text (a text field as str)
 """
@@ -37,6 +38,7 @@ LOCAL_BUILDERS: dict[str, str] = {
     "sotu": "data.builders.sotu:SotuLocal",
     "spam": "data.builders.spam:SpamLocal",
     "tweets": "data.builders.tweets:TweetsLocal",
+    "english_lm": "data.builders.english_lm:EnglishLmLocal",
 }
 
 

@@ -46,6 +46,7 @@ from typing import Iterator
 
 from data import paths
 from data.corpora.alignment import gale_church_align
+from data.corpora.documents import Document
 from data.errors import DataError
 from data.formats import sword
 
@@ -206,3 +207,33 @@ def read_verse_pairs(folder: pathlib.Path | None = None) -> Iterator[tuple[str, 
     for ref in common:
         if en[ref] and es[ref] and ref[:2] not in skipped and ref not in misaligned:
             yield format_ref(ref), en[ref], es[ref]
+
+
+# ----------------------------------------------------------------------------- English alone
+
+
+def read_english_chapters(folder: pathlib.Path | None = None) -> list[Document]:
+    """The World English Bible alone (every book of its module, the Deuterocanon included), one
+    Document per chapter: doc_id 'Gen.1', one paragraph whose sentences are the chapter's
+    non-empty verses in order, metadata {'book': 'Gen', 'chapter': 1}.
+
+    For language modelling (data/builders/english_lm.py) the English text is wanted whole, so
+    nothing of the pairing above applies: no verse is skipped for the Spanish side, only verses
+    the WEB leaves empty (Acts 8:37). Needs only the English module's files.
+    """
+    folder = raw_folder() if folder is None else pathlib.Path(folder)
+    paths.require_files(NAME, folder, module_files(ENGLISH))
+    try:
+        verses = sword.read_module(folder, ENGLISH)
+    except DataError as e:
+        raise _fix(e) from e
+    chapters: dict[tuple[str, int], list[str]] = {}
+    for ref, markup in verses.items():
+        text = clean_verse(markup)
+        if text:
+            chapters.setdefault(ref[:2], []).append(text)
+    if not chapters:
+        raise DataError(f"the module {ENGLISH} in {folder} has no verse text; run: "
+                        f"python -m data.fetch {NAME}")
+    return [Document(f"{book}.{chapter}", [texts], {"book": book, "chapter": chapter})
+            for (book, chapter), texts in chapters.items()]

@@ -38,6 +38,12 @@ class Document:
         return [s for paragraph in self.paragraphs for s in paragraph]
 
     @property
+    def text(self) -> str:
+        """The document as running text: sentences joined by a space, paragraphs by a newline
+        (what a language model reads: data/builders/english_lm.py)."""
+        return "\n".join(" ".join(paragraph) for paragraph in self.paragraphs)
+
+    @property
     def num_words(self) -> int:
         """Whitespace-separated words of all sentences."""
         return sum(len(s.split()) for s in self.sentences)

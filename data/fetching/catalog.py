@@ -198,8 +198,29 @@ SOURCES: dict[str, Source] = {
 }
 
 
+# Datasets made of other datasets' raw files: fetching one fetches its parts (its builder reads
+# them with their own readers, data/builders/english_lm.py).
+COMPOSITES: dict[str, tuple[str, ...]] = {
+    "english_lm": ("austen", "brown", "sotu", "bible_en_es"),
+}
+COMPOSITE_DESCRIPTIONS = {
+    "english_lm": "English LM corpus: Austen chapters, Brown samples, SOTU speeches and the "
+                  "World English Bible's chapters, whole documents (built from the four)",
+}
+
+
+def parts(name: str) -> tuple[str, ...]:
+    """The sources `python -m data.fetch name` fetches: a composite's parts, else `name`."""
+    if name in COMPOSITES:
+        return COMPOSITES[name]
+    return (get_source(name).name,)
+
+
 def get_source(name: str) -> Source:
     """The Source of `name`; DataError naming the known ones for any other name."""
     if name not in SOURCES:
-        raise DataError(f"unknown dataset {name!r} for data.fetch; known: {sorted(SOURCES)}")
+        hint = (f" ({name!r} is made of {', '.join(COMPOSITES[name])}: use parts(name))"
+                if name in COMPOSITES else "")
+        raise DataError(f"unknown dataset {name!r} for data.fetch; known: "
+                        f"{sorted([*SOURCES, *COMPOSITES])}{hint}")
     return SOURCES[name]

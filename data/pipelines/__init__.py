@@ -13,4 +13,6 @@ batches of numpy arrays, sharded across processes, resumable (get_state / set_st
     finetune_datasets.py      the labelled datasets of fine-tuning, by name, as raw examples
     finetune.py               BERT fine-tuning batches for each task kind
     phases.py                 one pipeline for the first N batches, another after (128 -> 512)
+    lm.py                     causal LM rows: whole documents end to end, cut with one token of
+                              overlap, segment ids, restarting positions; eval at any length
 """

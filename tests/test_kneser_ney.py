@@ -1,0 +1,88 @@
+"""The interpolated Kneser-Ney baseline (train/kneser_ney.py): a bigram on a corpus small enough
+to count by hand, every distribution summing to 1, the discount estimates, and the command,
+which scores exactly the target tokens the causal LM is scored on."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from train import kneser_ney
+from train.kneser_ney import KneserNey, discounts_from_counts
+
+# Tokens 1 2 1 3 and 1 2, ids < 4. Bigram counts: (1,2) 2, (2,1) 1, (1,3) 1. Continuation counts
+# of the unigrams: each of 1, 2, 3 follows one distinct token: 1 each, 3 in all; D = 1/2.
+HAND = [[1, 2, 1, 3], [1, 2]]
+P1 = {0: Fraction(1, 8), 1: Fraction(7, 24), 2: Fraction(7, 24), 3: Fraction(7, 24)}
+# P1(w) = (max(N(.w) - 1/2, 0) + 1/2 * 3 * 1/4) / 3
+# P2(w | 1) = (max(c(1 w) - 1/2, 0) + (1/2 + 1/2) P1(w)) / 3; P2(w | 2) = (max(c(2 w) - 1/2, 0)
+# + 1/2 P1(w)) / 1; history 3 never precedes anything: P2(w | 3) = P1(w).
+P2 = {1: {0: Fraction(1, 24), 1: Fraction(7, 72), 2: Fraction(43, 72), 3: Fraction(19, 72)},
+      2: {0: Fraction(1, 16), 1: Fraction(31, 48), 2: Fraction(7, 48), 3: Fraction(7, 48)},
+      3: P1}
+
+
+def test_bigram_probabilities_equal_the_hand_count():
+    model = KneserNey(HAND, order=2, vocab_size=4, discounts=(0.5, 0.5, 0.5))
+    for history, expected in P2.items():
+        words = np.arange(4)
+        got = model.probabilities(np.full((4, 1), history), words)
+        np.testing.assert_allclose(got, [float(expected[w]) for w in range(4)], rtol=1e-12)
+        assert sum(expected.values()) == 1
+    # A unigram model is its own highest order: raw counts 1: 3, 2: 2, 3: 1 of 6 tokens.
+    # P(w) = (max(c(w) - 1/2, 0) + 1/2 * 3 * 1/4) / 6
+    raw = [Fraction(1, 16), Fraction(23, 48), Fraction(5, 16), Fraction(7, 48)]
+    unigram = KneserNey(HAND, order=1, vocab_size=4, discounts=(0.5, 0.5, 0.5))
+    np.testing.assert_allclose(unigram.probabilities(np.zeros((4, 0)), np.arange(4)),
+                               [float(p) for p in raw], rtol=1e-12)
+    assert sum(raw) == 1
+
+
+def test_trigram_distributions_sum_to_one_seen_or_not():
+    rng = np.random.default_rng(0)
+    zipf = 1.0 / np.arange(1, 201) ** 1.2  # rare tokens: every count of counts is there
+    corpus = [rng.choice(200, size=n, p=zipf / zipf.sum()) for n in rng.integers(200, 400, 8)]
+    model = KneserNey(corpus, order=3, vocab_size=200, discounts="modified")
+    histories = [(a, b) for a in range(0, 200, 20) for b in range(0, 200, 7)]
+    for h in histories:
+        p = model.probabilities(np.tile(h, (200, 1)), np.arange(200))
+        assert np.all(p > 0)
+        assert p.sum() == pytest.approx(1.0, abs=1e-12)
+    nats, tokens = model.score([np.r_[0, 0, corpus[0][:50]]])
+    assert tokens == 50 and nats > 0
+
+
+def test_modified_and_single_discounts_from_the_counts_of_counts():
+    counts = np.array([1] * 10 + [2] * 4 + [3] * 3 + [4] * 2 + [7])
+    n1, n2, n3, n4 = 10, 4, 3, 2
+    y = n1 / (n1 + 2 * n2)
+    assert discounts_from_counts(counts, "modified") == pytest.approx(
+        (1 - 2 * y * n2 / n1, 2 - 3 * y * n3 / n2, 3 - 4 * y * n4 / n3))
+    assert discounts_from_counts(counts, "single") == pytest.approx((y, y, y))
+    with pytest.raises(ValueError, match="counts of counts"):
+        discounts_from_counts(np.array([1, 1, 2, 2, 3]), "modified")  # no 4s
+
+
+@pytest.mark.parametrize("eval_tokens", [0, 600])
+def test_the_command_scores_the_lm_task_targets_and_writes_a_record(english_lm_env, tmp_path,
+                                                                    eval_tokens):
+    from train import run_record
+    from train.config import load_config_file
+    from train.tasks import get_task
+
+    config = "configs/lm/english.py:smoke"
+    assert kneser_ney.main(["--config", config, f"--config.task.eval_tokens={eval_tokens}",
+                            "--discounts=single", "--workdir", str(tmp_path)]) == 0
+    record = run_record.load(tmp_path / "record.json")
+    ev = record["metrics"]["eval"]
+    lm_config = load_config_file(config)
+    lm_config.task.eval_tokens = eval_tokens
+    task = get_task(lm_config)
+    rows = task.eval_rows()[0]
+    assert ev["tokens"] == int(rows["weights"].sum())
+    scored = task.tokenizer.token_bytes[rows["targets"]] * rows["weights"]
+    assert ev["bytes"] == int(scored.sum())
+    assert ev["perplexity"] == pytest.approx(np.exp(ev["nll"]))
+    assert ev["bits_per_byte"] == pytest.approx(ev["nll"] * ev["tokens"] / ev["bytes"] / np.log(2))

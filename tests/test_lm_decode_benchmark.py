@@ -1,0 +1,30 @@
+"""benchmarks/lm_decode.py at a tiny size: both libraries decode the same weights and prompts
+(greedy tokens equal), every row is timed, the bandwidth bound is computed, and the record is
+one `python -m train.records save` accepts as bench_lm_decode."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import lm_decode
+from train import records, run_record
+
+
+def test_the_decoding_benchmark_compares_both_libraries_on_the_same_weights(tmp_path):
+    path = tmp_path / "lm_decode.json"
+    report = lm_decode.main(["--size", "tiny", "--prompt_length", "6", "--new_tokens", "5",
+                             "--repeats", "2", "--bandwidth_mb", "8", "--batches", "2",
+                             "--json", str(path)])
+    assert report["same_greedy_tokens"] == {"2": True}
+    rows = {(r["label"], r["decoding"]) for r in report["rows"]}
+    assert rows == {(lib, d) for lib in ("ours", "transformers") for d in ("greedy", "sample")}
+    assert all(len(r["times"]) == 2 and r["tokens_per_s"] > 0 for r in report["rows"])
+    assert report["bound_tokens_per_s"] == pytest.approx(
+        report["bandwidth_bytes_per_s"] / report["weight_bytes"])
+    greedy = next(r for r in report["rows"] if r["label"] == "ours" and r["decoding"] == "greedy")
+    assert report["bound_fraction"]["ours"] == pytest.approx(
+        greedy["tokens_per_s"] / 2 / report["bound_tokens_per_s"])
+    record = run_record.load(path)
+    assert record["kind"] == "benchmark" and "| greedy | 2 | ours |" in record["metrics"]["table"]
+    saved = records.save(path, "bench_lm_decode", runs_dir=tmp_path / "runs", force=True)
+    assert saved.exists()

@@ -1,0 +1,75 @@
+"""python -m train.predict WORKDIR [options]: use a trained run, from its workdir alone.
+
+A run's workdir holds all a prediction needs: config.json (the model that ran and its task,
+train/run_config.py), vocabulary/ (train/vocabulary.py) and checkpoints/ (the latest is used,
+train/checkpointing.py `load_params`). `load_run` reads them; each task that predicts has a
+module here, named in PREDICTORS, with
+    add_arguments(parser)           its own options
+    predict(run, args) -> outputs   what it makes of the inputs (and prints)
+so `python -m train.predict WORKDIR --help` lists the options of that run's task.
+
+    causal_lm    generate continuations of prompts (train/predict/causal_lm.py)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+from typing import Any
+
+from train import storage
+from train.config import ConfigError
+
+PREDICTORS = {"causal_lm": "train.predict.causal_lm"}
+
+
+@dataclasses.dataclass
+class Run:
+    """What a workdir holds for prediction: its resolved config (a dict), vocabulary (or None)
+    and the latest checkpoint's parameters (host arrays)."""
+
+    workdir: Any
+    config: dict
+    tokenizer: Any
+    params: Any
+
+    @property
+    def task(self) -> str:
+        return self.config["task"]["name"]
+
+
+def task_of(workdir: str | os.PathLike) -> tuple[str, dict]:
+    """(the run's task name, its config.json) with a ConfigError naming what is wrong: not a
+    run's workdir, or a task that has no predictor yet."""
+    directory = storage.run_path(workdir)
+    path = directory / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist: {directory} is not the workdir of a run "
+                          "(python -m train --workdir DIR writes one)")
+    config = json.loads(path.read_text())
+    task = config.get("task", {}).get("name")
+    if task not in PREDICTORS:
+        raise ConfigError(f"{directory} holds a {task!r} run; python -m train.predict supports "
+                          f"{sorted(PREDICTORS)} so far")
+    return task, config
+
+
+def predictor(task: str):
+    """The module that predicts for `task` (PREDICTORS)."""
+    return importlib.import_module(PREDICTORS[task])
+
+
+def load_run(workdir: str | os.PathLike) -> Run:
+    """The run in `workdir` (module docstring); ConfigError for a workdir that is not a run's or
+    of a task without a predictor, CheckpointError when it holds no checkpoint yet."""
+    from train import vocabulary
+    from train.checkpointing import load_params
+
+    task, config = task_of(workdir)
+    directory = storage.run_path(workdir)
+    tokenizer = vocabulary.load(directory, fix="it is the vocabulary the run was trained with: "
+                                               "restore it from a copy")
+    params = load_params(directory)
+    return Run(directory, config, tokenizer, params)

@@ -1,0 +1,46 @@
+"""python -m train.predict WORKDIR [options] (train/predict/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from data.errors import DataError
+from train.checkpointing import CheckpointError
+from train.config import ConfigError
+from train.predict import PREDICTORS, load_run, predictor, task_of
+
+
+def build_parser(task: str | None) -> argparse.ArgumentParser:
+    """The command's parser with the options of `task`'s predictor (None: the workdir alone)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m train.predict", description=__doc__.split("\n")[0],
+        epilog=f"tasks with a predictor: {', '.join(PREDICTORS)}; `python -m train.predict "
+               "WORKDIR --help` lists that run's options")
+    parser.add_argument("workdir", help="a trained run's workdir (config.json, vocabulary/, "
+                                        "checkpoints/)")
+    if task is not None:
+        predictor(task).add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    known, _ = build_parser(None).parse_known_args([a for a in argv if a not in ("-h", "--help")])
+    try:
+        task, _ = task_of(known.workdir) if known.workdir else (None, None)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    module = predictor(task) if task else None
+    args = build_parser(task).parse_args(argv)
+    try:
+        module.predict(load_run(args.workdir), args)
+    except (ConfigError, CheckpointError, DataError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Generate from a causal-LM run: `python -m train.predict WORKDIR --prompt "..."`.
+
+    python -m train.predict workdirs/lm_english --prompt "It is a truth" --max_new_tokens 40
+    python -m train.predict workdirs/lm_english --prompts_file prompts.txt --decoding sample \\
+        --temperature 0.8 --top_p 0.95
+    echo "The President" | python -m train.predict workdirs/lm_english --decoding beam
+
+Prompts: every --prompt, else one per line of --prompts_file, else one per line of standard
+input. Each is encoded with the run's own BPE vocabulary after the EOS that begins every
+document (as in training: data/pipelines/lm.py), and continued by models/lm_decode.py
+`generate` until EOS or --max_new_tokens: greedy, beam search (--beam_size, --length_penalty)
+or sampling (--temperature, --top_k, --top_p, --seed). Prompts go --batch_size at a time, every
+batch padded to the longest prompt (one compilation), split over all local devices (the batch
+is rounded up to a multiple of their number; the parameters are replicated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from models.decoder_lm import DecoderLM, DecoderLMConfig
+from models.lm_decode import generate
+from models.sampling import Sampling
+from train.config import ConfigError
+
+DECODINGS = ("greedy", "beam", "sample")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("causal LM (generation)")
+    group.add_argument("--prompt", action="append", default=[],
+                       help="a prompt (repeat for several)")
+    group.add_argument("--prompts_file", help="a file of prompts, one per line")
+    group.add_argument("--max_new_tokens", type=int, default=64)
+    group.add_argument("--decoding", choices=DECODINGS, default="greedy")
+    group.add_argument("--beam_size", type=int, default=4, help="beams for --decoding beam")
+    group.add_argument("--length_penalty", type=float, default=0.6,
+                       help="alpha of the beam search's length penalty (Wu et al. 2016)")
+    group.add_argument("--temperature", type=float, default=1.0, help="--decoding sample")
+    group.add_argument("--top_k", type=int, default=0, help="--decoding sample; 0: off")
+    group.add_argument("--top_p", type=float, default=1.0, help="--decoding sample; 1: off")
+    group.add_argument("--seed", type=int, default=0, help="the sampling key")
+    group.add_argument("--batch_size", type=int, default=8, help="prompts per model call")
+
+
+def read_prompts(args, stdin=None) -> list[str]:
+    """The prompts (module docstring); ConfigError for none or an empty one."""
+    if args.prompt:
+        prompts, where = list(args.prompt), "--prompt"
+    elif args.prompts_file:
+        with open(args.prompts_file, encoding="utf-8") as f:
+            prompts, where = f.read().splitlines(), args.prompts_file
+    else:
+        stdin = sys.stdin if stdin is None else stdin
+        if stdin.isatty():
+            raise ConfigError("no prompt: give --prompt TEXT, --prompts_file FILE, or prompts "
+                              "on standard input, one per line")
+        prompts, where = stdin.read().splitlines(), "standard input"
+    if not prompts:
+        raise ConfigError(f"no prompt in {where}")
+    empty = [i + 1 for i, p in enumerate(prompts) if not p.strip()]
+    if empty:
+        raise ConfigError(f"prompt {empty[0]} of {where} is empty: a continuation needs "
+                          "something to continue (remove the blank lines)")
+    return prompts
+
+
+def _model(run) -> DecoderLM:
+    fields = {f.name for f in dataclasses.fields(DecoderLMConfig)}
+    return DecoderLM(DecoderLMConfig(**{k: v for k, v in run.config["model"].items()
+                                        if k in fields}))
+
+
+def _settings(args) -> dict:
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max_new_tokens={args.max_new_tokens} must be >= 1")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch_size={args.batch_size} must be >= 1")
+    if args.decoding == "beam":
+        if args.beam_size < 2:
+            raise ConfigError(f"--beam_size={args.beam_size}: a beam search keeps at least 2 "
+                              "(--decoding greedy is one)")
+        return {"beam_size": args.beam_size, "alpha": args.length_penalty}
+    if args.decoding == "sample":
+        try:
+            sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        except ValueError as error:
+            raise ConfigError(f"sampling: {error}") from error
+        return {"sampling": sampling, "rng": jax.random.PRNGKey(args.seed)}
+    return {}
+
+
+def predict(run, args, *, stdin=None, out=print) -> list[str]:
+    """The continuation of every prompt (printed to `out` as they come), in order."""
+    prompts = read_prompts(args, stdin)
+    settings = _settings(args)
+    if run.tokenizer is None:
+        raise ConfigError(f"{run.workdir} holds no vocabulary/ (a run keeps the one it trained "
+                          "with there): restore it from a copy of the workdir")
+    tok, model = run.tokenizer, _model(run)
+    encoded = [[tok.eos_id, *tok.encode(p)] for p in prompts]
+    width = max(map(len, encoded))
+    cfg = model.config
+    if cfg.posemb == "learned" and width + args.max_new_tokens - 1 > cfg.max_length:
+        raise ConfigError(f"the longest prompt ({width} tokens with the leading EOS) and "
+                          f"--max_new_tokens={args.max_new_tokens} need "
+                          f"{width + args.max_new_tokens - 1} positions; this model's learned "
+                          f"table has {cfg.max_length}: shorten either")
+    devices = np.array(jax.local_devices())
+    batch = -(-args.batch_size // len(devices)) * len(devices)
+    mesh = Mesh(devices, ("data",))
+    rows = NamedSharding(mesh, PartitionSpec("data"))
+    params = jax.device_put(run.params, NamedSharding(mesh, PartitionSpec()))
+
+    @jax.jit
+    def step(params, tokens, lengths, rng):
+        extra = dict(settings, rng=rng) if "rng" in settings else settings
+        return generate(model, params, tokens, lengths, max_new_tokens=args.max_new_tokens,
+                        eos_id=tok.eos_id, pad_id=tok.pad_id, **extra)[0]
+
+    rng = settings.get("rng", jax.random.PRNGKey(0))
+    outputs = []
+    for start in range(0, len(encoded), batch):
+        chunk = encoded[start: start + batch]
+        filled = chunk + [chunk[-1]] * (batch - len(chunk))  # static shapes: repeat the last
+        tokens = np.full((batch, width), tok.pad_id, np.int32)
+        for i, ids in enumerate(filled):
+            tokens[i, :len(ids)] = ids
+        lengths = np.array([len(ids) for ids in filled], np.int32)
+        rng, key = jax.random.split(rng)
+        new = np.asarray(step(params, jax.device_put(tokens, rows),
+                              jax.device_put(lengths, rows), key))
+        for i, prompt in enumerate(prompts[start: start + batch]):
+            ids = new[i].tolist()
+            ids = ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids
+            text = tok.decode(ids)
+            outputs.append(text)
+            out(f"{prompt}{text}")
+    return outputs
