@@ -51,6 +51,21 @@ table, and so has 'none'; 'sincos_2d' is one fixed table, so 'every_layer' (a ta
 does not apply to it. Dropout (App. B.1, "directly after adding positional- to patch
 embeddings") stays once, on the tokens before the first block.
 
+`num_classes=0` makes the model an encoder without a classifier: it returns the tokens after the
+final norm ([batch, num_prefix_tokens + N, hidden_size]), which is how the masked autoencoder
+(models/mae.py) runs this very encoder, so that its weights are a ViT's. Two inputs serve it
+(He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners", Sec. 3): `keep_ids`
+[batch, K] encodes only those patches (the visible ones; each patch's position embedding is the
+one of its place in the grid, the class token is kept), and `masked` [batch, N] replaces the
+embeddings of those patches by a learned `mask_token` before the position embeddings are added
+(its Table 1c ablation, the encoder that sees mask tokens). Both need a position encoding that
+can be gathered per patch: posemb none, learned_1d, learned_2d, sincos_2d (posemb_mode 'stem') or
+rope_2d, and no convolutional stem (a 3x3 convolution would show a visible patch the border
+pixels of its masked neighbours).
+
+`probe_norm` puts a linear probe's fixed feature standardisation (`ProbeNorm`, MAE's BatchNorm
+without affine transformation) between the pooled features and the classifier.
+
 `remat` (none | minimal | full) rematerialises each encoder block in the backward pass (gradient
 checkpointing): less activation memory for more compute, the same parameters, logits and
 gradients. `scan_layers` runs the blocks as one `nn.scan` (parameters `blocks/...` with a leading
@@ -61,6 +76,7 @@ from __future__ import annotations
 
 import dataclasses
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -75,13 +91,16 @@ POSEMB_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "re
 POSEMB_MODES = ("stem", "every_layer", "every_layer_shared")   # Table 8's columns
 TABLE_POSEMBS = ("learned_1d", "learned_2d", "sincos_2d")       # tables added to the tokens
 POOL_KINDS = ("cls", "mean")
+# Position encodings the encoder can apply to a subset of the patches (`keep_ids`, `masked`):
+# a table added once (gathered at the kept patches), RoPE's per-token positions, or none.
+PER_PATCH_POSEMBS = ("none", *TABLE_POSEMBS, "rope_2d")
 
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Every architectural choice of a ViT; built from `config.model` by the trainer."""
 
-    num_classes: int
+    num_classes: int                   # 0: no classifier, the encoded tokens are returned
     image_size: tuple[int, int] = (224, 224)
     patch_size: int = 16
     hidden_size: int = 768
@@ -92,6 +111,8 @@ class ViTConfig:
     posemb_mode: str = "stem"          # stem | every_layer | every_layer_shared (Table 8's columns)
     pool: str = "cls"
     head_hidden_size: int = 0          # >0: tanh pre-logits layer (the paper's pre-training head)
+    probe_norm: bool = False           # standardise the pooled features with fixed statistics
+                                       # before the head (a linear probe's BatchNorm, ProbeNorm)
     stem_channels: int = 0             # >0: hybrid input, patches cut from a 3x3-conv feature map
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
@@ -115,7 +136,7 @@ class ViTConfig:
             raise ValueError(
                 f"patch_size={self.patch_size} does not divide image_size={self.image_size}; "
                 f"choose a patch size that divides both {height} and {width}")
-        check_at_least(self, {"num_classes": 1, "hidden_size": 1, "num_heads": 1, "mlp_dim": 1,
+        check_at_least(self, {"num_classes": 0, "hidden_size": 1, "num_heads": 1, "mlp_dim": 1,
                               "num_layers": 0, "head_hidden_size": 0, "stem_channels": 0})
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide "
@@ -133,6 +154,10 @@ class ViTConfig:
             raise ValueError(f"posemb='sincos_2d' needs hidden_size divisible by 4, got "
                              f"{self.hidden_size}")
         self._check_posemb_mode()
+        if self.num_classes == 0 and (self.head_hidden_size or self.probe_norm):
+            raise ValueError(f"head_hidden_size={self.head_hidden_size} and probe_norm="
+                             f"{self.probe_norm} belong to the classifier, but num_classes=0 has "
+                             "none (an encoder); set them to 0 and False")
         head_dim = self.hidden_size // self.num_heads
         if self.posemb == "rope_2d" and head_dim % 4:
             raise ValueError(f"posemb='rope_2d' rotates two even halves of each head, so it needs "
@@ -162,6 +187,61 @@ class ViTConfig:
     @property
     def num_prefix_tokens(self) -> int:
         return 1 if self.pool == "cls" else 0
+
+    def check_per_patch(self) -> None:
+        """ValueError unless the encoder can run on a subset of its patches or with mask tokens
+        in their places (`ViT.__call__`'s keep_ids and masked; module docstring)."""
+        if self.posemb not in PER_PATCH_POSEMBS or self.posemb_mode != "stem":
+            raise ValueError(
+                f"posemb={self.posemb!r} with posemb_mode={self.posemb_mode!r} cannot encode a "
+                f"subset of the patches: use one of {list(PER_PATCH_POSEMBS)} with "
+                "posemb_mode='stem'")
+        if self.stem_channels:
+            raise ValueError(
+                f"stem_channels={self.stem_channels}: the 3x3 convolution stem would let a "
+                "visible patch see the border pixels of its masked neighbours; set it to 0")
+
+
+def pool_tokens(tokens, pool: str):
+    """The image's representation: the class token ('cls') or the mean of the patch tokens
+    ('mean', a model without a class token), [batch, hidden_size]."""
+    return tokens[:, 0] if pool == "cls" else tokens.mean(axis=1)
+
+
+class ProbeNorm(nn.Module):
+    """A linear probe's BatchNorm without affine transformation (MAE, He et al. 2022, App. A.3:
+    "an extra BatchNorm layer without affine transformation" before the probe's classifier, to
+    calibrate the feature magnitudes of different encoders) in its inference form:
+    (f - mean) / sqrt(var + 1e-6) per feature, with fixed statistics (params 'mean' and 'var'),
+    those of the frozen encoder's features over the training images, which the task computes
+    when the run starts (train/tasks/classify.py) and never trains. With the encoder frozen the
+    features' statistics are constants, the values BatchNorm's running averages estimate; no
+    per-batch statistics are used in training. Linear, so it can be folded into the head."""
+
+    epsilon: float = 1e-6
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, features):
+        width = features.shape[-1]
+        mean = self.param("mean", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+                          (width,), self.param_dtype)
+        var = self.param("var", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                         (width,), self.param_dtype)
+        centred = features.astype(jnp.float32) - mean.astype(jnp.float32)
+        return (centred * jax.lax.rsqrt(var.astype(jnp.float32) + self.epsilon)).astype(
+            features.dtype)
+
+
+def patchify(images, patch_size: int):
+    """Images [batch, H, W, C] -> patches [batch, N, P * P * C], the non-overlapping P x P
+    patches in row-major order, each flattened row by row, pixel by pixel (ViT eq. 1's x_p;
+    MAE's reconstruction targets)."""
+    batch, height, width, channels = images.shape
+    p = patch_size
+    patches = images.reshape(batch, height // p, p, width // p, p, channels)
+    return patches.transpose(0, 1, 3, 2, 4, 5).reshape(
+        batch, (height // p) * (width // p), p * p * channels)
 
 
 def position_table(cfg: ViTConfig, name: str):
@@ -219,21 +299,29 @@ def rope_2d_positions(grid_h: int, grid_w: int, num_prefix_tokens: int) -> np.nd
 
 
 class ViT(nn.Module):
-    """Image classifier: images [batch, H, W, C] (float) -> logits [batch, num_classes]."""
+    """Image classifier: images [batch, H, W, C] (float) -> logits [batch, num_classes]; with
+    num_classes=0 an encoder: -> tokens [batch, num_prefix_tokens + N (or K), hidden_size]."""
 
     config: ViTConfig
 
     @nn.compact
-    def __call__(self, images, *, train: bool = False):
+    def __call__(self, images, *, train: bool = False, keep_ids=None, masked=None):
+        """`keep_ids` int [batch, K]: encode only these patches (row-major indices); `masked`
+        bool [batch, N]: a learned mask token in place of these patches (module docstring)."""
         cfg = self.config
         dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         expected = cfg.image_size
         if images.ndim != 4 or tuple(images.shape[1:3]) != expected:
             raise ValueError(f"images of shape [batch, {expected[0]}, {expected[1]}, channels] "
                              f"expected, got {tuple(images.shape)}")
-        batch, _, _, channels = images.shape
+        if keep_ids is not None or masked is not None:
+            cfg.check_per_patch()
+            if keep_ids is not None and masked is not None:
+                raise ValueError("pass keep_ids (encode the visible patches) or masked (mask "
+                                 "tokens in the masked places), not both")
+        batch = images.shape[0]
         grid_h, grid_w = cfg.grid
-        p = cfg.patch_size
+        prefix = cfg.num_prefix_tokens
 
         images = images.astype(dtype)
         if cfg.stem_channels:  # hybrid: patches of a convolutional feature map
@@ -242,38 +330,50 @@ class ViT(nn.Module):
                 name="stem", kernel_init=nn.with_logical_partitioning(
                     nn.initializers.lecun_normal(), (None, None, None, None)),
                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))(images))
-            channels = cfg.stem_channels
         # Eq. 1: x_p in R^{N x (P^2 C)} -> x_p E. Patches in row-major order.
-        patches = images.reshape(batch, grid_h, p, grid_w, p, channels)
-        patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(batch, grid_h * grid_w, p * p * channels)
         x = nn.Dense(cfg.hidden_size, dtype=dtype, param_dtype=param_dtype, name="patch_embedding",
                      kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
                                                               ("patch", "embed")),
                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(
-                         patches)
+                         patchify(images, cfg.patch_size))
+        if masked is not None:  # MAE Table 1c: the encoder sees a mask token in each masked place
+            mask_token = self.param("mask_token", nn.with_logical_partitioning(
+                nn.initializers.normal(stddev=0.02), (None, None, "embed")),
+                (1, 1, cfg.hidden_size), param_dtype)
+            x = jnp.where(masked[..., None], mask_token.astype(dtype), x)
 
-        if cfg.pool == "cls":
-            cls = self.param("cls", nn.with_logical_partitioning(nn.initializers.zeros, (None, None, "embed")),
-                             (1, 1, cfg.hidden_size), param_dtype)
-            x = jnp.concatenate([jnp.broadcast_to(cls.astype(dtype), (batch, 1, cfg.hidden_size)), x], axis=1)
-
-        num_tokens = x.shape[1]
-        positions = jnp.broadcast_to(jnp.arange(num_tokens), (batch, num_tokens))
-        attention_bias, shared_table = None, None
+        positions = None
+        attention_bias, shared_table, prefix_table = None, None, None
         if cfg.posemb in TABLE_POSEMBS and cfg.posemb_mode == "stem":  # Table 8, "Default/Stem"
-            x = x + position_table(cfg, "posemb")
+            table = position_table(cfg, "posemb")
+            prefix_table, x = table[:, :prefix], x + table[:, prefix:]
         elif cfg.posemb in TABLE_POSEMBS and cfg.posemb_mode == "every_layer_shared":
             shared_table = position_table(cfg, "posemb")
         elif cfg.posemb == "relative_bias_2d":
             attention_bias = position_2d.RelativePositionBias2D(
-                cfg.num_heads, grid_h, grid_w, num_prefix_tokens=cfg.num_prefix_tokens,
+                cfg.num_heads, grid_h, grid_w, num_prefix_tokens=prefix,
                 param_dtype=param_dtype, name="relative_bias")().astype(dtype)
         elif cfg.posemb == "alibi_2d":  # a constant; the logits are summed in float32 anyway
             attention_bias = jnp.asarray(position.alibi_2d_bias(
-                cfg.num_heads, grid_h, grid_w, cfg.num_prefix_tokens))[None]
+                cfg.num_heads, grid_h, grid_w, prefix))[None]
         elif cfg.posemb == "rope_2d":  # (row, column) per token, rotating queries and keys
-            table = rope_2d_positions(grid_h, grid_w, cfg.num_prefix_tokens)
-            positions = jnp.broadcast_to(jnp.asarray(table), (batch, num_tokens, 2))
+            table = jnp.asarray(rope_2d_positions(grid_h, grid_w, prefix))
+            positions = jnp.broadcast_to(table, (batch, *table.shape))
+        if keep_ids is not None:  # MAE: only the visible patches, at their own positions
+            x = jnp.take_along_axis(x, keep_ids[..., None], axis=1)
+            if positions is not None:
+                positions = jnp.concatenate([positions[:, :prefix], jnp.take_along_axis(
+                    positions[:, prefix:], keep_ids[..., None], axis=1)], axis=1)
+
+        if cfg.pool == "cls":
+            cls = self.param("cls", nn.with_logical_partitioning(nn.initializers.zeros, (None, None, "embed")),
+                             (1, 1, cfg.hidden_size), param_dtype).astype(dtype)
+            if prefix_table is not None:
+                cls = cls + prefix_table
+            x = jnp.concatenate([jnp.broadcast_to(cls, (batch, 1, cfg.hidden_size)), x], axis=1)
+        num_tokens = x.shape[1]
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(num_tokens), (batch, num_tokens))
         rotary_base = 10000.0 if cfg.posemb == "rope_2d" else None
         relative = cfg.posemb == "relative"   # each block's attention has its relative keys
         own_table = cfg if cfg.posemb_mode == "every_layer" else None
@@ -290,7 +390,7 @@ class ViT(nn.Module):
                 attention_dropout_rate=cfg.attention_dropout_rate, rotary_base=rotary_base,
                 implementation=cfg.attention_implementation,
                 relative_positions=grid_h * grid_w if relative else 0,
-                relative_prefix_tokens=cfg.num_prefix_tokens if relative else 0,
+                relative_prefix_tokens=prefix if relative else 0,
                 own_table=own_table, dtype=dtype, param_dtype=param_dtype, name=name)
 
         x = run_blocks(block, cfg.num_layers, x, remat=cfg.remat, scan=cfg.scan_layers,
@@ -299,8 +399,12 @@ class ViT(nn.Module):
         if cfg.norm_position == "pre":  # pre-LN stacks end with a norm (eq. 4: y = LN(z_L^0))
             x = make_norm(cfg.norm, epsilon=cfg.layer_norm_eps, dtype=dtype, param_dtype=param_dtype,
                           name="final_norm")(x)
+        if cfg.num_classes == 0:  # an encoder (MAE's): its tokens
+            return x
 
-        pooled = x[:, 0] if cfg.pool == "cls" else x.mean(axis=1)
+        pooled = pool_tokens(x, cfg.pool)
+        if cfg.probe_norm:
+            pooled = ProbeNorm(param_dtype=param_dtype, name="probe_norm")(pooled)
         if cfg.head_hidden_size:
             pooled = jnp.tanh(nn.Dense(
                 cfg.head_hidden_size, dtype=dtype, param_dtype=param_dtype, name="pre_logits",
@@ -313,4 +417,3 @@ class ViT(nn.Module):
             kernel_init=nn.with_logical_partitioning(nn.initializers.zeros, (in_axis, "classes")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(pooled)
         return logits.astype(jnp.float32)
-

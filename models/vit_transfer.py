@@ -21,6 +21,9 @@ fields of `RUN_FIELDS`; every other field is the architecture, which the weights
                model initialises it (a zero classifier: the paper's "single, zero-initialized
                linear layer", App. B.1.1; head_hidden_size=0 drops the pre-logits layer, as the
                paper does when it transfers).
+  probe_norm   a linear probe's fixed feature standardisation (models.vit.ProbeNorm): never
+               carried over; its statistics are the run's own (the task computes them), and a
+               head trained on standardised features is kept only by a run that has them too.
   channels     (not a config field: the first kernel's input width) an RGB checkpoint read by a
                model of grey images gets its first kernel summed over the colour axis: a grey
                image is the RGB image with three equal channels, so the embedding is exact.
@@ -39,8 +42,8 @@ from models.stack import stack_layers, unstack_layers
 from models.vit import ViTConfig
 
 LAYER_PREFIX, SCAN_NAME = "block_", "blocks"  # models/vit.py's run_blocks defaults
-HEAD, PRE_LOGITS = "head", "pre_logits"
-RUN_FIELDS = ("num_classes", "image_size", "head_hidden_size", "dropout_rate",
+HEAD, PRE_LOGITS, PROBE_NORM = "head", "pre_logits", "probe_norm"
+RUN_FIELDS = ("num_classes", "image_size", "head_hidden_size", "probe_norm", "dropout_rate",
               "attention_dropout_rate", "attention_implementation", "dtype", "param_dtype",
               "remat", "scan_layers")
 # Tables sized by the patch grid that are not resampled: the 2-D row/column tables, the 2-D
@@ -170,8 +173,9 @@ def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
                      "grey = three equal channels)")
     # The head is kept only whole: a classifier trained on tanh(pre-logits) means nothing on
     # the encoder's output, and the other way round.
-    same_head = source.head_hidden_size == target.head_hidden_size and not new_head
-    fresh = []
+    same_head = (source.head_hidden_size == target.head_hidden_size
+                 and source.probe_norm == target.probe_norm and not new_head)
+    fresh = [PROBE_NORM] if target.probe_norm else []
     if target.head_hidden_size and not same_head:
         fresh.append(PRE_LOGITS)
         notes.append(f"new pre-logits layer of width {target.head_hidden_size}")
@@ -184,7 +188,9 @@ def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
         why = ("the checkpoint has none" if not has_head else
                f"the checkpoint's has {source.num_classes}"
                if source.num_classes != target.num_classes else
-               "a new head asked for" if new_head else "the pre-logits layer changed")
+               "a new head asked for" if new_head else
+               "its input is standardised in one and not the other (probe_norm)"
+               if source.probe_norm != target.probe_norm else "the pre-logits layer changed")
         notes.append(f"new zero-initialised classifier for {target.num_classes} classes ({why})")
     return TransferPlan(source, target, source_channels, target_channels, resample,
                         sum_channels, tuple(fresh), tuple(notes))
@@ -196,7 +202,7 @@ def transfer(params: Mapping[str, Any], plan: TransferPlan) -> dict[str, Any]:
     layer the target has none of)."""
     source, target = plan.source, plan.target
     params = with_layer_layout(params, scan=False)
-    params = {k: v for k, v in params.items() if k not in plan.fresh}
+    params = {k: v for k, v in params.items() if k not in (*plan.fresh, PROBE_NORM)}
     if not target.head_hidden_size:
         params.pop(PRE_LOGITS, None)
     if plan.resample:

@@ -21,6 +21,9 @@ CASES = {  # task: (config, fixture holding its data, overrides)
                       {"data.names": "('brown',)", **NO_DROPOUT}),
     "translate": ("configs/transformer/translate.py:smoke", "bible_env", NO_DROPOUT),
     "finetune_tag": ("configs/bert/finetune.py:smoke,init=scratch", "tag_env", NO_DROPOUT),
+    # The masks travel in the batch (data/pipelines/patch_masking.py): each microbatch keeps
+    # its images' own, and the loss counts the masked patches of the whole batch.
+    "mae_pretrain": ("configs/vit/mae.py:smoke", "fashion_mnist_env", {}),
     "causal_lm": ("configs/lm/english.py:smoke", "english_lm_env", NO_DROPOUT),
 }
 ACCUM = 4

@@ -5,6 +5,7 @@ time by op kind."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -309,3 +310,34 @@ def test_marian_decoding_benchmark_runs_and_records(tmp_path):
     assert saved.exists()
     with pytest.raises(SystemExit):
         marian_decode.parse_args(["--size", "tiny", "--max_new_tokens", "200"])
+
+
+def test_the_mae_step_benchmark_times_both_encoders_on_one_batch(tmp_path):
+    """benchmarks/mae_step.py on the smoke config: the visible-only step and the mask-token
+    step, the same model but for where the mask token sits (the encoder's instead of the
+    decoder's), each with its own FLOPs; the record the docs' table is rendered from."""
+    from benchmarks import mae_step
+    from models.mae import MAEConfig
+    from train import records, run_record
+    from train.config import load_config_file
+    from train.tasks.mae_pretrain import model_config
+
+    out = tmp_path / "mae_step.json"
+    report = mae_step.main(["--config", "configs/vit/mae.py:smoke", "--batch", "4", "--steps",
+                            "1", "--repeats", "1", "--json", str(out)])
+    visible, tokens = report["rows"]
+    assert (visible["label"], tokens["label"]) == (mae_step.VISIBLE, mae_step.MASK_TOKENS)
+    cfg: MAEConfig = model_config(load_config_file("configs/vit/mae.py:smoke"))
+    assert tokens["params"] - visible["params"] == (cfg.encoder.hidden_size
+                                                    - cfg.decoder.hidden_size)
+    masked_cfg = dataclasses.replace(cfg, mask_token_in_encoder=True)
+    assert report["ratios"]["model FLOPs ratio (mask tokens / visible only)"] == pytest.approx(
+        flops.mae_train_flops_per_example(masked_cfg, 1)
+        / flops.mae_train_flops_per_example(cfg, 1))
+    assert report["ratios"][mae_step.RATIO] == pytest.approx(tokens["step_s"] / visible["step_s"])
+    assert (report["visible"], report["patches"]) == (12, 49)
+    record = run_record.load(out)
+    assert record["kind"] == "benchmark" and record["metrics"]["table"] == mae_step.markdown(report)
+    assert record["command"][:3] == ["python", "-m", "benchmarks.mae_step"]
+    with pytest.raises(run_record.RecordError, match="stands for `python -m benchmarks.mae_step"):
+        records.save(out, "bench_mae_step", runs_dir=tmp_path / "runs")

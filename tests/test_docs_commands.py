@@ -107,6 +107,8 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
         from train.sweep import parse_args
     elif module == "benchmarks.train_step":
         from benchmarks.train_step import parse_args
+    elif module == "benchmarks.mae_step":
+        from benchmarks.mae_step import parse_args
     elif module == "benchmarks.distill_speed":
         from benchmarks.distill_speed import parse_args
     elif module == "train.export":
@@ -140,9 +142,9 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
 @pytest.mark.parametrize("where, argv", COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_command_runs_as_written(where, argv, monkeypatch):
     module, args = argv[0], argv[1:]
-    known = {"train", "train.sweep", "benchmarks.train_step", "benchmarks.distill_speed",
-             "train.export", "train.kneser_ney", "benchmarks.lm_decode", "train.predict",
-             *PARSED_BY_MAIN}
+    known = {"train", "train.sweep", "benchmarks.train_step", "benchmarks.mae_step",
+             "benchmarks.distill_speed", "train.export", "train.kneser_ney",
+             "benchmarks.lm_decode", "train.predict", *PARSED_BY_MAIN}
     assert module in known, f"{where}: a command no test checks: python -m {module}"
     if not args:  # `python -m train.sweep` named in the text: the module is the command
         return

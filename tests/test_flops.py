@@ -97,3 +97,32 @@ def test_bert_flops_by_hand():
     no_nsp = BertConfig(nsp=False)
     assert bert_train_flops_per_example(cfg, t, p) - bert_train_flops_per_example(no_nsp, t, p) \
         == TRAIN_FLOPS_FACTOR * 2 * (h * h + 2 * h)
+
+
+def test_mae_training_flops_by_hand():
+    """models/mae.py: the patch embedding of every patch, the encoder over the class token and
+    the K visible patches (or all N with mask tokens in the encoder), the decoder's input
+    projection of those tokens, its blocks over the class token and all N, the pixel
+    prediction of every patch."""
+    from models.mae import MAEConfig, MAEDecoderConfig
+    from train.flops import mae_train_flops_per_example
+
+    encoder = ViTConfig(num_classes=0, image_size=(8, 8), patch_size=4, hidden_size=4,
+                        num_layers=1, num_heads=2, mlp_dim=8, posemb="sincos_2d", pool="cls")
+    cfg = MAEConfig(encoder, MAEDecoderConfig(hidden_size=8, num_layers=2, num_heads=2,
+                                              mlp_dim=16), mask_ratio=0.5)
+    n, k, pixels = 4, 2, 4 * 4 * 3                          # 2 x 2 patches, half visible
+    embedding = 2 * n * pixels * 4
+    encoded = 1 + k
+    blocks = 2 * encoded * (4 * 4 * 4 + 2 * 4 * 8) + 4 * encoded * encoded * 4
+    projection = 2 * encoded * 4 * 8
+    decoder = 2 * (2 * (1 + n) * (4 * 8 * 8 + 2 * 8 * 16) + 4 * (1 + n) * (1 + n) * 8)
+    predict = 2 * n * 8 * pixels
+    assert mae_train_flops_per_example(cfg, channels=3) == TRAIN_FLOPS_FACTOR * (
+        embedding + blocks + projection + decoder + predict)
+    encoded = 1 + n                                          # Table 1c: every patch encoded
+    blocks = 2 * encoded * (4 * 4 * 4 + 2 * 4 * 8) + 4 * encoded * encoded * 4
+    projection = 2 * encoded * 4 * 8
+    tokens = MAEConfig(encoder, cfg.decoder, mask_ratio=0.5, mask_token_in_encoder=True)
+    assert mae_train_flops_per_example(tokens, channels=3) == TRAIN_FLOPS_FACTOR * (
+        embedding + blocks + projection + decoder + predict)

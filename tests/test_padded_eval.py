@@ -31,6 +31,7 @@ FINETUNE = "configs/bert/finetune.py:smoke,init=scratch"
 # their initialisation: a zero head gives every example, padding included, the same loss.
 CASES = {
     "classify": ("configs/vit/fashion_mnist.py:smoke", {}, "fashion_mnist_env"),
+    "mae_pretrain": ("configs/vit/mae.py:smoke", {}, "fashion_mnist_env"),
     "translate": ("configs/transformer/translate.py:smoke", {}, "bible_env"),
     "causal_lm": ("configs/lm/english.py:smoke", {}, "english_lm_env"),
     "bert_pretrain": ("configs/bert/pretrain.py:smoke", {"data.names": "('brown',)"},

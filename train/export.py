@@ -73,6 +73,10 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str | None = N
                                   overwrite=overwrite)
     head, layout = head or "auto", layout or "vit"
     cfg = saved_model(ViTConfig, saved, directory)
+    if cfg.probe_norm:
+        raise ConfigError(f"{directory} is a linear probe with probe_norm=True: neither format "
+                          "has its feature standardisation before the head; export the "
+                          "encoder's run (its config.init) instead")
     out_path = pathlib.Path(out)  # local path: models/ writes the .npz or HF folder locally
     if format == "auto":
         format = "npz" if out_path.suffix == ".npz" else "hf"

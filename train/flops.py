@@ -51,6 +51,27 @@ def vit_train_flops_per_example(cfg, channels: int) -> float:
     return TRAIN_FLOPS_FACTOR * float(forward)
 
 
+def mae_train_flops_per_example(cfg, channels: int) -> float:
+    """Training FLOPs of one image through `models.mae.MAE` with config `cfg` (an MAEConfig).
+
+    The patch embedding of all N patches (the encoder embeds every patch, then keeps the
+    visible ones); the encoder's blocks over the class token and the K visible patches, or all
+    N with `mask_token_in_encoder` (Table 1c); the decoder's input projection of those tokens,
+    its blocks over the class token and all N patches, and the pixel prediction of the N
+    patches (computed for all, the loss reads the masked ones).
+    """
+    enc, dec = cfg.encoder, cfg.decoder
+    n, prefix = cfg.num_patches, enc.num_prefix_tokens
+    encoded = prefix + (n if cfg.mask_token_in_encoder else cfg.num_visible)
+    pixels = enc.patch_size ** 2 * channels
+    forward = 2.0 * n * pixels * enc.hidden_size
+    forward += encoder_forward_flops(encoded, enc.hidden_size, enc.mlp_dim, enc.num_layers)
+    forward += 2.0 * encoded * enc.hidden_size * dec.hidden_size
+    forward += encoder_forward_flops(prefix + n, dec.hidden_size, dec.mlp_dim, dec.num_layers)
+    forward += 2.0 * n * dec.hidden_size * pixels
+    return TRAIN_FLOPS_FACTOR * forward
+
+
 def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32) -> float:
     """Best observed FLOP/s of one square matmul on the default device (a practical peak).
 

@@ -106,6 +106,11 @@ RUNS = {run.name: run for run in (
     HeadlineRun("bench_vit_b16", "`make bench`: ViT-B/16 train step (224x224, batch 8) beside "
                                  "Hugging Face's Flax ViT",
                 _BENCH.format(model="--model vit --size B/16 --batch 8", file="vit_b16")),
+    HeadlineRun("bench_mae_step", "the MAE pretraining step, 3 in 4 patches masked, against "
+                                  "the same model encoding every patch with mask tokens "
+                                  "(target >= 2.5x)",
+                "python -m benchmarks.mae_step --steps 3 --repeats 5 "
+                "--json workdirs/bench/mae_step.json"),
     _distil_speed("spam", "seq 128"),
     _distil_speed("tweets", "seq 64, as Brown POS"),
     HeadlineRun("bench_marian_decode", "beam-search translation (beam 4, batch 1 and 32) by an "

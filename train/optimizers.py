@@ -15,6 +15,9 @@ parameters (as in the original BERT code). Their warmup reaches `peak` at step `
        | sgd(momentum)                  (heavy-ball momentum: the ViT paper's fine-tuning)
     -> scaled by the schedule chosen by `schedule`
 
+`freeze(tx, trained)` leaves every top-level parameter subtree not in `trained` as it is (a
+linear probe's frozen encoder): their updates are set to zero (optax.set_to_zero).
+
 Gradient accumulation is the trainer's job (a microbatch scan inside the step), not an optax
 wrapper here.
 """
@@ -193,6 +196,32 @@ def weight_decay_mask(params: Any) -> Any:
         return decision
 
     return jax.tree_util.tree_map_with_path(decide, params, is_leaf=meta.is_axis_metadata)
+
+
+# --------------------------------------------------------------------------------------------
+# Frozen parameters
+# --------------------------------------------------------------------------------------------
+
+def frozen_mask(params: Any, trained) -> Any:
+    """True for the leaves of `params` outside the top-level keys in `trained` (the frozen
+    ones), False under them; boxed leaves get boxed decisions, as in weight_decay_mask."""
+    trained = frozenset(trained)
+
+    def decide(path, leaf):
+        decision = _key_name(path[0]) not in trained
+        return leaf.replace_boxed(decision) if isinstance(leaf, meta.AxisMetadata) else decision
+
+    return jax.tree_util.tree_map_with_path(decide, params, is_leaf=meta.is_axis_metadata)
+
+
+def freeze(tx: optax.GradientTransformation, trained) -> optax.GradientTransformation:
+    """`tx`, then its updates of every top-level parameter not named in `trained` set to zero
+    (optax.masked(optax.set_to_zero())): weight decay and all, those parameters stay exactly as
+    they are. (A masked tail rather than optax.multi_transform: the latter's states hold
+    placeholder nodes the trainer's sharding rules do not map; `tx`'s moments of the frozen
+    parameters stay zero where the task gives them zero gradients.)"""
+    return optax.chain(tx, optax.masked(optax.set_to_zero(),
+                                        lambda params: frozen_mask(params, trained)))
 
 
 # --------------------------------------------------------------------------------------------

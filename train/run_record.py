@@ -273,6 +273,16 @@ def final_eval(workdir: epath.Path) -> dict | None:
     return _values(final[-1]) if final else None
 
 
+def final_train(workdir: epath.Path) -> dict | None:
+    """The metrics of the last train record the trainer logged in the workdir (its speed over the
+    last train.log_every steps among them), or None when it has none."""
+    try:
+        _, train = _log(workdir)
+    except OSError:
+        return None
+    return None if train is None else _values(train)
+
+
 def _earlier_sessions(path: epath.Path, start_step: int) -> list[dict]:
     """The sessions of the run this one continues. A run that starts from step 0 continues
     nothing: an older record there (of a run whose checkpoints are gone) is moved aside to

@@ -16,7 +16,7 @@ import numpy as np
 from etils import epath
 
 from train import storage
-from train.run_record import final_eval
+from train.run_record import final_eval, final_train
 from train.sweep_spec import Sweep, SweepError
 
 
@@ -38,14 +38,23 @@ def collect(sweep: Sweep, sweep_dir: epath.Path) -> list[dict]:
             values = {}
             for metric in sweep.metrics:
                 stage = metric.stage or sweep.stages[-1].name
-                found = stages[stage]["metrics"]
+                found = (stages[stage]["metrics"] if metric.split == "eval" else
+                         _train_values(stages[stage], seed_dir / stage))
                 if metric.name not in found:  # a misspelt Metric gave an empty column
-                    raise SweepError(f"{seed_dir / stage}: its final eval has no metric "
-                                     f"{metric.name!r}; it has {sorted(found)}")
+                    raise SweepError(f"{seed_dir / stage}: its final {metric.split} record has "
+                                     f"no metric {metric.name!r}; it has {sorted(found)}")
                 values[sweep.label(metric)] = found[metric.name]
             records.append({"row": row, "seed": int(seed_dir.name[5:]), "metrics": values,
                             "wall_s": sum(s["wall_s"] for s in stages.values())})
     return records
+
+
+def _train_values(result: dict, workdir: epath.Path) -> dict:
+    """The last train record's metrics of a finished run: from its run record (in result.json),
+    else from its workdir's metrics.jsonl."""
+    record = result.get("record") or {}
+    found = record.get("metrics", {}).get("train") or final_train(workdir)
+    return {k: v for k, v in (found or {}).items() if k not in ("step", "split", "time")}
 
 
 def summarize(sweep: Sweep, records: list[dict]) -> dict[str, dict]:

@@ -18,17 +18,26 @@ class SweepError(ValueError):
     """The sweep config, the command line or the sweep directory is inconsistent."""
 
 
+SPLITS = ("eval", "train")
+
+
 @dataclasses.dataclass(frozen=True)
 class Metric:
-    """A number from a run's final eval (the 'eval' record at train.num_steps in metrics.jsonl)."""
+    """A number from a run's final eval (the 'eval' record at train.num_steps in metrics.jsonl),
+    or with split='train' from its last train record (e.g. steps_per_second: a measured speed,
+    over the last train.log_every steps, evals and checkpoints not counted)."""
 
     name: str                  # key of the eval record, e.g. 'accuracy'
     better: str = "max"        # 'max' | 'min'
     stage: str = ""            # the stage whose final eval holds it; '': the last stage
+    split: str = "eval"        # 'eval' | 'train'
 
     def __post_init__(self):
         if self.better not in ("max", "min"):
             raise SweepError(f"Metric {self.name!r}: better={self.better!r} is not 'max' or 'min'")
+        if self.split not in SPLITS:
+            raise SweepError(f"Metric {self.name!r}: split={self.split!r} is not one of "
+                             f"{list(SPLITS)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,9 +187,11 @@ class Sweep:
                                  f"sweep's metrics are {labels}")
 
     def label(self, metric: Metric) -> str:
-        """Column name: 'accuracy', or 'pretrain.mlm_accuracy' for a stage other than the last."""
+        """Column name: 'accuracy', or 'pretrain.mlm_accuracy' for a stage other than the last;
+        a train-split metric's name is 'train.<name>' ('pretrain.train.steps_per_second')."""
         stage = metric.stage or self.stages[-1].name
-        return metric.name if stage == self.stages[-1].name else f"{stage}.{metric.name}"
+        name = metric.name if metric.split == "eval" else f"train.{metric.name}"
+        return name if stage == self.stages[-1].name else f"{stage}.{name}"
 
 
 def load_sweep_file(spec: str) -> Sweep:

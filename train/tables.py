@@ -68,6 +68,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "baselines": rt.baseline_table,
     "bench_bert_base": rt.benchmark("bench_bert_base"),
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
+    "bench_mae_step": rt.benchmark("bench_mae_step"),
     "bench_distil_spam": rt.benchmark("bench_distil_spam"),
     "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
     "language_model": rt.language_model,

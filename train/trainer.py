@@ -39,7 +39,7 @@ from train.config import ConfigError, check_choice
 from train.distributed import differing_processes
 from train.flops import measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
-from train.optimizers import make_optimizer
+from train.optimizers import freeze, make_optimizer
 from train.preemption import Preemption
 from train.step_log import StepLog
 from train.tasks import get_task, task_class
@@ -114,6 +114,8 @@ class Trainer:
         except ValueError as error:
             message = str(error)
             raise ConfigError(message if message.startswith("config.") else f"config.{message}") from error
+        if self.task.trained_parameters is not None:  # e.g. a linear probe: the rest frozen
+            self.optimizer = freeze(self.optimizer, self.task.trained_parameters)
 
         def init_state(rng):
             params_rng, dropout_rng = jax.random.split(rng)

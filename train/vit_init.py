@@ -12,7 +12,11 @@ fits the run (`config.init_head`).
                  ViTForImageClassification, models/hf_vit.py), or the workdir of an earlier
                  classification run (its config.json and its latest checkpoint; a local folder
                  or gs:// URL), e.g. the stage=pretrain run of configs/vit/imagenet.py, which
-                 its stage=finetune starts from at 384 px with init_head='new'.
+                 its stage=finetune starts from at 384 px with init_head='new', or of a
+                 masked-autoencoder pretraining run (configs/vit/mae.py, models/mae.py): its
+                 encoder, `params['encoder']`, is a ViT without a classifier (the decoder and,
+                 for Table 1c's variant, the encoder's mask token are left out), as BERT
+                 fine-tuning starts from a pretraining workdir.
 
 The checkpoint decides the architecture (width, depth, heads, patch size, position embedding,
 pooling, stem, activation, norms): config.model's values of those are replaced, as BERT's
@@ -43,6 +47,7 @@ from train.config import ConfigError, to_dataclass
 
 INIT_HEADS = ("auto", "new")
 TASK = "classify"
+MAE_TASK = "mae_pretrain"   # train/tasks/mae_pretrain.py: its model's 'encoder' is a ViT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +62,7 @@ class ViTInit:
 
 @dataclasses.dataclass(frozen=True)
 class _Checkpoint:
-    kind: str                     # 'npz' | 'hf' | 'workdir'
+    kind: str                     # 'npz' | 'hf' | 'workdir' | 'mae'
     where: str
     model_config: ViTConfig
     channels: int
@@ -100,17 +105,24 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
     if not saved_path.is_file():
         raise ConfigError(
             f"config.init={init!r} is neither 'scratch', an .npz checkpoint, a Hugging Face "
-            f"folder (config.json + {WEIGHTS_FILE}) nor a classification workdir: "
+            f"folder (config.json + {WEIGHTS_FILE}) nor a classification or MAE workdir: "
             f"{saved_path} does not exist")
     saved = json.loads(saved_path.read_text())
     task = saved.get("task", {}).get("name")
-    if task != TASK:
-        raise ConfigError(f"config.init={init!r}: that run's task is {task!r}, not {TASK!r}")
+    if task not in (TASK, MAE_TASK):
+        raise ConfigError(f"config.init={init!r}: that run's task is {task!r}, not {TASK!r} or "
+                          f"{MAE_TASK!r}")
+    mae = task == MAE_TASK
+    model = saved["model"]["encoder"] if mae else saved["model"]
     fields = {f.name for f in dataclasses.fields(ViTConfig)}
     try:
-        cfg = ViTConfig(**{k: v for k, v in saved["model"].items() if k in fields})
+        cfg = ViTConfig(**{k: v for k, v in model.items() if k in fields})
     except (TypeError, ValueError) as error:
         raise ConfigError(f"the model of {saved_path} gives no valid ViTConfig: {error}") from error
+    if mae:
+        return _Checkpoint("mae", f"the encoder of the masked autoencoder in {workdir}, its "
+                           "latest checkpoint (its decoder left out)", cfg,
+                           int(saved["data"]["image_shape"][-1]), False)
     return _Checkpoint("workdir", f"the run in {workdir}, its latest checkpoint", cfg,
                        int(saved["data"]["image_shape"][-1]), True)
 
@@ -129,7 +141,7 @@ def resolve_init(config: ml_collections.ConfigDict, *, build: bool = True) -> Vi
                           f"{list(INIT_HEADS)}")
     if not config.init:
         raise ConfigError("config.init is empty; use 'scratch', an .npz file, a Hugging Face "
-                          "folder or a classification workdir")
+                          "folder, or a classification or MAE pretraining workdir")
     if config.init == "scratch":
         return ViTInit(to_dataclass(ViTConfig, _model_section(config), "model"), None, (), ())
     found = _find(config)
@@ -160,5 +172,8 @@ def _read(found: _Checkpoint, init: str) -> Any:
             return load_hf_checkpoint(init)[1]
     except CheckpointError as error:
         raise ConfigError(f"config.init={init!r}: {error}") from error
-    return load_params(storage.run_path(init))
+    params = load_params(storage.run_path(init))
+    if found.kind == "mae":  # the ViT inside the autoencoder; its Table 1c mask token is MAE's
+        return {k: v for k, v in params["encoder"].items() if k != "mask_token"}
+    return params
 

@@ -21,7 +21,16 @@ Variants (`:arg`, comma-separated):
                                                (the data's 28 x 28 by default)
   plain                                        the published ViT's architecture: no stem, the
          class token, Flax's tanh GELU (both `python -m train.export` formats describe it)
+  probe                                        a linear probe of config.init's encoder (e.g. the
+         workdir of configs/vit/mae.py): the encoder frozen, its pooled features standardised
+         (model.probe_norm, MAE's BatchNorm without affine), only the zero-initialised
+         classifier trains, without weight decay
+  labels=1.0                                   the fraction of the training images (and labels)
+         used, drawn per class (data.train_subset='balanced') with config.seed
   smoke                                        a seconds-long run for tests
+Fine-tuning or a linear probe from a masked autoencoder: `...:init=workdirs/mae_fmnist` and
+`...:init=workdirs/mae_fmnist,probe` (configs/vit/mae.py; the encoder's architecture replaces the
+config's, a new head).
 e.g. `--config configs/vit/fashion_mnist.py:posemb=sincos_2d` or `...:smoke`, or fine-tuning
 at twice the resolution of an exported run, its position embeddings resampled (ViT Sec. 3.2):
 `--config configs/vit/fashion_mnist.py:init=exports/vit_fmnist,image_size=56`.
@@ -37,7 +46,8 @@ from models.sizes import vit_size
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     args = common.parse_arg(arg, posemb="learned_1d", posemb_mode="stem", size="custom",
-                            init="scratch", image_size=0, plain=False, smoke=False)
+                            init="scratch", image_size=0, plain=False, probe=False, labels=1.0,
+                            smoke=False)
     if args.image_size < 0:
         raise ValueError(f"image_size={args.image_size} must be > 0 (or 0: the data's 28)")
     config = ml_collections.ConfigDict()
@@ -49,6 +59,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = ml_collections.ConfigDict()
     config.task.name = "classify"            # train/tasks/classify.py
     config.task.label_smoothing = 0.0        # epsilon of label-smoothed cross-entropy
+    config.task.probe = args.probe           # True: a linear probe, only the head trains
+    config.task.probe_norm_examples = 10_000  # training images of model.probe_norm's statistics
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "vit"                # models/vit.py
@@ -66,6 +78,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # position table is added (Table 8's columns)
     config.model.pool = "mean"               # mean of patch tokens (converges faster here) | cls (paper)
     config.model.head_hidden_size = 0        # >0: tanh pre-logits layer
+    config.model.probe_norm = args.probe     # standardise the pooled features by their fixed
+                                             # statistics (a linear probe's BatchNorm)
     config.model.stem_channels = 16          # hybrid input: patches of a 3x3-conv feature map; 0 = pure ViT
     config.model.dropout_rate = 0.0
     config.model.attention_dropout_rate = 0.0
@@ -94,6 +108,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.resize = False               # True: resize the images (bilinear, on the device)
                                              # to model.image_size
     config.data.train_split = "train"
+    config.data.train_fraction = args.labels  # the share of the training split used (1.0: all)
+    config.data.train_subset = "balanced"    # how a fraction is drawn: balanced (as many of
+                                             # every class) | random
     config.data.eval_split = "test"
     config.data.augment = "flip"             # none | flip | crop_flip (2px-padded random crop)
                                              # | inception_crop (images of any size)
@@ -110,6 +127,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.train = common.train_config(
         num_steps=5900, log_every=100, eval_every=2000, checkpoint_every=2000)
     config.mesh = common.mesh_config()
+    if args.probe:  # the paper's probe has no weight decay (MAE App. A.3)
+        config.optimizer.weight_decay = 0.0
     if args.image_size:
         config.model.image_size = (args.image_size, args.image_size)
         config.data.resize = (args.image_size, args.image_size) != config.data.image_shape[:2]
@@ -121,4 +140,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.update(num_steps=20, log_every=5, eval_every=10, checkpoint_every=10,
                             keep_checkpoints=2, progress_bar=False)
         config.optimizer.warmup_steps = 5
+        config.task.probe_norm_examples = 500
     return config

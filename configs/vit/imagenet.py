@@ -90,6 +90,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = ml_collections.ConfigDict()
     config.task.name = "classify"            # train/tasks/classify.py
     config.task.label_smoothing = 0.0
+    config.task.probe = False                # True: a linear probe (only the head trains)
+    config.task.probe_norm_examples = 0      # images of model.probe_norm's statistics
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "vit"                # models/vit.py
@@ -102,6 +104,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # App. D.3 / Sec. 3.1: an MLP head with one tanh hidden layer when pretraining, a single
     # linear layer when fine-tuning.
     config.model.head_hidden_size = 0 if finetune else config.model.hidden_size
+    config.model.probe_norm = False          # a linear probe's fixed feature standardisation
     config.model.stem_channels = 0           # the plain ViT (no hybrid stem)
     config.model.dropout_rate = 0.0 if finetune else 0.1  # Table 3 (ImageNet): 0.1
     config.model.attention_dropout_rate = 0.0
@@ -122,6 +125,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.resize = False               # the pipeline's crops are at the model's size
     config.data.train_split = "train"
     config.data.eval_split = "validation"    # the 50,000 validation images (Table 5's ImageNet)
+    config.data.train_fraction = 1.0         # the share of the training split used
+    config.data.train_subset = "random"      # how a fraction is drawn: random | balanced
     config.data.augment = "inception_crop"   # Inception crop of 8-100% of the area, then flip
     # Evaluation: the standard 87.5% centre crop at 224; the authors' fine-tuning code resizes
     # the whole image to the resolution.

@@ -4,6 +4,12 @@ Every batch is a dict of numpy arrays for ONE process:
   'image'  float32 [b, h, w, c]  (x / 255 - mean) / std, per channel
   'label'  int32   [b]
   'mask'   float32 [b]            1 for a real example, 0 for eval padding
+  'patch_order' int32 [b, N]     with `patch_order=N`: a random permutation of each image's N
+                                 patches, the masked autoencoder's masks
+                                 (data/pipelines/patch_masking.py); in training drawn from an
+                                 rng seeded with (seed, global batch index), like the
+                                 augmentation, in an eval pass from one seeded with (seed,
+                                 example index)
 
 Order of examples. The pipeline works on example indices, so reading is batched
 (`source.__getitems__`). All processes build the same global stream of batches of `batch_size`
@@ -38,7 +44,7 @@ TFDS name, or `mean`/`std` passed in (see `compute_mean_std` for a dataset not i
 Checkpointing: the returned `grain.DatasetIterator` has `get_state() -> {'next_index': int}`
 (batches this process has taken; JSON-serialisable) and `set_state(state)`. A state resumes
 exactly only into a pipeline built with the same source, split, batch_size, seed,
-process_index/process_count, num_epochs, augment and eval_resize.
+process_index/process_count, num_epochs, augment, eval_resize and patch_order.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ from data.builders.examples import read_examples
 from data.builders.sources import NORMALIZATION
 from data.errors import DataError
 from data.pipelines import image_crops
+from data.pipelines.patch_masking import KEY as PATCH_ORDER
+from data.pipelines.patch_masking import AddPatchOrder, ExamplePatchOrder
 from data.pipelines.sharding import check_sharding, dataset_name, describe, padded_size, seeds
 
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
@@ -82,12 +90,14 @@ class _LoadBatch:
 
     Indices >= len(source) are padding: zero image, label 0, mask 0. With `any_size`, 'image' is
     a list of the decoded images as they are (padding: None), for a later step to bring to
-    image_shape; else each must have image_shape.
+    image_shape; else each must have image_shape. With `patch_order` (an eval pass) the batch
+    also holds each index's patch permutation.
     """
 
-    def __init__(self, source, image_shape: tuple[int, ...], any_size: bool = False):
+    def __init__(self, source, image_shape: tuple[int, ...], any_size: bool = False,
+                 patch_order: ExamplePatchOrder | None = None):
         self.source, self.image_shape, self.length = source, image_shape, len(source)
-        self.any_size = any_size
+        self.any_size, self.patch_order = any_size, patch_order
 
     def __call__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         real = indices[indices < self.length]
@@ -109,7 +119,10 @@ class _LoadBatch:
             labels[j] = example["label"]
         mask = np.zeros((len(indices),), np.float32)
         mask[: len(real)] = 1.0
-        return {"image": images, "label": labels, "mask": mask}
+        batch = {"image": images, "label": labels, "mask": mask}
+        if self.patch_order is not None:  # an eval pass: each example's own permutation
+            batch[PATCH_ORDER] = self.patch_order(indices)
+        return batch
 
 
 AUGMENTATIONS = ("none", "flip", "crop_flip", "inception_crop")
@@ -180,7 +193,7 @@ class _Normalize:
 def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   image_shape: Sequence[int], process_index: int = 0, process_count: int = 1,
                   augment: str = "none", eval_resize: str = "none",
-                  num_epochs: int | None = None,
+                  num_epochs: int | None = None, patch_order: int = 0,
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Iterator over this process's batches of `source` (see the module docstring)."""
@@ -224,7 +237,7 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                         f"({image_shape[-1]})")
     if not all(np.isfinite(mean)) or not all(s > 0 for s in std):  # `not >` catches NaN too
         raise DataError(f"mean {mean} must be finite and std {std} positive")
-    shuffle_seed, augment_seed = seeds(seed, 2)
+    shuffle_seed, augment_seed, patch_order_seed = seeds(seed, 3)
 
     ds = grain.MapDataset.range(n)
     if train:
@@ -235,12 +248,16 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     else:
         padded = padded_size(n, batch_size=batch_size, process_count=process_count)
         ds = grain.MapDataset.range(padded).batch(batch_size)
-    ds = ds.map(_LoadBatch(source, image_shape, any_size))
+    example_orders = (ExamplePatchOrder(patch_order, patch_order_seed)
+                      if patch_order and not train else None)
+    ds = ds.map(_LoadBatch(source, image_shape, any_size, example_orders))
     if train and augment != "none":
         ds = ds.random_map(_Augment(augment, image_shape),  # seeded by global batch index
                            seed=augment_seed)
     elif any_size:
         ds = ds.map(_EvalResize(eval_resize, image_shape))
+    if patch_order and train:  # seeded by global batch index, before the batches are shared out
+        ds = ds.random_map(AddPatchOrder(patch_order), seed=patch_order_seed)
     ds = ds[process_index::process_count]
     if len(ds) == 0:
         raise DataError(f"{describe(source)}: {n} examples x {num_epochs} epochs give no batch "

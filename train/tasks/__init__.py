@@ -16,6 +16,7 @@ def task_class(config):
              "translate": "train.tasks.translate:TranslationTask",
              "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask",
              "finetune": "train.tasks.finetune:FinetuneTask",
+             "mae_pretrain": "train.tasks.mae_pretrain:MAEPretrainingTask",
              "distill_pretrain": "train.tasks.distill_pretrain:GeneralDistillationTask",
              "distill_finetune": "train.tasks.distill_finetune:TaskDistillationTask",
              "causal_lm": "train.tasks.causal_lm:CausalLMTask"}

@@ -50,6 +50,9 @@ Optional, with the defaults below:
                            which the trainer keeps in the workdir; None for image tasks
   vocabulary_settings      the config keys that decided it ('data.vocab_size', ...); () when it
                            came from a file or a pretrained model
+  trained_parameters       None (every parameter trains), or the top-level parameter names the
+                           optimizer updates, the others frozen (train/optimizers.py `freeze`):
+                           a linear probe's ('head',)
   resolution() -> Resolution   what the task decided beyond its config (train/run_config.py):
                            the model that runs, other values set as it started, the lines the
                            trainer prints (where the weights came from); the workdir's
@@ -105,6 +108,7 @@ def eval_fn_of(task):
 
 class Task:
     decode_every: int | None = None
+    trained_parameters: tuple[str, ...] | None = None
     tokenizer = None
     vocabulary_settings: tuple[str, ...] = ()
     has_frozen_params: bool = False

@@ -10,9 +10,25 @@ checkpoint, or an earlier classification workdir, whose weights replace the rand
 `init_variables` (the head kept or new, `config.init_head`). With `config.data.resize` the
 stored images are resized bilinearly to config.model.image_size on the device, before the model
 (the ViT paper fine-tunes at a higher resolution than it pre-trains at, Sec. 3.2).
+
+Linear probing (`config.task.probe`; MAE, He et al. 2022, Sec. 4 and App. A.3): the encoder is
+frozen and only the classifier trains. Frozen twice over: the loss sees the other parameters
+through stop_gradient (no backward pass through the encoder), and the optimizer gives them
+optax.set_to_zero updates (train/optimizers.py `freeze`: weight decay included), so they stay
+bit for bit what config.init loaded; the model runs as at test time (no dropout), and
+the head is linear (head_hidden_size=0). config.json records it (`task.trained_parameters`).
+With config.model.probe_norm the pooled features are standardised before the head by their
+mean and variance over the first config.task.probe_norm_examples training images, computed
+here through the frozen encoder when the task is built (models.vit.ProbeNorm: the paper's
+BatchNorm without affine transformation, in its inference form).
+
+The training images may be a fraction of the split (config.data.train_fraction,
+train/tasks/image_data.py): fine-tuning with few labels.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -20,22 +36,19 @@ import ml_collections
 import numpy as np
 
 from data.pipelines import images as image_data
-from data.pipelines.sharding import num_batches
-from data.builders import sources
-from models.vit import ViT, ViTConfig
+from models.vit import ViT, ViTConfig, pool_tokens
+from models.vit_transfer import HEAD, PROBE_NORM
 from train import flops
 from train.config import ConfigError, check_choice
 from train.losses import cross_entropy
 from train.pretrained_params import put_pretrained
 from train.run_config import Resolution
 from train.tasks.base import Task
+from train.tasks.image_data import ImageData, check_data
 from train.vit_init import resolve_init
 
 MODELS = {"vit": (ViT, ViTConfig)}
-# How pixels become model inputs: the dataset's per-channel mean and std
-# (data/builders/sources.py NORMALIZATION), or x / 127.5 - 1, the [-1, 1] range of the ViT
-# paper's input pipeline (and of the published ViT checkpoints).
-NORMALIZATIONS = {"dataset": None, "minus_one_to_one": (0.5, 0.5)}
+PROBE_TRAINED = (HEAD,)  # what a linear probe trains; every other parameter is frozen
 
 
 def _init(config: ml_collections.ConfigDict, *, build: bool):
@@ -43,17 +56,36 @@ def _init(config: ml_collections.ConfigDict, *, build: bool):
     return resolve_init(config, build=build)
 
 
-class ClassificationTask(Task):
+def _check_probe(config: ml_collections.ConfigDict, model_config: ViTConfig) -> None:
+    """ConfigError for a probe that is not linear, or probe statistics without a frozen
+    pretrained encoder."""
+    task = config.task
+    if model_config.probe_norm and not task.probe:
+        raise ConfigError("config.model.probe_norm standardises the features of a frozen "
+                          "encoder; it needs config.task.probe=True")
+    if not task.probe:
+        return
+    if model_config.head_hidden_size:
+        raise ConfigError(f"config.task.probe trains a linear classifier, but the model has a "
+                          f"pre-logits layer (head_hidden_size={model_config.head_hidden_size}); "
+                          "set config.model.head_hidden_size=0")
+    if model_config.probe_norm and config.init == "scratch":
+        raise ConfigError("config.model.probe_norm computes the features' statistics through a "
+                          "pretrained encoder, but config.init='scratch'; give config.init a "
+                          "checkpoint or set probe_norm=False")
+    if model_config.probe_norm and task.probe_norm_examples < 1:
+        raise ConfigError(f"config.task.probe_norm_examples={task.probe_norm_examples} must be "
+                          ">= 1 (the training images the feature statistics are computed on)")
+
+
+class ClassificationTask(ImageData, Task):
     """ViT (or any `images -> logits` model) on a labelled image dataset."""
 
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         if saved_vocabulary is not None:
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
                               "used by a text task, not image classification; use a new --workdir")
-        check_choice(config, "data.source", ("local", "tfds"))
-        check_choice(config, "data.augment", image_data.AUGMENTATIONS)
-        check_choice(config, "data.eval_resize", image_data.EVAL_RESIZES)
-        check_choice(config, "data.normalize", NORMALIZATIONS)
+        check_data(config)
         self.init = _init(config, build=True)
         self.model_config = self.init.model_config
         self.model = MODELS[config.model.name][0](self.model_config)
@@ -68,20 +100,59 @@ class ClassificationTask(Task):
                               "True to resize the images to the model's size")
         self.image_shape = shape
         self.d_model = self.model_config.hidden_size
+        _check_probe(config, self.model_config)
+        self.probe = bool(config.task.probe)
+        self.trained_parameters = PROBE_TRAINED if self.probe else None
+        self.probe_statistics = (self._feature_statistics() if self.model_config.probe_norm
+                                 else None)
 
     @staticmethod
-    def datasets(config) -> tuple[str, ...]:
-        return (config.data.name,) if config.data.source == "local" else ()
+    def _values(config) -> dict:
+        """What config.json records beyond the config: the parameters the optimizer updates."""
+        return {"task.trained_parameters": list(PROBE_TRAINED) if config.task.probe else "all"}
 
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The model of config.model, or of config.init's checkpoint (its config and tensor
         shapes read, not its weights), and the notes on what is carried over."""
         init = _init(config, build=False)
-        return Resolution(init.model_config, notes=init.notes)
+        _check_probe(config, init.model_config)
+        return Resolution(init.model_config, values=cls._values(config), notes=init.notes)
 
     def resolution(self) -> Resolution:
-        return Resolution(self.model_config, notes=self.init.notes)
+        notes = self.init.notes
+        if self.probe:
+            notes += ("linear probe: only the classifier trains; the encoder is frozen "
+                      "(stop_gradient, optax.set_to_zero)",)
+        return Resolution(self.model_config, values=self._values(self.config), notes=notes)
+
+    def _feature_statistics(self) -> dict:
+        """{'mean', 'var'} (float32 [D]) of the frozen encoder's pooled features over the first
+        config.task.probe_norm_examples training images, in order, without augmentation: the
+        statistics of models.vit.ProbeNorm."""
+        cfg = dataclasses.replace(self.model_config, num_classes=0, probe_norm=False)
+        encoder = ViT(cfg)
+        params = {k: v for k, v in self.init.params.items() if k not in (HEAD, PROBE_NORM)}
+        features = jax.jit(lambda p, x: pool_tokens(encoder.apply(
+            {"params": p}, self._model_input(x)), cfg.pool).astype(jnp.float32))
+        wanted = self.config.task.probe_norm_examples
+        source = self.train_source()
+        batch_size = min(wanted, len(source), self.config.data.eval_batch_size)
+        batches = image_data.image_batches(
+            source, batch_size=batch_size, train=False, seed=0, augment="none",
+            **{**self._pixels(), "patch_order": 0})
+        total = total_sq = 0.0
+        count = 0
+        for batch in batches:  # one pass in order; only the last batch has padding rows
+            take = min(wanted - count, len(batch["mask"]))
+            real = batch["mask"][:take] > 0
+            f = np.asarray(features(params, batch["image"]), np.float64)[:take][real]
+            total, total_sq, count = total + f.sum(0), total_sq + (f * f).sum(0), count + len(f)
+            if count >= wanted or not real.all():
+                break
+        mean = total / count
+        var = np.maximum(total_sq / count - mean * mean, 0.0)
+        return {"mean": mean.astype(np.float32), "var": var.astype(np.float32)}
 
     # ---- model -----------------------------------------------------------------------------
     def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -101,12 +172,18 @@ class ClassificationTask(Task):
                                     train=False)
         if self.init.params is None:
             return variables
+        loaded, fresh = self.init.params, self.init.fresh
+        if self.probe_statistics is not None:  # the frozen encoder's, not ProbeNorm's 0 and 1
+            loaded = {**loaded, PROBE_NORM: self.probe_statistics}
+            fresh = tuple(name for name in fresh if name != PROBE_NORM)
         return {**variables, "params": put_pretrained(
-            variables["params"], self.init.params, fresh=self.init.fresh,
+            variables["params"], loaded, fresh=fresh,
             what=f"the weights of config.init={self.config.init!r}")}
 
     def flops_per_example(self) -> float:
-        return flops.vit_train_flops_per_example(self.model_config, channels=self.image_shape[-1])
+        train = flops.vit_train_flops_per_example(self.model_config, channels=self.image_shape[-1])
+        # A frozen encoder runs forward only; the linear head's backward is left out.
+        return train / flops.TRAIN_FLOPS_FACTOR if self.probe else train
 
     # ---- pure functions the trainer jits ---------------------------------------------------
     def loss_normalizers(self, batch):
@@ -115,8 +192,11 @@ class ClassificationTask(Task):
 
     def loss_fn(self, params, batch, rng):
         """({'cross_entropy': sum over real examples}, {'accuracy': (sum, count)})."""
+        if self.probe:  # no gradient into (and no backward pass through) the frozen encoder
+            params = {k: v if k in PROBE_TRAINED else jax.lax.stop_gradient(v)
+                      for k, v in params.items()}
         logits = self.model.apply({"params": params}, self._model_input(batch["image"]),
-                                  train=True, rngs={"dropout": rng})
+                                  train=not self.probe, rngs={"dropout": rng})
         weights = batch["mask"]
         losses = cross_entropy(logits, batch["label"], self.label_smoothing) * weights
         correct = (jnp.argmax(logits, -1) == batch["label"]) * weights
@@ -131,32 +211,3 @@ class ClassificationTask(Task):
         correct = (jnp.argmax(logits, -1) == batch["label"]) * weights
         count = weights.sum()
         return {"loss": (losses.sum(), count), "accuracy": (correct.sum(), count)}
-
-    # ---- data --------------------------------------------------------------------------------
-    def _source(self, split: str):
-        return sources.get_data_source(self.config.data.name, split, source=self.config.data.source)
-
-    def _pixels(self) -> dict:
-        """How the pipeline brings images to the model's size and scale (config.data)."""
-        data = self.config.data
-        centre = NORMALIZATIONS[data.normalize]
-        channels = self.image_shape[-1]
-        return dict(image_shape=self.image_shape, eval_resize=data.eval_resize,
-                    mean=None if centre is None else (centre[0],) * channels,
-                    std=None if centre is None else (centre[1],) * channels)
-
-    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
-        """Endless, shuffled, per-process batches; a grain iterator with get_state/set_state."""
-        return image_data.image_batches(
-            self._source(self.config.data.train_split), batch_size=batch_size, train=True,
-            seed=seed, process_index=process_index, process_count=process_count,
-            augment=self.config.data.augment, **self._pixels())
-
-    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
-        """(iterator over this process's eval batches, number of batches every process runs)."""
-        source = self._source(self.config.data.eval_split)
-        iterator = image_data.image_batches(
-            source, batch_size=batch_size, train=False, seed=0, process_index=process_index,
-            process_count=process_count, augment="none", **self._pixels())
-        return iterator, num_batches(len(source), batch_size=batch_size,
-                                                process_count=process_count)

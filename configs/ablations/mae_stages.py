@@ -1,0 +1,60 @@
+"""The stages the masked-autoencoder sweeps share (configs/ablations/mae_*.py): pretraining with
+configs/vit/mae.py, then fine-tuning all weights or a linear probe with configs/vit/fashion_mnist.py
+started from the pretraining workdir (its encoder, train/vit_init.py), on a budget sized for the
+2-core CPU.
+
+Budget. The paper pretrains ViT-L for 800 epochs of ImageNet; here pretraining is 500 steps of 128
+images (about 1.1 epochs of Fashion-MNIST), fine-tuning and the probe 200 steps of 128 labelled
+images (0.43 epochs), each with one eval on the 10,000 test images at the end. The costs, from
+the models' FLOPs (train/flops.py) at the rate the ViT Table 8 sweep ran at (about 56 GFLOP/s on
+one core of the quiet 2-core machine: 600 steps of 256 images of a model of the same cost per
+image in about 4 minutes), with about 40 s a run of start-up, compilation and the eval: a
+pretraining run about 2.3 minutes (5 with mask tokens in the encoder), a fine-tuning run 2.7,
+a probe 1.5, the one-step `untrained` pretraining 0.6. Each sweep's docstring adds them up;
+all three come to about two hours of the 2-core machine, as two processes with disjoint
+`--rows` (or `--seeds`).
+
+`untrained` (as BERT Table 8's sweep has): one pretraining step at learning rate 0, so the
+downstream stages start from the encoder at its random initialisation: fine-tuning it is
+training the same ViT from scratch with the same budget, probing it is a linear classifier on
+random features.
+"""
+
+from __future__ import annotations
+
+from train.sweep_spec import Stage
+
+PRETRAIN = "configs/vit/mae.py"
+CLASSIFY = "configs/vit/fashion_mnist.py"
+PRETRAIN_STEPS = 500
+DOWNSTREAM_STEPS = 200
+BATCH = 128
+# The reference row without pretraining: one step that changes nothing.
+UNTRAINED = {"train.num_steps": 1, "optimizer.warmup_steps": 0, "optimizer.learning_rate": 0.0}
+
+_QUIET = {"train.progress_bar": False, "train.eval_every": 0}  # one eval, at the end
+
+
+def _arg(config: str, arg: str, smoke: bool) -> str:
+    """'FILE:ARG' with ',smoke' added for a smoke sweep."""
+    args = ",".join(a for a in (arg, "smoke" if smoke else "") if a)
+    return f"{config}:{args}" if args else config
+
+
+def pretrain(smoke: bool, steps: int = PRETRAIN_STEPS) -> Stage:
+    """The pretraining stage; rows change it (a config `:arg` of configs/vit/mae.py, or keys)."""
+    if smoke:
+        return Stage("pretrain", _arg(PRETRAIN, "", True), dict(_QUIET))
+    return Stage("pretrain", _arg(PRETRAIN, f"steps={steps}", False), {
+        **_QUIET, "data.batch_size": BATCH, "train.checkpoint_every": max(1, steps // 2)})
+
+
+def downstream(name: str, arg: str, smoke: bool, steps: int = DOWNSTREAM_STEPS) -> Stage:
+    """A stage of configs/vit/fashion_mnist.py with `arg` ('' fine-tunes all weights, 'probe',
+    'labels=0.01', ...) from the pretraining stage's workdir; rows do not change it."""
+    overrides = dict(_QUIET)
+    if not smoke:
+        overrides.update({"train.num_steps": steps, "optimizer.warmup_steps": steps // 10,
+                          "data.batch_size": BATCH, "train.checkpoint_every": steps})
+    return Stage(name, _arg(CLASSIFY, arg, smoke), overrides, apply_rows=False,
+                 previous_workdir_key="init", workdir_from="pretrain")

@@ -1,0 +1,97 @@
+"""The image data of the image tasks (classification, masked-autoencoder pretraining): the
+splits of `config.data` through the grain pipeline of data/pipelines/images.py.
+
+config.data keys read here: name, source, image_shape, train_split, eval_split, augment,
+eval_resize, normalize, and the training subset: train_fraction (1.0: the whole split; less:
+that fraction of it, data/pipelines/subsets.py) drawn as train_subset says ('random' |
+'balanced': the same number of every class), seeded with config.seed, so a seed takes the same
+examples in every run (fine-tuning from a pretrained encoder and from scratch see the same
+labels).
+"""
+
+from __future__ import annotations
+
+from data.builders import sources
+from data.errors import DataError
+from data.pipelines import images as image_data
+from data.pipelines import subsets
+from data.pipelines.sharding import num_batches
+from train.config import ConfigError, check_choice
+
+# How pixels become model inputs: the dataset's per-channel mean and std
+# (data/builders/sources.py NORMALIZATION), or x / 127.5 - 1, the [-1, 1] range of the ViT
+# paper's input pipeline (and of the published ViT checkpoints).
+NORMALIZATIONS = {"dataset": None, "minus_one_to_one": (0.5, 0.5)}
+
+
+def check_data(config) -> None:
+    """ConfigError for a config.data value the pipeline does not take."""
+    check_choice(config, "data.source", ("local", "tfds"))
+    check_choice(config, "data.augment", image_data.AUGMENTATIONS)
+    check_choice(config, "data.eval_resize", image_data.EVAL_RESIZES)
+    check_choice(config, "data.normalize", NORMALIZATIONS)
+    check_choice(config, "data.train_subset", subsets.HOW)
+    fraction = config.data.train_fraction
+    if not 0.0 < fraction <= 1.0:
+        raise ConfigError(f"config.data.train_fraction={fraction} must be in (0, 1] (1: the "
+                          "whole training split)")
+
+
+class ImageData:
+    """The data methods of an image task (train/tasks/base.py); the task sets `config`,
+    `image_shape` and `patch_order` (0, or the patches per image whose random order each batch
+    carries: data/pipelines/patch_masking.py)."""
+
+    config = None
+    image_shape: tuple[int, ...] = ()
+    patch_order: int = 0
+
+    @staticmethod
+    def datasets(config) -> tuple[str, ...]:
+        return (config.data.name,) if config.data.source == "local" else ()
+
+    def _source(self, split: str):
+        return sources.get_data_source(self.config.data.name, split, source=self.config.data.source)
+
+    def train_source(self):
+        """The training split, or the fraction of it config.data.train_fraction asks for (its
+        labels read once per task)."""
+        if getattr(self, "_train_source", None) is None:
+            source = self._source(self.config.data.train_split)
+            data = self.config.data
+            if data.train_fraction != 1.0:
+                try:
+                    chosen = subsets.choose(subsets.labels_of(source), data.train_fraction,
+                                            data.train_subset, seed=self.config.seed)
+                except DataError as error:
+                    raise ConfigError(f"config.data.train_fraction={data.train_fraction}: "
+                                      f"{error}") from error
+                source = subsets.Subset(source, chosen)
+            self._train_source = source
+        return self._train_source
+
+    def _pixels(self) -> dict:
+        """How the pipeline brings images to the model's size and scale (config.data)."""
+        data = self.config.data
+        centre = NORMALIZATIONS[data.normalize]
+        channels = self.image_shape[-1]
+        return dict(image_shape=self.image_shape, eval_resize=data.eval_resize,
+                    patch_order=self.patch_order,
+                    mean=None if centre is None else (centre[0],) * channels,
+                    std=None if centre is None else (centre[1],) * channels)
+
+    def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
+        """Endless, shuffled, per-process batches; a grain iterator with get_state/set_state."""
+        return image_data.image_batches(
+            self.train_source(), batch_size=batch_size, train=True, seed=seed,
+            process_index=process_index, process_count=process_count,
+            augment=self.config.data.augment, **self._pixels())
+
+    def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
+        """(iterator over this process's eval batches, number of batches every process runs)."""
+        source = self._source(self.config.data.eval_split)
+        iterator = image_data.image_batches(
+            source, batch_size=batch_size, train=False, seed=0, process_index=process_index,
+            process_count=process_count, augment="none", **self._pixels())
+        return iterator, num_batches(len(source), batch_size=batch_size,
+                                     process_count=process_count)
