@@ -13,6 +13,7 @@ def task_class(config):
     """The class of `config.task.name`."""
     # Imported lazily, so that a task's data and model dependencies load only when it is used.
     tasks = {"classify": "train.tasks.classify:ClassificationTask",
+             "deit": "train.tasks.deit:DeiTTask",
              "translate": "train.tasks.translate:TranslationTask",
              "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask",
              "finetune": "train.tasks.finetune:FinetuneTask",

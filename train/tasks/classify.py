@@ -10,6 +10,15 @@ checkpoint, or an earlier classification workdir, whose weights replace the rand
 `init_variables` (the head kept or new, `config.init_head`). With `config.data.resize` the
 stored images are resized bilinearly to config.model.image_size on the device, before the model
 (the ViT paper fine-tunes at a higher resolution than it pre-trains at, Sec. 3.2).
+
+`config.model.name` picks the model (train/image_models.py): 'vit', or 'convnet' (a small ResNet,
+trained from scratch only: DeiT's convnet teacher). DeiT's training recipe (Touvron et al. 2021,
+Table 9) is options here: Mixup and CutMix (`config.task.mixup_alpha`, `cutmix_alpha`,
+`mixup_prob`, `mixup_switch_prob`; train/mixing.py), drawn on the device from the step's key and
+learned with the soft-label cross-entropy; repeated augmentation (`config.data.repeated_augment`,
+data/pipelines/images.py); stochastic depth (config.model.drop_path_rate, models/vit.py); the
+weights' moving average is the trainer's (config.train.ema_decay). A ViT with DeiT's distillation
+token trains with its teacher (train/tasks/deit.py), not here.
 """
 
 from __future__ import annotations
@@ -22,25 +31,45 @@ import numpy as np
 from data.pipelines import images as image_data
 from data.pipelines.sharding import num_batches
 from data.builders import sources
-from models.vit import ViT, ViTConfig
-from train import flops
-from train.config import ConfigError, check_choice
-from train.losses import cross_entropy
+from models.vit import ViTConfig
+from train.config import ConfigError, check_choice, to_dataclass
+from train.image_models import MODELS
+from train.losses import cross_entropy, one_hot_targets, soft_cross_entropy
+from train.mixing import MIX_STREAM, MixConfig, mix_batch
 from train.pretrained_params import put_pretrained
 from train.run_config import Resolution
 from train.tasks.base import Task
-from train.vit_init import resolve_init
+from train.vit_init import ViTInit, resolve_init
 
-MODELS = {"vit": (ViT, ViTConfig)}
 # How pixels become model inputs: the dataset's per-channel mean and std
 # (data/builders/sources.py NORMALIZATION), or x / 127.5 - 1, the [-1, 1] range of the ViT
 # paper's input pipeline (and of the published ViT checkpoints).
 NORMALIZATIONS = {"dataset": None, "minus_one_to_one": (0.5, 0.5)}
 
 
-def _init(config: ml_collections.ConfigDict, *, build: bool):
+def _init(config: ml_collections.ConfigDict, *, build: bool) -> ViTInit:
     check_choice(config, "model.name", MODELS)
-    return resolve_init(config, build=build)
+    if config.model.name == "vit":
+        return resolve_init(config, build=build)
+    if config.init != "scratch":
+        raise ConfigError(f"config.init={config.init!r}: a model.name={config.model.name!r} "
+                          "run trains from scratch (only ViT weights are read); set "
+                          "init='scratch'")
+    section = config.model.copy_and_resolve_references()
+    with section.unlocked():
+        del section["name"]
+    return ViTInit(to_dataclass(MODELS[config.model.name].config, section, "model"), None, (), ())
+
+
+def mix_config(config: ml_collections.ConfigDict) -> MixConfig:
+    """config.task's Mixup / CutMix settings (train/mixing.py)."""
+    task = config.task
+    try:
+        return MixConfig(task.mixup_alpha, task.cutmix_alpha, task.mixup_prob,
+                         task.mixup_switch_prob)
+    except ValueError as error:
+        raise ConfigError(f"config.task: {error} (mixup_prob and mixup_switch_prob are prob and "
+                          "switch_prob there)") from error
 
 
 class ClassificationTask(Task):
@@ -56,8 +85,14 @@ class ClassificationTask(Task):
         check_choice(config, "data.normalize", NORMALIZATIONS)
         self.init = _init(config, build=True)
         self.model_config = self.init.model_config
-        self.model = MODELS[config.model.name][0](self.model_config)
+        self.model = MODELS[config.model.name].module(self.model_config)
         self.config = config
+        self._check_heads()
+        self.mixing = mix_config(config)
+        repeats = config.data.repeated_augment
+        if repeats < 1 or config.data.batch_size % repeats:
+            raise ConfigError(f"config.data.repeated_augment={repeats} must be >= 1 and divide "
+                              f"config.data.batch_size={config.data.batch_size}")
         self.label_smoothing = float(config.task.label_smoothing)
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"config.task.label_smoothing={self.label_smoothing} must be in [0, 1)")
@@ -68,6 +103,13 @@ class ClassificationTask(Task):
                               "True to resize the images to the model's size")
         self.image_shape = shape
         self.d_model = self.model_config.hidden_size
+
+    def _check_heads(self) -> None:
+        """A ViT with a distillation token has a head that learns from a teacher: not here."""
+        if isinstance(self.model_config, ViTConfig) and self.model_config.distill_token:
+            raise ConfigError("config.model.distill_token=True: the distillation head learns from "
+                              "a teacher, which task.name='deit' reads (configs/vit/deit.py); "
+                              "here set distill_token=False")
 
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
@@ -106,20 +148,35 @@ class ClassificationTask(Task):
             what=f"the weights of config.init={self.config.init!r}")}
 
     def flops_per_example(self) -> float:
-        return flops.vit_train_flops_per_example(self.model_config, channels=self.image_shape[-1])
+        return MODELS[self.config.model.name].train_flops(self.model_config, self.image_shape[-1])
 
     # ---- pure functions the trainer jits ---------------------------------------------------
     def loss_normalizers(self, batch):
         """The cross-entropy is a mean over the real (mask = 1) examples."""
         return {"cross_entropy": batch["mask"].sum()}
 
+    def mixed(self, batch, rng):
+        """(images, target distributions [b, K] or None, the labels accuracy counts against) of
+        a training batch: with Mixup / CutMix (train/mixing.py) the mixed images and targets
+        and each row's larger share's label, drawn from a key folded from the step's `rng`
+        (the dropout key stays as it is); else the batch as it is, None and its labels."""
+        if not self.mixing.enabled:
+            return batch["image"], None, batch["label"]
+        targets = one_hot_targets(batch["label"], self.model_config.num_classes,
+                                  self.label_smoothing)
+        mixed = mix_batch(jax.random.fold_in(rng, MIX_STREAM), batch["image"], targets,
+                          self.mixing)
+        return mixed.images, mixed.targets, jnp.argmax(mixed.targets, axis=-1)
+
     def loss_fn(self, params, batch, rng):
         """({'cross_entropy': sum over real examples}, {'accuracy': (sum, count)})."""
-        logits = self.model.apply({"params": params}, self._model_input(batch["image"]),
+        images, targets, labels = self.mixed(batch, rng)
+        logits = self.model.apply({"params": params}, self._model_input(images),
                                   train=True, rngs={"dropout": rng})
         weights = batch["mask"]
-        losses = cross_entropy(logits, batch["label"], self.label_smoothing) * weights
-        correct = (jnp.argmax(logits, -1) == batch["label"]) * weights
+        losses = (cross_entropy(logits, labels, self.label_smoothing) if targets is None
+                  else soft_cross_entropy(logits, targets)) * weights
+        correct = (jnp.argmax(logits, -1) == labels) * weights
         return {"cross_entropy": losses.sum()}, {"accuracy": (correct.sum(), weights.sum())}
 
     def eval_fn(self, params, batch):
@@ -150,7 +207,8 @@ class ClassificationTask(Task):
         return image_data.image_batches(
             self._source(self.config.data.train_split), batch_size=batch_size, train=True,
             seed=seed, process_index=process_index, process_count=process_count,
-            augment=self.config.data.augment, **self._pixels())
+            augment=self.config.data.augment,
+            repeated_augment=self.config.data.repeated_augment, **self._pixels())
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         """(iterator over this process's eval batches, number of batches every process runs)."""
