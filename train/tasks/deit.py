@@ -47,7 +47,8 @@ from train.config import ConfigError, check_choice
 from train.distill_init import check_fingerprint, frozen_teacher
 from train.image_models import MODELS
 from train.losses import (averaged_heads, cross_entropy, deit_hard_distillation,
-                          deit_soft_distillation, one_hot_targets, soft_target_kl)
+                          deit_soft_distillation, one_hot_targets, soft_cross_entropy,
+                          soft_target_kl)
 from train.run_config import Resolution
 from train.tasks.classify import ClassificationTask, _init
 
@@ -179,14 +180,18 @@ class DeiTTask(ClassificationTask):
             losses = deit_hard_distillation(class_logits, distill_logits, teacher_logits,
                                             targets, self.alpha)
         else:  # the labels alone; the teacher is only scored
-            losses = -jnp.sum(targets * jax.nn.log_softmax(class_logits), axis=-1)
+            losses = soft_cross_entropy(class_logits, targets)
         weights = batch["mask"]
         count = weights.sum()
         teacher_says = jnp.argmax(teacher_logits, -1)
-        metrics = {"accuracy": (((jnp.argmax(class_logits, -1) == labels) * weights).sum(), count),
-                   "teacher_accuracy": (((teacher_says == labels) * weights).sum(), count),
-                   "teacher_agreement": (((jnp.argmax(distill_logits, -1) == teacher_says)
-                                          * weights).sum(), count)}
+        predicted = jnp.argmax(averaged_heads(class_logits, distill_logits), -1)
+
+        def right(decided, against):
+            return ((decided == against) * weights).sum(), count
+
+        metrics = {"accuracy": right(jnp.argmax(class_logits, -1), labels),
+                   "teacher_accuracy": right(teacher_says, labels),
+                   "teacher_agreement": right(predicted, teacher_says)}
         return {"distillation": (losses * weights).sum()}, metrics
 
     def eval_fn(self, params, batch, frozen):
