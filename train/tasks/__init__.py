@@ -13,12 +13,12 @@ def task_class(config):
     """The class of `config.task.name`."""
     # Imported lazily, so that a task's data and model dependencies load only when it is used.
     tasks = {"classify": "train.tasks.classify:ClassificationTask",
-             "deit": "train.tasks.deit:DeiTTask",
              "translate": "train.tasks.translate:TranslationTask",
              "bert_pretrain": "train.tasks.bert_pretrain:BertPretrainingTask",
              "finetune": "train.tasks.finetune:FinetuneTask",
              "distill_pretrain": "train.tasks.distill_pretrain:GeneralDistillationTask",
-             "distill_finetune": "train.tasks.distill_finetune:TaskDistillationTask"}
+             "distill_finetune": "train.tasks.distill_finetune:TaskDistillationTask",
+             "deit": "train.tasks.deit:DeiTTask"}
     check_choice(config, "task.name", tasks)
     module, name = tasks[config.task.name].split(":")
     return getattr(importlib.import_module(module), name)
