@@ -135,3 +135,35 @@ def test_repeated_augmentation_draws_each_copy_anew():
 def test_repeated_augmentation_refuses_what_it_cannot_do(kw, message):
     with pytest.raises(DataError, match=message):
         batches_of(IdSource(24), train=True, **kw)
+
+
+# ---- all of them in the trainer ------------------------------------------------------------
+RECIPE = {"train.ema_decay": 0.9, "model.drop_path_rate": 0.2, "task.mixup_alpha": 0.8,
+          "task.cutmix_alpha": 1.0, "data.repeated_augment": 2, "data.augment": "crop_flip",
+          "train.eval_every": 0}
+
+
+def test_a_resumed_recipe_run_ends_bit_identical_with_its_average(fashion_mnist_env, tmp_path):
+    """The average is checkpointed with the state, the mixing drawn from the step's key: a run
+    stopped at step 10 and resumed ends where the uninterrupted one does, average included."""
+    from train.config import apply_override, load_config_file
+    from train.trainer import Trainer
+
+    def config():
+        loaded = load_config_file("configs/vit/fashion_mnist.py:smoke")
+        for key, value in RECIPE.items():
+            apply_override(loaded, key, str(value))
+        return loaded
+
+    straight = Trainer(config(), tmp_path / "straight")
+    final = straight.run()
+    assert np.isfinite(final["ema.accuracy"]) and np.isfinite(final["accuracy"])
+    Trainer(config(), tmp_path / "resumed").run(until_step=10)
+    resumed = Trainer(config(), tmp_path / "resumed")
+    resumed.run()
+    for part in ("params", "ema_params"):
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                     jax.device_get(getattr(resumed.final_state, part)),
+                     jax.device_get(getattr(straight.final_state, part)))
+    assert not np.allclose(jax.tree.leaves(straight.final_state.params)[0],
+                           jax.tree.leaves(straight.final_state.ema_params)[0])
