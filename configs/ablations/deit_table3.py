@@ -15,9 +15,10 @@ trained once before the sweep (`python -m train --config configs/vit/convnet_tea
 --workdir workdirs/convnet_teacher`; every seed of every row reads it). Its findings
 (`FINDINGS`) are judged from the runs as train/findings.py judges every sweep's, paired by seed.
 
-Budget (2-core CPU): each run is the ViT demo's 5900 steps (about 4 minutes alone) plus the
-teacher's forward pass in every step (about half a ViT step), about 6 minutes: 12 runs (4 rows x
-3 seeds) in about 75 minutes, plus the teacher's own run if it is not trained yet.
+Budget (2-core CPU): each run is the ViT demo's 5900 steps (its recorded runs: about 4 minutes)
+plus the teacher's forward pass in every step, which measured about one more ViT step (the
+convnet's training step is about 3 ViT steps): an estimated 8 minutes a run, 12 runs (4 rows x
+3 seeds) in about 100 minutes, plus the teacher's own run (an estimated 12 minutes).
 
 Variants (`:arg`, comma-separated):
   teacher=workdirs/convnet_teacher   the teacher's workdir (a ViT's for Table 2's comparison)

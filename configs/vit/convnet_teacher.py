@@ -8,8 +8,12 @@ whose accuracy is at least the student's; a convnet on 28 x 28 grey images reach
 the ViT's own budget (the run's final eval in its metrics.jsonl is Table 3's teacher row).
 
 Sizes: widths 16, 32, 64 over three stages of two basic blocks each (the second and third
-halving the resolution to 14 and 7 pixels), about 40 MFLOPs forward per image, about 1.6 times
-the Fashion-MNIST ViT's: its forward pass inside every DeiT step costs about half a ViT step.
+halving the resolution to 14 and 7 pixels), about 40 MFLOPs forward per image, 1.6 times the
+Fashion-MNIST ViT's; but XLA's CPU convolutions run at a lower share of the machine's peak than
+its matmuls, and on the shared 2-core machine a training step measured about 3 times the ViT's
+(so its forward pass inside every DeiT step costs about one ViT step). `blocks=1` halves it.
+The convnet also starts slower than the ViT: a 300-step run ended at 58% training accuracy
+where the ViT's ended at 80%, so give it the full budget before it teaches.
 
 Variants (`:arg`, comma-separated):
   widths=16-32-64     the stages' channels, '-'-separated
