@@ -139,6 +139,8 @@ def test_bad_settings_are_refused(teacher, fashion_mnist_env):
         _student(teacher, "distill=none")
     with pytest.raises(ConfigError, match="learn nothing"):
         _task(teacher, **{"distill.kind": "none"})
+    with pytest.raises(ConfigError, match="would be ignored"):
+        _task(teacher, **{"distill.kind": "none", "model.distill_token": False})
     with pytest.raises(ConfigError, match="not a run's workdir"):
         _task(teacher.parent / "missing")
     with pytest.raises(ConfigError, match="other images"):

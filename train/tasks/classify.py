@@ -47,7 +47,7 @@ from train.vit_init import ViTInit, resolve_init
 NORMALIZATIONS = {"dataset": None, "minus_one_to_one": (0.5, 0.5)}
 
 
-def _init(config: ml_collections.ConfigDict, *, build: bool) -> ViTInit:
+def image_init(config: ml_collections.ConfigDict, *, build: bool) -> ViTInit:
     check_choice(config, "model.name", MODELS)
     if config.model.name == "vit":
         return resolve_init(config, build=build)
@@ -83,7 +83,7 @@ class ClassificationTask(Task):
         check_choice(config, "data.augment", image_data.AUGMENTATIONS)
         check_choice(config, "data.eval_resize", image_data.EVAL_RESIZES)
         check_choice(config, "data.normalize", NORMALIZATIONS)
-        self.init = _init(config, build=True)
+        self.init = image_init(config, build=True)
         self.model_config = self.init.model_config
         self.model = MODELS[config.model.name].module(self.model_config)
         self.config = config
@@ -119,7 +119,7 @@ class ClassificationTask(Task):
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The model of config.model, or of config.init's checkpoint (its config and tensor
         shapes read, not its weights), and the notes on what is carried over."""
-        init = _init(config, build=False)
+        init = image_init(config, build=False)
         return Resolution(init.model_config, notes=init.notes)
 
     def resolution(self) -> Resolution:

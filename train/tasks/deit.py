@@ -50,7 +50,7 @@ from train.losses import (averaged_heads, cross_entropy, deit_hard_distillation,
                           deit_soft_distillation, one_hot_targets, soft_cross_entropy,
                           soft_target_kl)
 from train.run_config import Resolution
-from train.tasks.classify import ClassificationTask, _init
+from train.tasks.classify import ClassificationTask, image_init
 
 KINDS = ("none", "soft", "hard")
 
@@ -105,6 +105,10 @@ class DeiTTask(ClassificationTask):
             raise ConfigError("config.distill.kind='none' with config.model.distill_token=True: "
                               "the distillation head would learn nothing; use kind 'soft' or "
                               "'hard', or distill_token=False")
+        if distill.kind == "none" and distill.alpha != 0.0:
+            raise ConfigError(f"config.distill.alpha={distill.alpha} with config.distill.kind="
+                              "'none': the labels alone train the model, so the teacher's share "
+                              "would be ignored; set alpha=0 or kind 'soft' or 'hard'")
         self.kind, self.alpha, self.temperature = distill.kind, distill.alpha, distill.temperature
         self.teacher = _load_teacher(config, build=True)
         check_fingerprint(config, self.teacher)
@@ -123,7 +127,7 @@ class DeiTTask(ClassificationTask):
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         teacher = _load_teacher(config, build=False)
-        init = _init(config, build=False)
+        init = image_init(config, build=False)
         return _resolution(config, teacher, init.model_config, init.notes, pending=True)
 
     def resolution(self) -> Resolution:
