@@ -79,6 +79,8 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     config.progress_bar = True          # tqdm bar on the terminal (process 0 only)
     config.nonfinite = "stop"           # NaN/Inf loss or gradient: 'stop' (keep the last good
                                         # checkpoint) | 'skip' (drop that update and count it)
+    config.ema_decay = 0.0              # >0: keep an exponential moving average of the weights
+                                        # (decay d per step) and evaluate it too (`ema.*` metrics)
     config.update(overrides)
     return config
 

@@ -20,6 +20,15 @@ bits where they live.
 ``dropout(x, rate, rng)`` is the function; ``Dropout`` the Linen module (the interface of
 ``flax.linen.Dropout`` that the models use: ``Dropout(rate)(x, deterministic=...)``, its key from
 the ``'dropout'`` RNG stream).
+
+Stochastic depth (Huang et al. 2016, "Deep Networks with Stochastic Depth"; DeiT trains with it,
+Touvron et al. 2021, Table 9) drops a whole residual branch for an example instead of single
+elements: ``drop_path(x, rate, rng)`` zeroes every element of example ``b`` (the leading axis)
+with probability ``rate``, from the same 16-bit keep decisions, one per example, and scales the
+kept examples by the inverse keep probability, so a branch keeps its expectation in training
+and evaluation runs the whole network as it is (the "inverted" form; Huang et al. instead scale
+each branch by its survival probability at test time, the same expectation). ``DropPath`` is its
+module, and ``stochastic_depth_rates`` the paper's linear rule over the depth.
 """
 
 from __future__ import annotations
@@ -97,3 +106,44 @@ class Dropout(nn.Module):
         if deterministic or threshold == 0:
             return x
         return dropout(x, self.rate, self.make_rng(self.rng_collection))
+
+
+def drop_path(x: jax.Array, rate: float, rng) -> jax.Array:
+    """Stochastic depth of a residual branch ``x`` [batch, ...] (training): each example's whole
+    branch zeroed with probability ``quantized_rate(rate)``, the kept ones scaled by the inverse
+    of their keep probability (module docstring)."""
+    threshold = drop_threshold(rate)
+    if threshold == 0:
+        return x
+    if threshold == LEVELS:
+        return jnp.zeros_like(x)
+    scale = LEVELS / (LEVELS - threshold)
+    keep = keep_mask(rng, rate, (x.shape[0],)).reshape((-1,) + (1,) * (x.ndim - 1))
+    wide = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return jnp.where(keep, wide * scale, 0.0).astype(x.dtype)
+
+
+class DropPath(nn.Module):
+    """``drop_path`` as a Linen module: ``DropPath(rate)(x, deterministic)``; the identity when
+    ``deterministic`` or ``rate == 0``, else a key from the ``rng_collection`` stream."""
+
+    rate: float
+    rng_collection: str = 'dropout'
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool):
+        threshold = drop_threshold(self.rate)  # checks the rate, in evaluation too
+        if deterministic or threshold == 0:
+            return x
+        return drop_path(x, self.rate, self.make_rng(self.rng_collection))
+
+
+def stochastic_depth_rates(rate: float, num_layers: int) -> tuple[float, ...]:
+    """The drop rate of each of ``num_layers`` residual blocks, rising linearly to ``rate`` at
+    the last one: Huang et al. 2016, eq. 4, the "linear decay rule" of survival probabilities
+    p_l = 1 - (l / L) (1 - p_L), i.e. block l (1-based) drops at (l / L) rate. The early blocks,
+    whose features every later block reads, are dropped least. (timm's DeiT code spaces the
+    rates from 0 at the first block instead, ``linspace(0, rate, L)``.)"""
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f'drop_path_rate={rate} must be in [0, 1)')
+    return tuple(rate * (layer + 1) / num_layers for layer in range(num_layers))

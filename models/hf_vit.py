@@ -110,7 +110,7 @@ def config_from_hf(config_json: Mapping[str, Any], **overrides) -> ViTConfig:
 def _check_convertible(cfg: ViTConfig) -> None:
     wanted = {"posemb": "learned_1d", "posemb_mode": "stem", "pool": "cls", "stem_channels": 0,
               "norm": "layernorm",
-              "norm_position": "pre"}
+              "norm_position": "pre", "distill_token": False}
     differ = [f"{k}={getattr(cfg, k)!r} (HF ViT: {v!r})" for k, v in wanted.items()
               if getattr(cfg, k) != v]
     if cfg.activation not in _EXPORT_ACTIVATIONS:

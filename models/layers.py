@@ -8,6 +8,11 @@ A block is a stack of sublayers, each wrapped in a residual connection and a nor
     Pre-norm keeps an un-normalised residual path from input to output, so gradients are well
     behaved at initialisation and training needs little or no learning-rate warmup. Its stack
     must end with one more Norm (the model adds it, not the block).
+
+With ``drop_path_rate`` > 0 each residual branch is also dropped whole per example in training
+(stochastic depth, Huang et al. 2016; models/dropout.py ``DropPath``): ``x + DropPath(Dropout(
+Sublayer(Norm(x))))``, post-norm ``Norm(x + DropPath(Dropout(Sublayer(x))))``. The model gives
+each block its rate (``stochastic_depth_rates``: rising over the depth).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from models.attention import MultiHeadAttention
-from models.dropout import Dropout
+from models.dropout import DropPath, Dropout
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -180,6 +185,7 @@ class _BlockConfig(nn.Module):
     mlp_dropout_rate: float | None = None  # the FFN's hidden units; None: dropout_rate
     relative_positions: int = 0            # >0: 1-D relative self-attention (EncoderBlock only)
     relative_prefix_tokens: int = 0        # unpositioned tokens before those positions
+    drop_path_rate: float = 0.0            # stochastic depth of both residual branches
 
     def _check(self):
         if self.norm_position not in NORM_POSITIONS:
@@ -208,12 +214,19 @@ class _BlockConfig(nn.Module):
     def _residual(self, x, sublayer, norm, deterministic):
         """One residual sublayer, pre- or post-norm; ``sublayer`` maps ``[b, l, e]`` to same."""
         dropout = Dropout(self.dropout_rate)
+
+        def branch(h):  # the sublayer's output, dropped per element, then whole per example
+            h = dropout(sublayer(h), deterministic=deterministic)
+            if self.drop_path_rate:
+                h = DropPath(self.drop_path_rate)(h, deterministic=deterministic)
+            return h
+
         if self.norm_position == 'pre':
             # Xiong et al. 2020: x + Sublayer(LayerNorm(x)).
-            y = x + dropout(sublayer(norm(x)), deterministic=deterministic)
+            y = x + branch(norm(x))
         else:
             # Vaswani et al. 2017, Sec. 5.4 / 3.1: LayerNorm(x + Dropout(Sublayer(x))).
-            y = norm(x + dropout(sublayer(x), deterministic=deterministic))
+            y = norm(x + branch(x))
         return nn.with_logical_constraint(y, ('batch', 'length', 'embed'))
 
 

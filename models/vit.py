@@ -66,6 +66,16 @@ pixels of its masked neighbours).
 `probe_norm` puts a linear probe's fixed feature standardisation (`ProbeNorm`, MAE's BatchNorm
 without affine transformation) between the pooled features and the classifier.
 
+DeiT (Touvron et al. 2021, "Training data-efficient image transformers & distillation through
+attention", Sec. 4): `distill_token` adds a learned distillation token beside the class token
+(token 1, the class token 0; both prefix tokens of the position tables), which goes through the
+blocks like it, and its own linear head `head_dist`; the model then returns both heads' logits,
+(class, distillation). What each head learns from (the labels, the teacher) and how the two are
+combined at test time (their softmaxes averaged) is the task's (train/tasks/deit.py).
+`drop_path_rate` is stochastic depth (Huang et al. 2016; DeiT's Table 9 uses 0.1): each block's
+two residual branches dropped whole per example, at a rate rising linearly over the depth to
+`drop_path_rate` at the last block (models/dropout.py `stochastic_depth_rates`).
+
 `remat` (none | minimal | full) rematerialises each encoder block in the backward pass (gradient
 checkpointing): less activation memory for more compute, the same parameters, logits and
 gradients. `scan_layers` runs the blocks as one `nn.scan` (parameters `blocks/...` with a leading
@@ -82,7 +92,7 @@ import numpy as np
 
 from models import position, position_2d
 from models.config_checks import SHARED_CHOICES, check_at_least, check_choices, check_rates
-from models.dropout import Dropout
+from models.dropout import Dropout, stochastic_depth_rates
 from models.layers import ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, EncoderBlock, make_norm
 from models.stack import run_blocks
 
@@ -126,6 +136,9 @@ class ViTConfig:
     param_dtype: str = "float32"       # parameter (and optimizer state) dtype
     remat: str = "none"                # none | minimal | full (models.stack)
     scan_layers: bool = False          # nn.scan over the blocks (models.stack)
+    distill_token: bool = False        # DeiT: a distillation token and head beside the class
+                                       # token's; the model returns (class, distillation) logits
+    drop_path_rate: float = 0.0        # stochastic depth: the last block's rate (linear in depth)
 
     def __post_init__(self):
         object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
@@ -145,7 +158,8 @@ class ViTConfig:
                              "pool": POOL_KINDS,
                              "activation": tuple(ACTIVATIONS), "norm": NORM_KINDS,
                              "norm_position": NORM_POSITIONS, **SHARED_CHOICES})
-        check_rates(self, ("dropout_rate", "attention_dropout_rate"))
+        check_rates(self, ("dropout_rate", "attention_dropout_rate", "drop_path_rate"))
+        self._check_deit()
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
         if self.posemb == "learned_2d" and self.hidden_size % 2:
@@ -180,13 +194,28 @@ class ViTConfig:
                 "posemb_mode='every_layer' (a table learned for each layer) does not apply; use "
                 "posemb_mode='every_layer_shared' to add it at every layer")
 
+    def _check_deit(self):
+        if self.distill_token and self.pool != "cls":
+            raise ValueError("distill_token=True puts the distillation token beside the class "
+                             f"token (DeiT Sec. 4), but pool={self.pool!r} has none; use "
+                             "pool='cls'")
+        if self.distill_token and self.head_hidden_size:
+            raise ValueError(f"distill_token=True: DeiT's two heads are linear classifiers (Sec. "
+                             f"5.1), head_hidden_size={self.head_hidden_size} would add a "
+                             "pre-logits layer; set it to 0")
+        if self.drop_path_rate and self.scan_layers:
+            raise ValueError(f"drop_path_rate={self.drop_path_rate} gives every block its own "
+                             "rate, but scan_layers=True runs one block for all of them; set "
+                             "scan_layers=False (or drop_path_rate=0)")
+
     @property
     def grid(self) -> tuple[int, int]:
         return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
 
     @property
     def num_prefix_tokens(self) -> int:
-        return 1 if self.pool == "cls" else 0
+        """The tokens before the patches: the class token, and DeiT's distillation token."""
+        return (1 + self.distill_token) if self.pool == "cls" else 0
 
     def check_per_patch(self) -> None:
         """ValueError unless the encoder can run on a subset of its patches or with mask tokens
@@ -300,7 +329,8 @@ def rope_2d_positions(grid_h: int, grid_w: int, num_prefix_tokens: int) -> np.nd
 
 class ViT(nn.Module):
     """Image classifier: images [batch, H, W, C] (float) -> logits [batch, num_classes]; with
-    num_classes=0 an encoder: -> tokens [batch, num_prefix_tokens + N (or K), hidden_size]."""
+    num_classes=0 an encoder: -> tokens [batch, num_prefix_tokens + N (or K), hidden_size]; with
+    distill_token the pair (class head's, distillation head's logits)."""
 
     config: ViTConfig
 
@@ -366,11 +396,20 @@ class ViT(nn.Module):
                     positions[:, prefix:], keep_ids[..., None], axis=1)], axis=1)
 
         if cfg.pool == "cls":
-            cls = self.param("cls", nn.with_logical_partitioning(nn.initializers.zeros, (None, None, "embed")),
-                             (1, 1, cfg.hidden_size), param_dtype).astype(dtype)
+            tokens = self.param("cls", nn.with_logical_partitioning(
+                nn.initializers.zeros, (None, None, "embed")), (1, 1, cfg.hidden_size), param_dtype)
+            if cfg.distill_token:  # DeiT Sec. 4: the distillation token after the class token
+                # Drawn (DeiT's code: truncated normal, std 0.02) where the class token is 0, so
+                # the two differ before their heads' targets pull them apart.
+                dist = self.param("dist", nn.with_logical_partitioning(
+                    nn.initializers.truncated_normal(0.02), (None, None, "embed")),
+                    (1, 1, cfg.hidden_size), param_dtype)
+                tokens = jnp.concatenate([tokens, dist], axis=1)
+            tokens = tokens.astype(dtype)
             if prefix_table is not None:
-                cls = cls + prefix_table
-            x = jnp.concatenate([jnp.broadcast_to(cls, (batch, 1, cfg.hidden_size)), x], axis=1)
+                tokens = tokens + prefix_table
+            x = jnp.concatenate([jnp.broadcast_to(tokens, (batch, prefix, cfg.hidden_size)), x],
+                                axis=1)
         num_tokens = x.shape[1]
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(num_tokens), (batch, num_tokens))
@@ -381,7 +420,11 @@ class ViT(nn.Module):
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         x = Dropout(cfg.dropout_rate)(x, deterministic=not train)
 
+        # Stochastic depth: block i's rate (run_blocks names block i `block_{i}`).
+        depth_rates = stochastic_depth_rates(cfg.drop_path_rate, max(cfg.num_layers, 1))
+
         def block(name):
+            drop_path = depth_rates[int(name.rpartition("_")[2])] if cfg.drop_path_rate else 0.0
             return ViTBlock(
                 num_heads=cfg.num_heads, head_dim=cfg.hidden_size // cfg.num_heads,
                 mlp_dim=cfg.mlp_dim, activation=cfg.activation, norm=cfg.norm,
@@ -391,7 +434,8 @@ class ViT(nn.Module):
                 implementation=cfg.attention_implementation,
                 relative_positions=grid_h * grid_w if relative else 0,
                 relative_prefix_tokens=prefix if relative else 0,
-                own_table=own_table, dtype=dtype, param_dtype=param_dtype, name=name)
+                own_table=own_table, drop_path_rate=drop_path, dtype=dtype,
+                param_dtype=param_dtype, name=name)
 
         x = run_blocks(block, cfg.num_layers, x, remat=cfg.remat, scan=cfg.scan_layers,
                        bias=attention_bias, positions=positions, shared_table=shared_table,
@@ -412,8 +456,16 @@ class ViT(nn.Module):
                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(pooled))
         # Zero-initialised classifier, as the paper does for fine-tuning heads.
         in_axis = "mlp" if cfg.head_hidden_size else "embed"
-        logits = nn.Dense(
-            cfg.num_classes, dtype=dtype, param_dtype=param_dtype, name="head",
-            kernel_init=nn.with_logical_partitioning(nn.initializers.zeros, (in_axis, "classes")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(pooled)
-        return logits.astype(jnp.float32)
+
+        def head(name):
+            return nn.Dense(
+                cfg.num_classes, dtype=dtype, param_dtype=param_dtype, name=name,
+                kernel_init=nn.with_logical_partitioning(nn.initializers.zeros,
+                                                         (in_axis, "classes")),
+                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))
+
+        logits = head("head")(pooled).astype(jnp.float32)
+        if cfg.distill_token:  # DeiT: the distillation token's own linear head
+            return logits, head("head_dist")(x[:, 1]).astype(jnp.float32)
+        return logits
+

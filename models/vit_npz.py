@@ -129,7 +129,7 @@ def _check_convertible(cfg: ViTConfig, computed: Mapping[str, Any] = {}) -> None
     published code computes what cfg does: `computed`, PUBLISHED)."""
     wanted = {"posemb": "learned_1d", "posemb_mode": "stem", "stem_channels": 0,
               "norm": "layernorm",
-              "norm_position": "pre", **computed}
+              "norm_position": "pre", "distill_token": False, **computed}
     differ = [k for k, v in wanted.items() if getattr(cfg, k) != v]
     if differ:
         raise CheckpointError(

@@ -27,8 +27,9 @@ fields of `RUN_FIELDS`; every other field is the architecture, which the weights
   channels     (not a config field: the first kernel's input width) an RGB checkpoint read by a
                model of grey images gets its first kernel summed over the colour axis: a grey
                image is the RGB image with three equal channels, so the embedding is exact.
-  dropout rates, dtypes, attention implementation, remat, scan_layers: settings of the run; the
-               layer layout (loop or scan, models/stack.py) is converted.
+  dropout rates, stochastic depth, dtypes, attention implementation, remat, scan_layers:
+               settings of the run; the layer layout (loop or scan, models/stack.py) is
+               converted.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ from models.vit import ViTConfig
 
 LAYER_PREFIX, SCAN_NAME = "block_", "blocks"  # models/vit.py's run_blocks defaults
 HEAD, PRE_LOGITS, PROBE_NORM = "head", "pre_logits", "probe_norm"
+DIST_HEAD = "head_dist"  # DeiT's distillation head (models/vit.py distill_token), kept or new
+                         # with the class head
 RUN_FIELDS = ("num_classes", "image_size", "head_hidden_size", "probe_norm", "dropout_rate",
               "attention_dropout_rate", "attention_implementation", "dtype", "param_dtype",
-              "remat", "scan_layers")
+              "remat", "scan_layers", "drop_path_rate")
 # Tables sized by the patch grid that are not resampled: the 2-D row/column tables, the 2-D
 # scalar bias, and the 1-D relative attention's per-layer keys (one per patch offset).
 GRID_TABLES = {"learned_2d": "posemb", "relative_bias_2d": "relative_bias",
@@ -184,7 +187,7 @@ def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
     if has_head and same_head and source.num_classes == target.num_classes:
         notes.append(f"classifier kept ({target.num_classes} classes)")
     else:
-        fresh.append(HEAD)
+        fresh += [HEAD, DIST_HEAD] if target.distill_token else [HEAD]
         why = ("the checkpoint has none" if not has_head else
                f"the checkpoint's has {source.num_classes}"
                if source.num_classes != target.num_classes else

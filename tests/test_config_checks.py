@@ -59,7 +59,7 @@ def test_checks_on_any_object():
 
 
 @pytest.mark.parametrize("field, bad, message", [
-    ("num_classes", 0, "num_classes=0 must be an integer >= 1"),
+    ("num_classes", -1, "num_classes=-1 must be an integer >= 0"),  # 0: an encoder (MAE)
     ("num_heads", 0, "num_heads=0 must be an integer >= 1"),
     ("mlp_dim", -1, "mlp_dim=-1 must be an integer >= 1"),
     ("num_layers", -3, "num_layers=-3 must be an integer >= 0"),

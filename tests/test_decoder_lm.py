@@ -65,7 +65,7 @@ def test_from_size_and_validation():
                                (dict(head_dim=0), "head_dim=0 must be an integer >= 1"),
                                (dict(num_layers=0), "num_layers=0 must be an integer >= 1"),
                                (dict(norm_position="middle"), "norm_position="),
-                               (dict(activation="swish"), "activation="),
+                               (dict(activation="tanh"), "activation="),
                                (dict(remat="all"), "remat="),
                                (dict(dropout_rate=1.0), r"dropout_rate=1.0 must be in \[0, 1\)"),
                                (dict(initializer_range=0.0), "initializer_range=0.0 must be > 0"),

@@ -47,7 +47,7 @@ def vit_train_flops_per_example(cfg, channels: int) -> float:
     head_in = cfg.head_hidden_size or d
     if cfg.head_hidden_size:
         forward += 2 * d * cfg.head_hidden_size
-    forward += 2 * head_in * cfg.num_classes
+    forward += (1 + cfg.distill_token) * 2 * head_in * cfg.num_classes  # DeiT: two heads
     return TRAIN_FLOPS_FACTOR * float(forward)
 
 
@@ -69,6 +69,30 @@ def mae_train_flops_per_example(cfg, channels: int) -> float:
     forward += 2.0 * encoded * enc.hidden_size * dec.hidden_size
     forward += encoder_forward_flops(prefix + n, dec.hidden_size, dec.mlp_dim, dec.num_layers)
     forward += 2.0 * n * dec.hidden_size * pixels
+    return TRAIN_FLOPS_FACTOR * forward
+
+
+def convnet_train_flops_per_example(cfg, channels: int) -> float:
+    """Training FLOPs of one image through `models.convnet.ConvNet` with config `cfg`: 2 per
+    multiply-add of every convolution and of the classifier (norms, activations and pooling
+    left out, as for the Transformers)."""
+    height, width = cfg.image_size
+
+    def conv(k, c_in, c_out, h, w):
+        return 2.0 * h * w * k * k * c_in * c_out
+
+    forward = conv(3, channels, cfg.widths[0], height, width)   # the stem
+    inputs = cfg.widths[0]
+    for stage, features in enumerate(cfg.widths):
+        for index in range(cfg.blocks_per_stage):
+            stride = 2 if stage > 0 and index == 0 else 1
+            height, width = -(-height // stride), -(-width // stride)  # SAME padding: ceil
+            forward += conv(3, inputs, features, height, width) + conv(3, features, features,
+                                                                        height, width)
+            if stride != 1 or inputs != features:  # the projection shortcut
+                forward += conv(1, inputs, features, height, width)
+            inputs = features
+    forward += 2.0 * inputs * cfg.num_classes
     return TRAIN_FLOPS_FACTOR * forward
 
 

@@ -57,3 +57,56 @@ def cosine_embedding_loss(student_hidden, teacher_hidden, eps: float = 1e-12):
     dot = jnp.sum(s * t, axis=-1)
     norms = jnp.sqrt((jnp.sum(s * s, axis=-1) + eps) * (jnp.sum(t * t, axis=-1) + eps))
     return 1.0 - dot / norms
+
+
+def soft_cross_entropy(logits, targets):
+    """Per-position cross-entropy -sum_k q(k) log p(k) against a target distribution `targets`
+    [..., K] (rows summing to 1): the loss of Mixup and CutMix, whose targets mix two images'
+    (label-smoothed) one-hot labels (Zhang et al. 2018, eq. 1; Yun et al. 2019, eq. 1). With a
+    one-hot row it is `cross_entropy`. `logits` [..., K]; returns [...] float32."""
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+    return -jnp.sum(targets.astype(jnp.float32) * log_probs, axis=-1)
+
+
+def one_hot_targets(labels, num_classes: int, label_smoothing: float = 0.0):
+    """The target distribution of `cross_entropy`: one-hot [..., K] smoothed to
+    (1 - eps) [k = y] + eps / K (Szegedy et al. 2016, Sec. 7)."""
+    one_hot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
+    return one_hot * (1.0 - label_smoothing) + label_smoothing / num_classes
+
+
+# DeiT (Touvron et al. 2021), Sec. 4, eq. 2: "soft distillation"
+#   L = (1 - lambda) L_CE(psi(Z_s), y) + lambda tau^2 KL(psi(Z_s / tau), psi(Z_t / tau)).
+def deit_soft_distillation(class_logits, distill_logits, teacher_logits, targets,
+                           alpha: float, temperature: float):
+    """Per-example soft distillation loss: the class head's cross-entropy against `targets`
+    (the label distribution: one-hot, smoothed or mixed) weighted 1 - alpha, plus alpha x the
+    distillation head's `soft_target_kl` (tau^2 KL of the teacher's and the student's softened
+    softmaxes) against the teacher. Without a distillation token the two heads are the same
+    logits (the paper's "usual distillation" row of Table 3)."""
+    return ((1.0 - alpha) * soft_cross_entropy(class_logits, targets)
+            + alpha * soft_target_kl(distill_logits, teacher_logits, temperature))
+
+
+# DeiT, Sec. 4, eq. 3: "hard-label distillation", y_t = argmax_c Z_t(c):
+#   L = 1/2 L_CE(psi(Z_s), y) + 1/2 L_CE(psi(Z_s), y_t)   (alpha = 1/2 below).
+def deit_hard_distillation(class_logits, distill_logits, teacher_logits, targets,
+                           alpha: float = 0.5):
+    """Per-example hard distillation loss: the class head's cross-entropy against `targets`
+    weighted 1 - alpha, plus alpha x the distillation head's against the teacher's decision
+    y_t = argmax Z_t (a hard label, not smoothed: the paper's code smooths only the true
+    labels). The paper's eq. 3 is alpha = 1/2. Without a distillation token both terms are the
+    class head's (Table 3's "hard distillation" row)."""
+    teacher_labels = jnp.argmax(teacher_logits, axis=-1)
+    return ((1.0 - alpha) * soft_cross_entropy(class_logits, targets)
+            + alpha * cross_entropy(distill_logits, teacher_labels))
+
+
+# DeiT, Sec. 4, "Classification with our approach: joint classifiers": at test time "we add the
+# softmax output by the two classifiers to make the prediction".
+def averaged_heads(class_logits, distill_logits):
+    """log of the mean of the two heads' softmaxes, [..., K]: its argmax is the late fusion's
+    prediction, its value at the label the fused model's log-likelihood. Computed as
+    logaddexp of the two log-softmaxes minus log 2, finite where a softmax underflows."""
+    return jnp.logaddexp(jax.nn.log_softmax(class_logits.astype(jnp.float32)),
+                         jax.nn.log_softmax(distill_logits.astype(jnp.float32))) - jnp.log(2.0)

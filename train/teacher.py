@@ -2,6 +2,7 @@
 
     teacher = load_teacher("workdirs/finetune_spam")     # Teacher: config, vocabulary, params
     plan = load_teacher("minilm", build=False)           # --print_config: no weights read
+    teacher = load_image_teacher("workdirs/convnet_teacher")   # DeiT: an image classifier
 
   'minilm'    all-MiniLM-L6-v2 (data/fetching/pretrained.py; `python -m data.fetch minilm`): a
               bare encoder (models.bert.BertModel), no MLM head;
@@ -14,6 +15,11 @@
 The teacher is read from its source at every start of the distillation run, resumes included,
 and never saved in the run's checkpoints: they hold what training changes (the student and its
 optimizer state), while the teacher, often twice the student's size, is an input like the data.
+DeiT's teacher (`load_image_teacher`, train/tasks/deit.py) is the workdir of an image
+classification run of this project (configs/vit/convnet_teacher.py's convnet, or a ViT of
+configs/vit/fashion_mnist.py), read the same way: its config.json the model that ran
+(train/image_models.py), its checkpoints the parameters; no vocabulary.
+
 A resume must read the same teacher as the first start, or the student would go on learning from
 another model than its checkpoints learned from: the run records the `fingerprint` (sha256 of
 every parameter's name, dtype, shape and bytes) and the checkpoint `step` in its config.json,
@@ -41,13 +47,17 @@ MINILM = "minilm"
 KINDS = {"bert_pretrain": "pretraining", "distill_pretrain": "pretraining",
          "finetune": "finetune"}
 ENCODER = "encoder"  # MiniLM: a BertModel without heads
+IMAGE = "image"      # DeiT: an image classifier (task 'classify')
+IMAGE_TASK = "classify"
 
 
 @dataclasses.dataclass
 class Teacher:
-    kind: str                 # 'encoder' (MiniLM), 'pretraining' (MLM head), 'finetune' (a head)
-    model_config: BertConfig  # the model that ran, remat off (the teacher runs forward only)
-    tokenizer: Any            # its WordPiece vocabulary: the student's too
+    kind: str                 # 'encoder' (MiniLM), 'pretraining' (MLM head), 'finetune' (a
+                              # head), 'image' (an image classifier: DeiT's teacher)
+    model_config: Any         # the model that ran (a BertConfig, or for 'image' a ViTConfig or
+                              # ConvNetConfig), remat off (the teacher runs forward only)
+    tokenizer: Any            # its WordPiece vocabulary: the student's too (None for 'image')
     params: Any               # its parameter tree (NumPy, the config's layer layout); None: plan
     source: str               # 'minilm', or the workdir as given
     step: int                 # the checkpoint step read; -1 for MiniLM
@@ -61,6 +71,12 @@ class Teacher:
     @property
     def description(self) -> str:
         cfg = self.model_config
+        if self.kind == IMAGE:
+            size = sum(int(np.prod(np.shape(x))) for x in
+                       traverse_util.flatten_dict(dict(self.params or {})).values())
+            return (f"teacher: the {self.saved['model']['name']} classifier in {self.source}, "
+                    f"step {self.step}, trained on {self.saved['data']['name']}"
+                    + (f" ({size:,} parameters)" if size else ""))
         where = ("all-MiniLM-L6-v2" if self.source == MINILM else
                  f"the {self.saved['task']['name']} run in {self.source}, step {self.step}")
         return (f"teacher: {where} ({cfg.num_layers} layers, hidden {cfg.hidden_size}, "
@@ -109,7 +125,7 @@ def _minilm(build: bool) -> Teacher:
 
 
 def _workdir(source: str, step: int, build: bool) -> Teacher:
-    from train.checkpointing import checkpoint_steps, load_params
+    from train.checkpointing import load_params
 
     workdir = storage.run_path(source)
     saved_path = workdir / "config.json"
@@ -140,13 +156,7 @@ def _workdir(source: str, step: int, build: bool) -> Teacher:
     if cfg.vocab_size != tokenizer.vocab_size:
         raise ConfigError(f"{saved_path} has model.vocab_size={cfg.vocab_size}, its vocabulary "
                           f"{tokenizer.vocab_size} tokens: not a finished run's config")
-    steps = checkpoint_steps(workdir)
-    if not steps or (step != -1 and step not in steps):
-        wanted = "a checkpoint" if step == -1 else f"the checkpoint of step {step}"
-        raise ConfigError(f"config.distill.teacher={source!r} has no {wanted} (saved steps: "
-                          f"{steps}); train the teacher first, or set config.distill."
-                          "teacher_step to a saved step")
-    step = steps[-1] if step == -1 else step
+    step = _checkpoint_step(workdir, source, step)
     params = None
     if build:
         params = with_layer_layout(load_params(workdir, step), scan=cfg.scan_layers)
@@ -155,3 +165,54 @@ def _workdir(source: str, step: int, build: bool) -> Teacher:
                               f"parameters {sorted(params)})")
     return Teacher(KINDS[task], dataclasses.replace(cfg, remat="none"), tokenizer, params,
                    source, step, fingerprint(params) if build else "", saved)
+
+
+def _checkpoint_step(workdir, source: str, step: int) -> int:
+    """The checkpoint step a teacher workdir is read at: `step`, or -1 for its latest."""
+    from train.checkpointing import checkpoint_steps
+
+    steps = checkpoint_steps(workdir)
+    if not steps or (step != -1 and step not in steps):
+        wanted = "a checkpoint" if step == -1 else f"the checkpoint of step {step}"
+        raise ConfigError(f"config.distill.teacher={source!r} has no {wanted} (saved steps: "
+                          f"{steps}); train the teacher first, or set config.distill."
+                          "teacher_step to a saved step")
+    return steps[-1] if step == -1 else step
+
+
+def load_image_teacher(source: str, step: int = -1, *, build: bool = True) -> Teacher:
+    """DeiT's teacher: the image classifier trained in the workdir `source` (a 'classify' run of
+    a ViT or the convnet, train/image_models.py), at checkpoint `step` (-1: the latest).
+    build=False (a plan): no parameters read."""
+    from train.checkpointing import load_params
+    from train.image_models import MODELS, model_config
+
+    if not source:
+        raise ConfigError("config.distill.teacher is empty: use the workdir of a classification "
+                          "run, e.g. `python -m train --config configs/vit/convnet_teacher.py "
+                          "--workdir workdirs/convnet_teacher`")
+    workdir = storage.run_path(source)
+    saved_path = workdir / "config.json"
+    if not saved_path.is_file():
+        raise ConfigError(f"config.distill.teacher={source!r} is not a run's workdir: "
+                          f"{saved_path} does not exist (python -m train writes it)")
+    saved = json.loads(saved_path.read_text())
+    task, name = saved.get("task", {}).get("name"), saved.get("model", {}).get("name")
+    if task != IMAGE_TASK or name not in MODELS:
+        raise ConfigError(f"config.distill.teacher={source!r}: that run is a {task!r} run of "
+                          f"model {name!r}; a DeiT teacher is a {IMAGE_TASK!r} run of one of "
+                          f"{sorted(MODELS)}")
+    try:
+        cfg = model_config(name, saved["model"])
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"the model of {saved_path} gives no valid {name} config: "
+                          f"{error}") from error
+    if getattr(cfg, "distill_token", False):
+        raise ConfigError(f"config.distill.teacher={source!r} has a distillation token of its "
+                          "own; teach with a classifier of one head (distill_token=False)")
+    if hasattr(cfg, "remat"):
+        cfg = dataclasses.replace(cfg, remat="none")
+    step = _checkpoint_step(workdir, source, step)
+    params = load_params(workdir, step) if build else None
+    return Teacher(IMAGE, cfg, None, params, source, step,
+                   fingerprint(params) if build else "", saved)

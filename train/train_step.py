@@ -18,6 +18,11 @@ no device idles or gathers rows from another.
 A task with frozen parameters (a distillation teacher, train/tasks/base.py) gets them as the
 step's third argument, `frozen`, passed through to its loss: they are not an argument of the
 differentiated objective, so no gradient is formed for them and the optimizer never sees them.
+
+With train.ema_decay = d > 0 the state also holds an exponential moving average of the
+parameters, updated after every step from the new parameters (`ema_update`), which the trainer
+evaluates beside them; it is part of the checkpointed state, sharded like the parameters, so a
+resumed run continues it exactly.
 """
 
 from __future__ import annotations
@@ -39,6 +44,20 @@ class TrainState:
     params: Any
     opt_state: Any
     rng: jax.Array        # base dropout key (raw uint32); step keys are fold_in(rng, step)
+    ema_params: Any = None  # the parameters' moving average (train.ema_decay > 0), else None
+
+
+# Polyak averaging in its exponential form, the weights' EMA DeiT evaluates (Touvron et al. 2021,
+# Sec. 6, "Exponential Moving Average"; timm's ModelEma): ema_0 = theta_0 and after each update
+#   ema_{t+1} = d ema_t + (1 - d) theta_{t+1},  so ema_t = (1 - d) sum_s d^(t-s) theta_s + d^t theta_0.
+def ema_update(ema: Any, params: Any, decay: float) -> Any:
+    """The moving average `ema` moved towards the new `params` with `decay` d (in float32 at
+    least, stored in the parameters' dtype)."""
+    def update(average, value):
+        wide = jnp.promote_types(average.dtype, jnp.float32)
+        new = decay * average.astype(wide) + (1.0 - decay) * value.astype(wide)
+        return new.astype(average.dtype)
+    return jax.tree.map(update, ema, params)
 
 
 def split_microbatches(batch: dict, k: int) -> dict:
@@ -71,7 +90,7 @@ def _keep_if(keep: jax.Array, new: Any, old: Any) -> Any:
 
 def make_train_step(task, optimizer, schedule, train_cfg):
     """The step of `task` (train/tasks/base.py) with `optimizer` and its lr `schedule`, reading
-    train_cfg.grad_accum_steps and train_cfg.nonfinite.
+    train_cfg.grad_accum_steps, train_cfg.nonfinite and train_cfg.ema_decay.
 
     Metrics are (sum, count) pairs: the task's, plus `loss` (the objective), `grad_norm`,
     `param_norm`, `learning_rate`, and the `finite_loss` / `finite_grads` / `nonfinite_steps`
@@ -80,6 +99,7 @@ def make_train_step(task, optimizer, schedule, train_cfg):
     """
     accum = train_cfg.grad_accum_steps
     skip_nonfinite = train_cfg.nonfinite == "skip"
+    ema_decay = float(train_cfg.ema_decay)
 
     def objective(params, batch, rng, normalizers, frozen):
         terms, metrics = call_loss(task, params, batch, rng, frozen)
@@ -112,9 +132,10 @@ def make_train_step(task, optimizer, schedule, train_cfg):
         finite_loss, finite_grads = jnp.isfinite(loss), jnp.isfinite(grad_norm)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        if skip_nonfinite:
-            params, opt_state = _keep_if(finite_loss & finite_grads, (params, opt_state),
-                                         (state.params, state.opt_state))
+        ema = ema_update(state.ema_params, params, ema_decay) if ema_decay else None
+        if skip_nonfinite:  # a skipped step moves neither the parameters nor their average
+            params, opt_state, ema = _keep_if(finite_loss & finite_grads, (params, opt_state, ema),
+                                              (state.params, state.opt_state, state.ema_params))
         one = jnp.ones(())
         metrics = dict(metrics)
         metrics["loss"] = (loss, one)
@@ -124,7 +145,8 @@ def make_train_step(task, optimizer, schedule, train_cfg):
         metrics["finite_loss"] = (finite_loss.astype(jnp.float32), one)
         metrics["finite_grads"] = (finite_grads.astype(jnp.float32), one)
         metrics["nonfinite_steps"] = ((~(finite_loss & finite_grads)).astype(jnp.float32), one)
-        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                                  ema_params=ema)
         return new_state, metrics
 
     return train_step

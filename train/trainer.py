@@ -17,6 +17,11 @@ passed to every train and eval step beside the state, never into the optimizer o
 checkpoints: a resumed run reads them again from where the task found them, and the task
 records what it read (e.g. a fingerprint) in config.json, which a resume must find unchanged
 (train/run_config.py check_resumed).
+
+With train.ema_decay > 0 the state holds an exponential moving average of the parameters
+(train/train_step.py ema_update), sharded like them and checkpointed with them; every eval then
+also evaluates the average, its metrics logged beside the raw weights' as `ema.<name>` (e.g.
+`ema.accuracy`).
 """
 
 from __future__ import annotations
@@ -80,6 +85,9 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
             f"config.train.average_checkpoints={config.train.average_checkpoints} averages more "
             f"checkpoints than config.train.keep_checkpoints={config.train.keep_checkpoints} "
             f"keeps: set keep_checkpoints to {config.train.average_checkpoints} or more")
+    if not 0.0 <= config.train.ema_decay < 1.0:
+        raise ConfigError(f"config.train.ema_decay={config.train.ema_decay} must be in [0, 1) "
+                          "(0: no moving average of the weights; DeiT's code: 0.99996)")
     if config.train.peak_flops < 0:
         raise ConfigError(f"config.train.peak_flops={config.train.peak_flops} must be >= 0 "
                           "(0: measure a matmul here)")
@@ -121,8 +129,10 @@ class Trainer:
             params_rng, dropout_rng = jax.random.split(rng)
             inputs = self.task.dummy_inputs(1)
             params = self.task.init_variables(params_rng, inputs)["params"]
+            ema = params if config.train.ema_decay else None  # ema_0 = theta_0, same shardings
             return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                              opt_state=self.optimizer.init(params), rng=dropout_rng)
+                              opt_state=self.optimizer.init(params), rng=dropout_rng,
+                              ema_params=ema)
 
         with self._context():
             boxed = jax.eval_shape(init_state, jax.random.PRNGKey(config.seed))
@@ -219,6 +229,20 @@ class Trainer:
             values.update(self.task.score_predictions(jax.device_get(outputs), log))
         return values
 
+    def evaluate_state(self, state: TrainState, *, decode: bool = False,
+                       log=print) -> dict[str, float]:
+        """`evaluate` of the state's parameters and, with train.ema_decay > 0, of their moving
+        average too, its metrics as `ema.<name>`."""
+        return {**self.evaluate(state.params, decode=decode, log=log),
+                **self._evaluate_ema(state, decode=decode, log=log)}
+
+    def _evaluate_ema(self, state: TrainState, *, decode: bool, log) -> dict[str, float]:
+        """The eval of the state's moving average of the weights as `ema.<name>` ({} without)."""
+        if state.ema_params is None:
+            return {}
+        averaged = self.evaluate(state.ema_params, decode=decode, log=log)
+        return {f"ema.{name}": value for name, value in averaged.items()}
+
     def _peak_flops(self) -> tuple[float, str]:
         """(per-device peak FLOP/s, where it comes from): the config's, or measured here."""
         configured = self.config.train.peak_flops
@@ -242,8 +266,10 @@ class Trainer:
         loop once the last checkpoint is written, instead of one of the final parameters."""
         return self.config.train.average_checkpoints > 0 and done == self.config.train.num_steps
 
-    def _evaluate_average(self, checkpointer: Checkpointer, log) -> dict[str, float]:
-        """The final eval (and decode) of the average of the run's last checkpoints."""
+    def _evaluate_average(self, checkpointer: Checkpointer, state: TrainState,
+                          log) -> dict[str, float]:
+        """The final eval (and decode) of the average of the run's last checkpoints, and of the
+        final state's moving average of the weights when it has one (`ema.<name>`)."""
         checkpointer.wait()
         steps = steps_to_average(checkpointer.all_steps(), self.config.train.average_checkpoints)
         log(f"the final eval is of the average of the last {len(steps)} checkpoints, steps "
@@ -251,9 +277,10 @@ class Trainer:
             f"{self.config.train.average_checkpoints})")
         with self._context():
             params = average_params(checkpointer, self.abstract_state, steps, log)
-        values = self.evaluate(params, decode=self.task.decode_every is not None, log=log)
+        decode = self.task.decode_every is not None
+        values = self.evaluate(params, decode=decode, log=log)
         values["averaged_checkpoints"] = len(steps)
-        return values
+        return {**values, **self._evaluate_ema(state, decode=decode, log=log)}
 
     def _restore_or_init(self, checkpointer: Checkpointer, train_iter) -> tuple[TrainState, list]:
         """The state to train from: the newest usable checkpoint (with the data position it
@@ -346,7 +373,7 @@ class Trainer:
                 evaluate = ((cfg.eval_every and done % cfg.eval_every == 0)
                             or done == cfg.num_steps or decode)
                 if evaluate and not self._averages_at(done):
-                    final_eval = self.evaluate(state.params, decode=decode, log=writer.message)
+                    final_eval = self.evaluate_state(state, decode=decode, log=writer.message)
                     writer.write(done, "eval", final_eval)
                     log.restart_clock()  # eval time is not train time
                 if done % cfg.checkpoint_every == 0 or stopping:
@@ -361,11 +388,11 @@ class Trainer:
                     break
             reached = int(jax.device_get(state.step)) >= cfg.num_steps
             if reached and not self.interrupted and self._averages_at(cfg.num_steps):
-                final_eval = self._evaluate_average(checkpointer, writer.message)
+                final_eval = self._evaluate_average(checkpointer, state, writer.message)
                 writer.write(cfg.num_steps, "eval", final_eval)
             elif start >= cfg.num_steps:  # nothing left to train: evaluate what was restored
-                final_eval = self.evaluate(state.params, decode=self.task.decode_every is not None,
-                                           log=writer.message)
+                final_eval = self.evaluate_state(
+                    state, decode=self.task.decode_every is not None, log=writer.message)
         finally:
             checkpointer.wait()
             checkpointer.close()

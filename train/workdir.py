@@ -27,8 +27,8 @@ PLACEMENT_PREFIXES = ("mesh.",)
 # Keys that leave the train state as the checkpoints hold it (the parameters' shapes and the
 # optimizer state's structure): the loop's settings, the optimizer's numbers, dropout and how
 # the model is computed, evaluation and decoding, and how the data is read and batched. A key
-# ending in "." stands for its whole section. optimizer.clip_norm is resumable while it stays
-# on (> 0) or off (0); turning clipping on or off adds or removes a state in the optimizer chain.
+# ending in "." stands for its whole section. ON_OFF_KEYS (gradient clipping, the weights'
+# moving average) are resumable only while they stay on or off.
 RESUMABLE = (
     "seed", "train.",
     "optimizer.schedule", "optimizer.learning_rate", "optimizer.end_learning_rate",
@@ -36,8 +36,9 @@ RESUMABLE = (
     "optimizer.eps", "optimizer.momentum", "optimizer.weight_decay",
     "model.dropout_rate", "model.attention_dropout_rate", "model.mlp_dropout_rate",
     "model.attention_implementation",
-    "model.remat", "model.dtype",
-    "task.label_smoothing", "task.beam_size", "task.length_penalty", "task.max_decode_length",
+    "model.remat", "model.dtype", "model.drop_path_rate",
+    "task.label_smoothing", "task.mixup_alpha", "task.cutmix_alpha", "task.mixup_prob",
+    "task.mixup_switch_prob", "task.beam_size", "task.length_penalty", "task.max_decode_length",
     "task.extra_decode_length", "task.decode_every", "task.num_samples", "task.max_answer_length",
     "data.source", "data.train_split", "data.eval_split", "data.batch_size",
     "data.eval_batch_size", "data.augment", "data.eval_resize", "data.normalize", "data.pack",
@@ -46,19 +47,28 @@ RESUMABLE = (
     "data.select_prob", "data.random_prob", "data.keep_prob", "data.whole_word",
     "data.short_seq_prob", "data.dupe_factor", "data.input_format", "data.phase2_fraction",
     "data.phase2_max_seq_length", "data.phase2_max_predictions", "data.phase2_batch_size",
-    "data.shuffle_window",
+    "data.shuffle_window", "data.repeated_augment",
 )
+
+# Keys whose value is resumable while it stays on (> 0) or off (0): turning clipping on adds a
+# state to the optimizer chain, turning the weights' moving average on adds it to the state.
+ON_OFF_KEYS = ("optimizer.clip_norm", "train.ema_decay")
 
 # Keys configs gained after runs were written without them, each with the value that does what
 # those runs did: a saved config without the key had this value (a ViT run trained from
-# scratch, on images as stored, with the ViT's default norm epsilon).
+# scratch, on images as stored, with the ViT's default norm epsilon, without DeiT's recipe
+# pieces; any run without a moving average of its weights).
 ADDED_KEYS = {"init": "scratch", "init_head": "auto", "data.resize": False,
               "model.layer_norm_eps": 1e-6,
               # the Transformer's defaults, before translation configs declared them
               "model.norm_epsilon": 1e-6, "model.sinusoid_layout": "interleaved",
               "model.tie_output": None, "model.scale_embeddings": True,
               "model.logits_bias": False, "model.decoder_start": "bos",
-              "model.mlp_dropout_rate": None}
+              "model.mlp_dropout_rate": None,
+              # DeiT's recipe and token, before the image configs declared them
+              "train.ema_decay": 0.0, "model.drop_path_rate": 0.0, "model.distill_token": False,
+              "data.repeated_augment": 1, "task.mixup_alpha": 0.0, "task.cutmix_alpha": 0.0,
+              "task.mixup_prob": 1.0, "task.mixup_switch_prob": 0.5}
 
 # How many differing keys a refusal lists, those that decide the train state first (in this
 # order of sections, each one's `name` first); the rest are counted.
@@ -94,7 +104,7 @@ def _flatten(tree, prefix=""):
 def keeps_train_state(key: str, saved, current) -> bool:
     """Whether changing config `key` from `saved` to `current` leaves the train state a
     checkpoint restores into as it was (see RESUMABLE)."""
-    if key == "optimizer.clip_norm":
+    if key in ON_OFF_KEYS:  # resumable while on (> 0) or off (0): on/off adds or drops state
         return isinstance(saved, (int, float)) and isinstance(current, (int, float)) \
             and (saved > 0) == (current > 0)
     return any(key == name or (name.endswith(".") and key.startswith(name)) for name in RESUMABLE)

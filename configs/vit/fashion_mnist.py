@@ -61,6 +61,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.label_smoothing = 0.0        # epsilon of label-smoothed cross-entropy
     config.task.probe = args.probe           # True: a linear probe, only the head trains
     config.task.probe_norm_examples = 10_000  # training images of model.probe_norm's statistics
+    config.task.mixup_alpha = 0.0            # Mixup's Beta(a, a) (Zhang et al. 2018); 0: off
+    config.task.cutmix_alpha = 0.0           # CutMix's Beta(a, a) (Yun et al. 2019); 0: off
+    config.task.mixup_prob = 1.0             # probability a batch is mixed (train/mixing.py)
+    config.task.mixup_switch_prob = 0.5      # with both on: probability of CutMix over Mixup
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "vit"                # models/vit.py
@@ -95,6 +99,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # in the backward pass, less memory for more compute
     config.model.scan_layers = False         # nn.scan over the blocks (models/stack.py):
                                              # one compiled block, a leading layer axis
+    config.model.distill_token = False       # DeiT's distillation token (configs/vit/deit.py)
+    config.model.drop_path_rate = 0.0        # stochastic depth: the last block's rate (DeiT: 0.1)
     if args.size != "custom":  # the paper's sizes (Table 1) with the paper's GELU
         config.model.update(vit_size(args.size))
         config.model.activation = "gelu"
@@ -118,6 +124,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # center_crop (images of any size)
     config.data.normalize = "dataset"        # dataset: its per-channel mean/std |
                                              # minus_one_to_one: x / 127.5 - 1 (ViT's)
+    config.data.repeated_augment = 1         # r > 1: each image r times per batch, each copy
+                                             # augmented anew (Hoffer et al. 2020; DeiT: 3)
     config.data.batch_size = 128             # global batch, split over processes and devices
     config.data.eval_batch_size = 500        # global eval batch (last one padded and masked)
 

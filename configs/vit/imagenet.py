@@ -92,6 +92,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.label_smoothing = 0.0
     config.task.probe = False                # True: a linear probe (only the head trains)
     config.task.probe_norm_examples = 0      # images of model.probe_norm's statistics
+    config.task.mixup_alpha = 0.0            # Mixup's Beta(a, a) (Zhang et al. 2018); 0: off
+    config.task.cutmix_alpha = 0.0           # CutMix's Beta(a, a) (Yun et al. 2019); 0: off
+    config.task.mixup_prob = 1.0             # probability a batch is mixed (train/mixing.py)
+    config.task.mixup_switch_prob = 0.5      # with both on: probability of CutMix over Mixup
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "vit"                # models/vit.py
@@ -117,6 +121,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.param_dtype = "float32"
     config.model.remat = "none"              # none | minimal | full
     config.model.scan_layers = False
+    config.model.distill_token = False       # DeiT's distillation token (configs/vit/deit.py)
+    config.model.drop_path_rate = 0.0        # stochastic depth: the last block's rate (DeiT: 0.1)
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "imagenet2012"        # TFDS, prepared once from the manual download
@@ -132,6 +138,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the whole image to the resolution.
     config.data.eval_resize = "resize" if finetune else "center_crop"
     config.data.normalize = "minus_one_to_one"  # x / 127.5 - 1, the paper's input range
+    config.data.repeated_augment = 1         # r > 1: each image r times per batch, each copy
+                                             # augmented anew (Hoffer et al. 2020; DeiT: 3)
     config.data.batch_size = FINETUNE_BATCH if finetune else PRETRAIN_BATCH
     config.data.eval_batch_size = 1024       # the last batch padded and masked
 

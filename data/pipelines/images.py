@@ -28,6 +28,13 @@ shards that together cover every example, and as many batches in every process.
                (data/pipelines/image_crops.py)), drawn
                from an rng seeded with (seed, global batch index) through grain's
                `random_map`, so it is reproducible and survives set_state.
+               Repeated augmentation (`repeated_augment` = r > 1; Hoffer et al. 2020, "Augment
+               Your Batch", Berman et al. 2019, "MultiGrain"; DeiT trains with r = 3): each
+               batch holds batch_size / r distinct examples, each r times in a row, so each
+               copy gets its own augmentation draw. The sampler shuffles and batches the
+               examples as above into groups of batch_size / r and repeats each index r times,
+               so every example comes r times in exactly one batch of each epoch, and an epoch
+               is r x len(source) images (DeiT's "each [epoch] is 3x longer").
   train=False  one pass in order, padded with mask=0 rows to a whole number of global batches:
                every example is seen exactly once, all shapes stay static, and every process
                yields `num_batches(len(source), ...)` batches.
@@ -44,7 +51,8 @@ TFDS name, or `mean`/`std` passed in (see `compute_mean_std` for a dataset not i
 Checkpointing: the returned `grain.DatasetIterator` has `get_state() -> {'next_index': int}`
 (batches this process has taken; JSON-serialisable) and `set_state(state)`. A state resumes
 exactly only into a pipeline built with the same source, split, batch_size, seed,
-process_index/process_count, num_epochs, augment, eval_resize and patch_order.
+process_index/process_count, num_epochs, augment, eval_resize, patch_order and
+repeated_augment.
 """
 
 from __future__ import annotations
@@ -164,6 +172,17 @@ def _channels(images: list) -> int:
     return next((image.shape[-1] for image in images if image is not None), 3)
 
 
+class _RepeatIndices:
+    """A group of example indices -> each repeated `times` times in a row (repeated
+    augmentation: i, i, i, j, j, j, ...)."""
+
+    def __init__(self, times: int):
+        self.times = times
+
+    def __call__(self, indices: np.ndarray) -> np.ndarray:
+        return np.repeat(np.asarray(indices), self.times)
+
+
 class _EvalResize:
     """Images of any size -> uint8 [b, *image_shape] by image_crops.eval_resize (padding rows:
     zeros)."""
@@ -194,6 +213,7 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   image_shape: Sequence[int], process_index: int = 0, process_count: int = 1,
                   augment: str = "none", eval_resize: str = "none",
                   num_epochs: int | None = None, patch_order: int = 0,
+                  repeated_augment: int = 1,
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Iterator over this process's batches of `source` (see the module docstring)."""
@@ -211,6 +231,14 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
             "crop that brings them to image_shape; images of one size (eval_resize='none') "
             "with 'none', 'flip' or 'crop_flip'")
     check_sharding(batch_size, process_index, process_count)
+    if repeated_augment < 1 or batch_size % repeated_augment:
+        raise DataError(f"repeated_augment={repeated_augment} must be >= 1 and divide the "
+                        f"per-process batch_size={batch_size} (each batch holds its examples "
+                        "repeated_augment times)")
+    if train and repeated_augment > 1 and augment == "none":
+        raise DataError(f"repeated_augment={repeated_augment} with augment='none' puts "
+                        f"{repeated_augment} identical copies of each image in a batch; choose an "
+                        "augmentation (flip, crop_flip, inception_crop) or repeated_augment=1")
     if num_epochs is not None and num_epochs < 1:
         raise DataError(f"num_epochs must be None (forever) or positive, got {num_epochs}")
     n = len(source)
@@ -242,7 +270,9 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     ds = grain.MapDataset.range(n)
     if train:
         ds = ds.shuffle(seed=shuffle_seed).repeat(num_epochs)
-        ds = ds.batch(batch_size, drop_remainder=True)
+        ds = ds.batch(batch_size // repeated_augment, drop_remainder=True)
+        if repeated_augment > 1:
+            ds = ds.map(_RepeatIndices(repeated_augment))
         if num_epochs is not None:  # every process gets the same number of batches
             ds = ds[: len(ds) // process_count * process_count]
     else:

@@ -19,7 +19,8 @@ def task_class(config):
              "mae_pretrain": "train.tasks.mae_pretrain:MAEPretrainingTask",
              "distill_pretrain": "train.tasks.distill_pretrain:GeneralDistillationTask",
              "distill_finetune": "train.tasks.distill_finetune:TaskDistillationTask",
-             "causal_lm": "train.tasks.causal_lm:CausalLMTask"}
+             "causal_lm": "train.tasks.causal_lm:CausalLMTask",
+             "deit": "train.tasks.deit:DeiTTask"}
     check_choice(config, "task.name", tasks)
     module, name = tasks[config.task.name].split(":")
     return getattr(importlib.import_module(module), name)

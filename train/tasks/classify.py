@@ -24,6 +24,15 @@ BatchNorm without affine transformation, in its inference form).
 
 The training images may be a fraction of the split (config.data.train_fraction,
 train/tasks/image_data.py): fine-tuning with few labels.
+
+`config.model.name` picks the model (train/image_models.py): 'vit', or 'convnet' (a small ResNet,
+trained from scratch only: DeiT's convnet teacher). DeiT's training recipe (Touvron et al. 2021,
+Table 9) is options here: Mixup and CutMix (`config.task.mixup_alpha`, `cutmix_alpha`,
+`mixup_prob`, `mixup_switch_prob`; train/mixing.py), drawn on the device from the step's key and
+learned with the soft-label cross-entropy; repeated augmentation (`config.data.repeated_augment`,
+data/pipelines/images.py); stochastic depth (config.model.drop_path_rate, models/vit.py); the
+weights' moving average is the trainer's (config.train.ema_decay). A ViT with DeiT's distillation
+token trains with its teacher (train/tasks/deit.py), not here.
 """
 
 from __future__ import annotations
@@ -39,27 +48,54 @@ from data.pipelines import images as image_data
 from models.vit import ViT, ViTConfig, pool_tokens
 from models.vit_transfer import HEAD, PROBE_NORM
 from train import flops
-from train.config import ConfigError, check_choice
-from train.losses import cross_entropy
+from train.config import ConfigError, check_choice, to_dataclass
+from train.image_models import MODELS
+from train.losses import cross_entropy, one_hot_targets, soft_cross_entropy
+from train.mixing import MIX_STREAM, MixConfig, mix_batch
 from train.pretrained_params import put_pretrained
 from train.run_config import Resolution
 from train.tasks.base import Task
 from train.tasks.image_data import ImageData, check_data
-from train.vit_init import resolve_init
+from train.vit_init import ViTInit, resolve_init
 
-MODELS = {"vit": (ViT, ViTConfig)}
 PROBE_TRAINED = (HEAD,)  # what a linear probe trains; every other parameter is frozen
 
 
-def _init(config: ml_collections.ConfigDict, *, build: bool):
+def image_init(config: ml_collections.ConfigDict, *, build: bool) -> ViTInit:
     check_choice(config, "model.name", MODELS)
-    return resolve_init(config, build=build)
+    if config.model.name == "vit":
+        return resolve_init(config, build=build)
+    if config.init != "scratch":
+        raise ConfigError(f"config.init={config.init!r}: a model.name={config.model.name!r} "
+                          "run trains from scratch (only ViT weights are read); set "
+                          "init='scratch'")
+    section = config.model.copy_and_resolve_references()
+    with section.unlocked():
+        del section["name"]
+    return ViTInit(to_dataclass(MODELS[config.model.name].config, section, "model"), None, (), ())
+
+
+def mix_config(config: ml_collections.ConfigDict) -> MixConfig:
+    """config.task's Mixup / CutMix settings (train/mixing.py)."""
+    task = config.task
+    try:
+        return MixConfig(task.mixup_alpha, task.cutmix_alpha, task.mixup_prob,
+                         task.mixup_switch_prob)
+    except ValueError as error:
+        raise ConfigError(f"config.task: {error} (mixup_prob and mixup_switch_prob are prob and "
+                          "switch_prob there)") from error
 
 
 def _check_probe(config: ml_collections.ConfigDict, model_config: ViTConfig) -> None:
     """ConfigError for a probe that is not linear, or probe statistics without a frozen
     pretrained encoder."""
     task = config.task
+    if not isinstance(model_config, ViTConfig):
+        if task.probe:
+            raise ConfigError(f"config.task.probe freezes a pretrained ViT encoder; a "
+                              f"model.name={config.model.name!r} run trains from scratch: set "
+                              "probe=False")
+        return
     if model_config.probe_norm and not task.probe:
         raise ConfigError("config.model.probe_norm standardises the features of a frozen "
                           "encoder; it needs config.task.probe=True")
@@ -86,10 +122,16 @@ class ClassificationTask(ImageData, Task):
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
                               "used by a text task, not image classification; use a new --workdir")
         check_data(config)
-        self.init = _init(config, build=True)
+        self.init = image_init(config, build=True)
         self.model_config = self.init.model_config
-        self.model = MODELS[config.model.name][0](self.model_config)
+        self.model = MODELS[config.model.name].module(self.model_config)
         self.config = config
+        self._check_heads()
+        self.mixing = mix_config(config)
+        repeats = config.data.repeated_augment
+        if repeats < 1 or config.data.batch_size % repeats:
+            raise ConfigError(f"config.data.repeated_augment={repeats} must be >= 1 and divide "
+                              f"config.data.batch_size={config.data.batch_size}")
         self.label_smoothing = float(config.task.label_smoothing)
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"config.task.label_smoothing={self.label_smoothing} must be in [0, 1)")
@@ -99,12 +141,20 @@ class ClassificationTask(ImageData, Task):
                               f"match config.data.image_shape={shape}; set config.data.resize="
                               "True to resize the images to the model's size")
         self.image_shape = shape
+        self.repeated_augment = repeats
         self.d_model = self.model_config.hidden_size
         _check_probe(config, self.model_config)
         self.probe = bool(config.task.probe)
         self.trained_parameters = PROBE_TRAINED if self.probe else None
-        self.probe_statistics = (self._feature_statistics() if self.model_config.probe_norm
-                                 else None)
+        self.probe_statistics = (self._feature_statistics() if self.probe
+                                 and self.model_config.probe_norm else None)
+
+    def _check_heads(self) -> None:
+        """A ViT with a distillation token has a head that learns from a teacher: not here."""
+        if isinstance(self.model_config, ViTConfig) and self.model_config.distill_token:
+            raise ConfigError("config.model.distill_token=True: the distillation head learns from "
+                              "a teacher, which task.name='deit' reads (configs/vit/deit.py); "
+                              "here set distill_token=False")
 
     @staticmethod
     def _values(config) -> dict:
@@ -115,7 +165,7 @@ class ClassificationTask(ImageData, Task):
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The model of config.model, or of config.init's checkpoint (its config and tensor
         shapes read, not its weights), and the notes on what is carried over."""
-        init = _init(config, build=False)
+        init = image_init(config, build=False)
         _check_probe(config, init.model_config)
         return Resolution(init.model_config, values=cls._values(config), notes=init.notes)
 
@@ -181,7 +231,7 @@ class ClassificationTask(ImageData, Task):
             what=f"the weights of config.init={self.config.init!r}")}
 
     def flops_per_example(self) -> float:
-        train = flops.vit_train_flops_per_example(self.model_config, channels=self.image_shape[-1])
+        train = MODELS[self.config.model.name].train_flops(self.model_config, self.image_shape[-1])
         # A frozen encoder runs forward only; the linear head's backward is left out.
         return train / flops.TRAIN_FLOPS_FACTOR if self.probe else train
 
@@ -190,16 +240,31 @@ class ClassificationTask(ImageData, Task):
         """The cross-entropy is a mean over the real (mask = 1) examples."""
         return {"cross_entropy": batch["mask"].sum()}
 
+    def mixed(self, batch, rng):
+        """(images, target distributions [b, K] or None, the labels accuracy counts against) of
+        a training batch: with Mixup / CutMix (train/mixing.py) the mixed images and targets
+        and each row's larger share's label, drawn from a key folded from the step's `rng`
+        (the dropout key stays as it is); else the batch as it is, None and its labels."""
+        if not self.mixing.enabled:
+            return batch["image"], None, batch["label"]
+        targets = one_hot_targets(batch["label"], self.model_config.num_classes,
+                                  self.label_smoothing)
+        mixed = mix_batch(jax.random.fold_in(rng, MIX_STREAM), batch["image"], targets,
+                          self.mixing)
+        return mixed.images, mixed.targets, jnp.argmax(mixed.targets, axis=-1)
+
     def loss_fn(self, params, batch, rng):
         """({'cross_entropy': sum over real examples}, {'accuracy': (sum, count)})."""
+        images, targets, labels = self.mixed(batch, rng)
         if self.probe:  # no gradient into (and no backward pass through) the frozen encoder
             params = {k: v if k in PROBE_TRAINED else jax.lax.stop_gradient(v)
                       for k, v in params.items()}
-        logits = self.model.apply({"params": params}, self._model_input(batch["image"]),
+        logits = self.model.apply({"params": params}, self._model_input(images),
                                   train=not self.probe, rngs={"dropout": rng})
         weights = batch["mask"]
-        losses = cross_entropy(logits, batch["label"], self.label_smoothing) * weights
-        correct = (jnp.argmax(logits, -1) == batch["label"]) * weights
+        losses = (cross_entropy(logits, labels, self.label_smoothing) if targets is None
+                  else soft_cross_entropy(logits, targets)) * weights
+        correct = (jnp.argmax(logits, -1) == labels) * weights
         return {"cross_entropy": losses.sum()}, {"accuracy": (correct.sum(), weights.sum())}
 
     def eval_fn(self, params, batch):

@@ -39,12 +39,14 @@ def check_data(config) -> None:
 
 class ImageData:
     """The data methods of an image task (train/tasks/base.py); the task sets `config`,
-    `image_shape` and `patch_order` (0, or the patches per image whose random order each batch
-    carries: data/pipelines/patch_masking.py)."""
+    `image_shape`, `patch_order` (0, or the patches per image whose random order each batch
+    carries: data/pipelines/patch_masking.py) and `repeated_augment` (DeiT's repeated
+    augmentation: each training image this many times in a batch, differently augmented)."""
 
     config = None
     image_shape: tuple[int, ...] = ()
     patch_order: int = 0
+    repeated_augment: int = 1
 
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
@@ -85,7 +87,8 @@ class ImageData:
         return image_data.image_batches(
             self.train_source(), batch_size=batch_size, train=True, seed=seed,
             process_index=process_index, process_count=process_count,
-            augment=self.config.data.augment, **self._pixels())
+            augment=self.config.data.augment, repeated_augment=self.repeated_augment,
+            **self._pixels())
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         """(iterator over this process's eval batches, number of batches every process runs)."""

@@ -1,0 +1,100 @@
+"""python -m train.sweep --config configs/ablations/deit_table3.py --workdir workdirs/deit_table3
+
+DeiT Table 3 (Touvron et al. 2021, Sec. 5.2, "Distillation"): a ViT trained on the labels
+alone, with the usual (soft) distillation, with hard distillation, and with hard distillation
+through the distillation token (DeiT-alembic), whose class head, distillation head and averaged
+heads are the table's last three rows (`class_accuracy`, `distill_accuracy`, `accuracy`). The
+teacher's own accuracy (Table 3's teacher, Table 2's "acc.") is the `teacher_accuracy` column.
+The paper: ImageNet top-1 of DeiT-B at 224 px with a RegNetY-16GF teacher (82.9%): 81.8 without
+distillation, 81.8 with the usual distillation, 83.0 with hard distillation, 83.0 / 83.1 / 83.4
+for the token's class head / distillation head / both.
+
+Here the student is configs/vit/deit.py's ViT on Fashion-MNIST (no DeiT recipe: the rows differ
+only by their distillation), and the teacher the convnet of configs/vit/convnet_teacher.py,
+trained once before the sweep (`python -m train --config configs/vit/convnet_teacher.py
+--workdir workdirs/convnet_teacher`; every seed of every row reads it). Its findings
+(`FINDINGS`) are judged from the runs as train/findings.py judges every sweep's, paired by seed.
+
+Budget (2-core CPU): each run is the ViT demo's 5900 steps (its recorded runs: about 4 minutes)
+plus the teacher's forward pass in every step, which measured about one more ViT step (the
+convnet's training step is about 3 ViT steps): an estimated 8 minutes a run, 12 runs (4 rows x
+3 seeds) in about 100 minutes, plus the teacher's own run (an estimated 12 minutes).
+
+Variants (`:arg`, comma-separated):
+  teacher=workdirs/convnet_teacher   the teacher's workdir (a ViT's for Table 2's comparison)
+  steps=N      train steps of each row (0, the default: the ViT config's 5900)
+  smoke        seconds-long runs on the fixture, 2 seeds, for tests
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from configs import common
+from train.sweep_spec import Finding, Metric, Stage, Sweep
+
+DEIT = "configs/vit/deit.py"
+ROWS = {"none": "distill=none,token=false", "soft": "distill=soft,token=false",
+        "hard": "distill=hard,token=false", "hard_token": "distill=hard,token=true"}
+# DeiT Table 3, DeiT-B (224 px), ImageNet top-1 %, teacher RegNetY-16GF (82.9%). The token's
+# row has three: its class head, its distillation head and both averaged.
+PAPER = {"none": {"accuracy": 81.8}, "soft": {"accuracy": 81.8}, "hard": {"accuracy": 83.0},
+         "hard_token": {"class_accuracy": 83.0, "distill_accuracy": 83.1, "accuracy": 83.4}}
+PAPER_TEACHER = 82.9
+
+
+def _paper(row: str, metric: str, against: str, against_metric: str = "accuracy") -> str:
+    """'top-1 83.0 vs 81.8 (+1.2)': two of Table 3's numbers."""
+    ours, base = PAPER[row][metric], PAPER[against][against_metric]
+    return f"ImageNet top-1 {ours:.1f} vs {base:.1f} ({ours - base:+.1f})"
+
+
+# Sec. 5.2: "hard distillation significantly outperforms soft distillation for transformers,
+# even when using only a class token"; the distillation token does better than the class token
+# alone; the two heads combined do better than either.
+FINDINGS = (
+    Finding("Hard distillation makes the student better than the labels alone",
+            metric="accuracy", row="hard", against="none", expect="higher",
+            paper=_paper("hard", "accuracy", "none")),
+    Finding("Hard distillation beats the usual (soft) distillation", metric="accuracy",
+            row="hard", against="soft", expect="higher", paper=_paper("hard", "accuracy", "soft"),
+            if_not="a teacher whose soft labels carry more on 10 classes than on ImageNet's 1000"),
+    Finding("Hard distillation through the distillation token beats it into the class token "
+            "alone", metric="accuracy", row="hard_token", against="hard", expect="higher",
+            paper=_paper("hard_token", "accuracy", "hard")),
+    Finding("The averaged heads beat the distillation token's class head alone",
+            metric="accuracy", row="hard_token", against="hard_token",
+            against_metric="class_accuracy", expect="higher",
+            paper=_paper("hard_token", "accuracy", "hard_token", "class_accuracy")),
+    Finding("The distilled student outperforms its convnet teacher", metric="accuracy",
+            row="hard_token", against="hard_token", against_metric="teacher_accuracy",
+            expect="higher",
+            paper=f"ImageNet top-1 {PAPER['hard_token']['accuracy']:.1f} vs the teacher's "
+                  f"{PAPER_TEACHER:.1f} ({PAPER['hard_token']['accuracy'] - PAPER_TEACHER:+.1f})",
+            if_not="a 13-epoch student against a convnet that suits 28 x 28 images; DeiT's "
+                   "students train 300 epochs with the full recipe"),
+)
+
+
+def get_sweep(arg: str | None = None) -> Sweep:
+    args = common.parse_arg(arg, teacher="workdirs/convnet_teacher", steps=0, smoke=False)
+    if args.steps < 0:
+        raise ValueError(f"steps={args.steps} must be >= 0 (0: the default)")
+    teacher = args.teacher if "://" in args.teacher else str(Path(args.teacher).absolute())
+    variant = f"teacher={teacher}" + (",smoke" if args.smoke else "") + (
+        f",steps={args.steps}" if args.steps else "")
+    quiet = {"train.progress_bar": False, "train.eval_every": 0}
+    return Sweep(
+        title="DeiT Table 3: no distillation, soft, hard, hard with the distillation token "
+              f"(Fashion-MNIST, convnet teacher){', smoke' if args.smoke else ''}",
+        stages=(Stage("deit", f"{DEIT}:{variant}", quiet),),
+        rows=dict(ROWS),
+        metrics=(Metric("accuracy", "max"), Metric("class_accuracy", "max"),
+                 Metric("distill_accuracy", "max"), Metric("teacher_accuracy", "max")),
+        seeds=2 if args.smoke else 3,
+        paper={row: {k: v / 100 for k, v in values.items()} for row, values in PAPER.items()},
+        paper_note="ImageNet top-1 of DeiT-B (224 px) with a RegNetY-16GF teacher (82.9%), "
+                   "Table 3; ours are Fashion-MNIST test accuracies of a 5-layer ViT and a "
+                   "small convnet teacher, so compare the rows' order, not the values.",
+        findings=FINDINGS,
+    )
