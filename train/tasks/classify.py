@@ -43,6 +43,26 @@ def _init(config: ml_collections.ConfigDict, *, build: bool):
     return resolve_init(config, build=build)
 
 
+def model_input(images, image_size: tuple[int, int]):
+    """A batch of normalised images [b, h, w, c] at the model's `image_size`: as stored, or
+    resized bilinearly (config.data.resize; antialiased when shrinking). The task's steps and
+    `python -m train.predict` both feed the model through it."""
+    height, width = image_size
+    if images.shape[1:3] == (height, width):
+        return images
+    return jax.image.resize(images, (images.shape[0], height, width, images.shape[3]),
+                            method="bilinear")
+
+
+def pixel_scale(data, channels: int) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """The (mean, std) per channel that config.data.normalize gives the image pipeline
+    (data/pipelines/images.py `normalization`): (None, None) for the dataset's own constants."""
+    centre = NORMALIZATIONS[data.normalize]
+    if centre is None:
+        return None, None
+    return (centre[0],) * channels, (centre[1],) * channels
+
+
 class ClassificationTask(Task):
     """ViT (or any `images -> logits` model) on a labelled image dataset."""
 
@@ -88,13 +108,7 @@ class ClassificationTask(Task):
         return {"image": np.zeros((batch_size, *self.image_shape), np.float32)}
 
     def _model_input(self, images):
-        """The batch's images at the model's size: as stored, or resized bilinearly
-        (config.data.resize; antialiased when shrinking)."""
-        height, width = self.model_config.image_size
-        if images.shape[1:3] == (height, width):
-            return images
-        return jax.image.resize(images, (images.shape[0], height, width, images.shape[3]),
-                                method="bilinear")
+        return model_input(images, self.model_config.image_size)
 
     def init_variables(self, rng, inputs):
         variables = self.model.init({"params": rng}, self._model_input(inputs["image"]),
@@ -138,12 +152,9 @@ class ClassificationTask(Task):
 
     def _pixels(self) -> dict:
         """How the pipeline brings images to the model's size and scale (config.data)."""
-        data = self.config.data
-        centre = NORMALIZATIONS[data.normalize]
-        channels = self.image_shape[-1]
-        return dict(image_shape=self.image_shape, eval_resize=data.eval_resize,
-                    mean=None if centre is None else (centre[0],) * channels,
-                    std=None if centre is None else (centre[1],) * channels)
+        mean, std = pixel_scale(self.config.data, self.image_shape[-1])
+        return dict(image_shape=self.image_shape, eval_resize=self.config.data.eval_resize,
+                    mean=mean, std=std)
 
     def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
         """Endless, shuffled, per-process batches; a grain iterator with get_state/set_state."""
