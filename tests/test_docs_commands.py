@@ -31,7 +31,7 @@ PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$|\.\.\.|<\w+>|^[A-Z]+[:=]")
 # Modules whose command line the test parses with their own parser, stopped right after it.
 PARSED_BY_MAIN = ("data.fetch", "train.baselines", "train.tables", "train.records",
                   "train.sweep_figures", "train.recipe_costs", "train.diagnose_encoder",
-                  "train.extrapolation_report", "benchmarks.marian_decode")
+                  "train.extrapolation_report", "benchmarks.marian_decode", "train.evaluate")
 
 
 def _split(line: str) -> list[list[str]]:
@@ -117,10 +117,16 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
         from train.kneser_ney import parse_args
     elif module == "benchmarks.lm_decode":
         from benchmarks.lm_decode import parse_args
-    elif module == "train.predict":  # the docs' workdirs are not there: the LM's options
+    elif module == "train.predict":  # the docs' workdirs are not there: the options of the
+        from train.predict import PREDICTORS  # predictor whose parser takes them
         from train.predict.__main__ import build_parser
 
-        parse_args = build_parser("causal_lm").parse_args
+        def parse_args(argv):
+            for task in PREDICTORS:
+                known, unknown = build_parser(task).parse_known_args(argv)
+                if not unknown:
+                    return known
+            raise AssertionError(f"no predictor of {sorted(PREDICTORS)} takes {argv}")
     else:
         real = argparse.ArgumentParser.parse_args
 

@@ -90,12 +90,12 @@ def test_prompts_from_a_file_or_stdin(lm_run, tmp_path):
 def test_errors_name_the_problem(lm_run, tmp_path, capsys):
     assert predict_cli.main([str(lm_run), "--prompt", "ok", "--prompt", " "]) == 2
     assert "prompt 2 of --prompt is empty" in capsys.readouterr().err
-    other = tmp_path / "vit"
+    other = tmp_path / "distill"
     other.mkdir()
-    (other / "config.json").write_text(json.dumps({"task": {"name": "classify"}}))
+    (other / "config.json").write_text(json.dumps({"task": {"name": "distill_finetune"}}))
     assert predict_cli.main([str(other), "--prompt", "x"]) == 2
-    assert "holds a 'classify' run; python -m train.predict supports ['causal_lm']" in \
-        capsys.readouterr().err
+    assert "holds a 'distill_finetune' run; python -m train.predict supports ['bert_pretrain'" \
+        in capsys.readouterr().err
     untrained = tmp_path / "untrained"
     untrained.mkdir()
     (untrained / "config.json").write_text((lm_run / "config.json").read_text())

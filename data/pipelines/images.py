@@ -198,15 +198,41 @@ class _EvalResize:
         return {**batch, "image": out}
 
 
+def normalization(name: str, mean: Sequence[float] | None, std: Sequence[float] | None,
+                  channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The per-channel (mean, std) images of dataset `name` (its TFDS name, as
+    `dataset_name(source)` gives it) are normalised with: `mean` and `std` when given, else the
+    dataset's constants (`NORMALIZATION`); DataError for a dataset without constants, values
+    that are not one per channel, a mean that is not finite or a std that is not positive."""
+    if (mean is None) != (std is None):
+        raise DataError(f"mean={mean} and std={std}: pass both (per channel) or neither (the "
+                        "dataset's constants)")
+    if mean is None:
+        if name not in NORMALIZATION:
+            raise DataError(f"no normalisation constants for dataset {name!r} (known: "
+                            f"{sorted(NORMALIZATION)}); pass mean= and std= (per channel), e.g. "
+                            "from data.pipelines.images.compute_mean_std(train_source)")
+        mean, std = NORMALIZATION[name]
+    if len(mean) != channels or len(std) != channels:
+        raise DataError(f"mean {mean} and std {std} need one value per channel ({channels})")
+    if not all(np.isfinite(mean)) or not all(s > 0 for s in std):  # `not >` catches NaN too
+        raise DataError(f"mean {mean} must be finite and std {std} positive")
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
+def normalize(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """uint8 images [..., c] -> float32 (x / 255 - mean) / std, per channel."""
+    mean = np.asarray(mean, np.float32)
+    scale = 1.0 / (255.0 * np.asarray(std, np.float32))
+    return (images.astype(np.float32) - mean * 255.0) * scale
+
+
 class _Normalize:
     def __init__(self, mean: Sequence[float], std: Sequence[float]):
-        self.mean = np.asarray(mean, np.float32)
-        self.scale = 1.0 / (255.0 * np.asarray(std, np.float32))
-        self.mean_255 = self.mean * 255.0
+        self.mean, self.std = mean, std
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        image = (batch["image"].astype(np.float32) - self.mean_255) * self.scale
-        return {**batch, "image": image}
+        return {**batch, "image": normalize(batch["image"], self.mean, self.std)}
 
 
 def image_batches(source, *, batch_size: int, train: bool, seed: int,
@@ -251,20 +277,7 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                         f"{describe(source)}" + ("" if any_size else
                                                  " (images of any size need eval_resize "
                                                  "'resize' or 'center_crop')"))
-    if (mean is None) != (std is None):
-        raise DataError(f"mean={mean} and std={std}: pass both (per channel) or neither (the "
-                        "dataset's constants)")
-    if mean is None:
-        if name not in NORMALIZATION:
-            raise DataError(f"no normalisation constants for dataset {name!r} (known: "
-                            f"{sorted(NORMALIZATION)}); pass mean= and std= (per channel), e.g. "
-                            "from data.pipelines.images.compute_mean_std(train_source)")
-        mean, std = NORMALIZATION[name]
-    if len(mean) != image_shape[-1] or len(std) != image_shape[-1]:
-        raise DataError(f"mean {mean} and std {std} need one value per channel "
-                        f"({image_shape[-1]})")
-    if not all(np.isfinite(mean)) or not all(s > 0 for s in std):  # `not >` catches NaN too
-        raise DataError(f"mean {mean} must be finite and std {std} positive")
+    mean, std = normalization(name, mean, std, image_shape[-1])
     shuffle_seed, augment_seed, patch_order_seed = seeds(seed, 3)
 
     ds = grain.MapDataset.range(n)

@@ -92,8 +92,9 @@ def without_text(batch: dict[str, Any]) -> dict[str, np.ndarray]:
 # --------------------------------------------------------------------------------- examples
 
 
-def _limit(ids: list[int], max_length: int) -> tuple[np.ndarray, bool]:
-    """ids + EOS, cut to the first max_length - 1 ids + EOS; and whether it was cut."""
+def limit_length(ids: list[int], max_length: int) -> tuple[np.ndarray, bool]:
+    """ids + EOS, cut to the first max_length - 1 ids + EOS; and whether it was cut (every
+    source sentence the pipeline and `python -m train.predict` give a translation model)."""
     cut = len(ids) + 1 > max_length
     if cut:
         ids = ids[: max_length - 1]
@@ -118,8 +119,8 @@ class _Tokenize:
         if self.drop and max(len(src), len(tgt)) + 1 > self.max_length:
             return {"inputs": np.asarray([*src, EOS_ID], np.int32),
                     "targets": np.asarray([*tgt, EOS_ID], np.int32), "truncated": 0, "drop": 1}
-        inputs, cut_src = _limit(src, self.max_length)
-        targets, cut_tgt = _limit(tgt, self.max_length)
+        inputs, cut_src = limit_length(src, self.max_length)
+        targets, cut_tgt = limit_length(tgt, self.max_length)
         return {"inputs": inputs, "targets": targets, "truncated": int(cut_src or cut_tgt),
                 "drop": 0}
 
@@ -298,8 +299,8 @@ class _LoadEvalBatch:
         for j, example in enumerate(read_examples(self.source, real)):
             source_text = as_text(example[self.source_key])
             target_text = as_text(example[self.target_key])
-            inputs, cut_src = _limit(self.tokenizer.encode(source_text), length)
-            targets, cut_tgt = _limit(self.tokenizer.encode(target_text), length)
+            inputs, cut_src = limit_length(self.tokenizer.encode(source_text), length)
+            targets, cut_tgt = limit_length(self.tokenizer.encode(target_text), length)
             for key, value in _padded_row(inputs, targets, length).items():
                 batch[key][j] = value
             texts["source_text"][j], texts["target_text"][j] = source_text, target_text

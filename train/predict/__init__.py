@@ -8,7 +8,14 @@ module here, named in PREDICTORS, with
     predict(run, args) -> outputs   what it makes of the inputs (and prints)
 so `python -m train.predict WORKDIR --help` lists the options of that run's task.
 
-    causal_lm    generate continuations of prompts (train/predict/causal_lm.py)
+    causal_lm      generate continuations of prompts (train/predict/causal_lm.py)
+    classify       the top classes of image files (train/predict/classify.py)
+    translate      translate sentences (train/predict/translate.py)
+    bert_pretrain  fill the [MASK]s of texts (train/predict/bert_pretrain.py)
+    finetune       classify or tag texts with a fine-tuned BERT (train/predict/finetune.py)
+
+Each reads its inputs as the run's eval pipeline does (its own functions, not copies) and runs
+the model batched over all local devices (train/predict/batching.py).
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from typing import Any
 from train import storage
 from train.config import ConfigError
 
-PREDICTORS = {"causal_lm": "train.predict.causal_lm"}
+PREDICTORS = {"causal_lm": "train.predict.causal_lm", "classify": "train.predict.classify",
+              "translate": "train.predict.translate",
+              "bert_pretrain": "train.predict.bert_pretrain",
+              "finetune": "train.predict.finetune"}
 
 
 @dataclasses.dataclass

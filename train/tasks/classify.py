@@ -114,6 +114,17 @@ def _check_probe(config: ml_collections.ConfigDict, model_config: ViTConfig) -> 
                           ">= 1 (the training images the feature statistics are computed on)")
 
 
+def model_input(images, image_size: tuple[int, int]):
+    """A batch of normalised images [b, h, w, c] at the model's `image_size`: as stored, or
+    resized bilinearly (config.data.resize; antialiased when shrinking). The task's steps and
+    `python -m train.predict` both feed the model through it."""
+    height, width = image_size
+    if images.shape[1:3] == (height, width):
+        return images
+    return jax.image.resize(images, (images.shape[0], height, width, images.shape[3]),
+                            method="bilinear")
+
+
 class ClassificationTask(ImageData, Task):
     """ViT (or any `images -> logits` model) on a labelled image dataset."""
 
@@ -209,13 +220,7 @@ class ClassificationTask(ImageData, Task):
         return {"image": np.zeros((batch_size, *self.image_shape), np.float32)}
 
     def _model_input(self, images):
-        """The batch's images at the model's size: as stored, or resized bilinearly
-        (config.data.resize; antialiased when shrinking)."""
-        height, width = self.model_config.image_size
-        if images.shape[1:3] == (height, width):
-            return images
-        return jax.image.resize(images, (images.shape[0], height, width, images.shape[3]),
-                                method="bilinear")
+        return model_input(images, self.model_config.image_size)
 
     def init_variables(self, rng, inputs):
         variables = self.model.init({"params": rng}, self._model_input(inputs["image"]),

@@ -24,6 +24,16 @@ from train.config import ConfigError, check_choice
 NORMALIZATIONS = {"dataset": None, "minus_one_to_one": (0.5, 0.5)}
 
 
+def pixel_scale(data, channels: int) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """The (mean, std) per channel that config.data.normalize gives the image pipeline
+    (data/pipelines/images.py `normalization`): (None, None) for the dataset's own constants.
+    The tasks' pipelines and `python -m train.predict` both normalise through it."""
+    centre = NORMALIZATIONS[data.normalize]
+    if centre is None:
+        return None, None
+    return (centre[0],) * channels, (centre[1],) * channels
+
+
 def check_data(config) -> None:
     """ConfigError for a config.data value the pipeline does not take."""
     check_choice(config, "data.source", ("local", "tfds"))
@@ -74,13 +84,9 @@ class ImageData:
 
     def _pixels(self) -> dict:
         """How the pipeline brings images to the model's size and scale (config.data)."""
-        data = self.config.data
-        centre = NORMALIZATIONS[data.normalize]
-        channels = self.image_shape[-1]
-        return dict(image_shape=self.image_shape, eval_resize=data.eval_resize,
-                    patch_order=self.patch_order,
-                    mean=None if centre is None else (centre[0],) * channels,
-                    std=None if centre is None else (centre[1],) * channels)
+        mean, std = pixel_scale(self.config.data, self.image_shape[-1])
+        return dict(image_shape=self.image_shape, eval_resize=self.config.data.eval_resize,
+                    patch_order=self.patch_order, mean=mean, std=std)
 
     def train_iterator(self, *, batch_size: int, seed: int, process_index: int, process_count: int):
         """Endless, shuffled, per-process batches; a grain iterator with get_state/set_state."""

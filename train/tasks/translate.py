@@ -62,6 +62,45 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
     return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
 
 
+def decode_width(cfg: TransformerConfig, max_length: int, extra: int, cap: int) -> int:
+    """The length of a translation run's decoded arrays: the longest any sentence may run (each
+    stops at its own input length + `extra` = task.extra_decode_length, Sec. 6.1; inputs of
+    at most `max_length` = data.max_length tokens), at most `cap` = task.max_decode_length
+    (if > 0) and the position table of `cfg`.
+
+    Sequences must fit the position table (issue: a row longer than the table would read
+    past it: silently clamped by a gather), so a data.max_length or an explicit cap longer
+    than the table fails; the paper's rule alone (cap 0) stops at the table's end.
+    """
+    width = max_length + extra
+    if cap:
+        width = min(width, cap)
+    if cfg.posemb not in TABLE_POSEMBS:
+        return width
+    for key, length in (("data.max_length", max_length),
+                        ("task.max_decode_length", cap)):
+        if length > cfg.max_length:
+            raise ConfigError(
+                f"config.{key}={length} is longer than the position table "
+                f"(config.model.max_length={cfg.max_length}, posemb={cfg.posemb!r}); raise "
+                f"config.model.max_length to at least {length} or shorten config.{key}")
+    return min(width, cfg.max_length)
+
+
+def translate(model: Transformer, params, inputs, tokenizer, *, beam_size: int, alpha: float,
+              extra: int, max_decode_length: int):
+    """The translations [b, max_decode_length] (EOS included, padding after) of `inputs` [b, s]
+    (ids ending in EOS, padded): beam search with length penalty `alpha` (greedy for
+    `beam_size` 1), each sentence up to its input length + `extra` tokens (Sec. 6.1), EOS
+    counted on both sides. The task's eval decoding and `python -m train.predict` both call it."""
+    limits = decoding.input_length_limits(inputs, extra, max_decode_length)
+    tokens, _ = decoding.predict(
+        model, params, inputs, beam_size=beam_size, alpha=alpha,
+        max_decode_len=max_decode_length, row_max_decode_len=limits, eos_id=tokenizer.eos_id,
+        bos_id=model.config.start_id(tokenizer.bos_id))
+    return tokens
+
+
 class TranslationTask(Task):
     """An encoder-decoder Transformer on a parallel corpus (source_key -> target_key)."""
 
@@ -128,28 +167,7 @@ class TranslationTask(Task):
         return Resolution(self.model_config, notes=self.init.notes)
 
     def _decode_width(self, cap: int) -> int:
-        """The length of the decoded arrays: the longest any sentence may run (each stops at its
-        own input length + task.extra_decode_length, Sec. 6.1), at most `cap` (if > 0) and the
-        position table.
-
-        Sequences must fit the position table (issue: a row longer than the table would read
-        past it: silently clamped by a gather), so a data.max_length or an explicit cap longer
-        than the table fails; the paper's rule alone (cap 0) stops at the table's end.
-        """
-        cfg = self.model_config
-        width = self.max_length + self.extra_decode_length
-        if cap:
-            width = min(width, cap)
-        if cfg.posemb not in TABLE_POSEMBS:
-            return width
-        for key, length in (("data.max_length", self.max_length),
-                            ("task.max_decode_length", cap)):
-            if length > cfg.max_length:
-                raise ConfigError(
-                    f"config.{key}={length} is longer than the position table "
-                    f"(config.model.max_length={cfg.max_length}, posemb={cfg.posemb!r}); raise "
-                    f"config.model.max_length to at least {length} or shorten config.{key}")
-        return min(width, cfg.max_length)
+        return decode_width(self.model_config, self.max_length, self.extra_decode_length, cap)
 
     # ---- model -----------------------------------------------------------------------------
     def dummy_inputs(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -221,13 +239,10 @@ class TranslationTask(Task):
         """Beam search (greedy for beam_size 1) translations of one eval batch, each sentence
         up to its input length + task.extra_decode_length tokens (Sec. 6.1), EOS counted on
         both sides, within `max_decode_length`."""
-        limits = decoding.input_length_limits(batch["inputs"], self.extra_decode_length,
-                                              self.max_decode_length)
-        tokens, _ = decoding.predict(
-            self.model, params, batch["inputs"], beam_size=self.config.task.beam_size,
-            alpha=self.config.task.length_penalty, max_decode_len=self.max_decode_length,
-            row_max_decode_len=limits, eos_id=self.tokenizer.eos_id,
-            bos_id=self.model_config.start_id(self.tokenizer.bos_id))
+        tokens = translate(self.model, params, batch["inputs"], self.tokenizer,
+                           beam_size=self.config.task.beam_size,
+                           alpha=self.config.task.length_penalty, extra=self.extra_decode_length,
+                           max_decode_length=self.max_decode_length)
         return {"tokens": tokens, "index": batch["index"], "mask": batch["mask"]}
 
     def score_predictions(self, outputs: list[dict], log) -> dict[str, float]:

@@ -1,0 +1,72 @@
+"""python -m train.evaluate WORKDIR: a checkpoint's metrics are those the trainer's own eval gave
+it (the run's final eval of the last step, and of an earlier step, whose eval the run logged
+too), on another split when asked; nothing is written unless --write, which appends a record of
+its own kind; clear errors for a step not saved and a folder that is not a run's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny_runs import data_root, train
+
+from train import evaluate as evaluate_cli
+
+
+@pytest.fixture(scope="module")
+def vit_run(tmp_path_factory, fixture_data_root):
+    """The smoke ViT trained for 4 steps, evaluated (and checkpointed) at steps 2 and 4."""
+    return train(tmp_path_factory.mktemp("vit_run"), "configs/vit/fashion_mnist.py:smoke",
+                 fixture_data_root, "--config.train.num_steps=4", "--config.train.eval_every=2",
+                 "--config.train.checkpoint_every=2", "--config.optimizer.warmup_steps=1")
+
+
+def _logged_evals(workdir) -> dict[int, dict]:
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in records if r["split"] == "eval"}
+
+
+def _files(workdir) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(workdir)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in workdir.rglob("*") if p.is_file()}
+
+
+def test_metrics_are_the_trainers_eval_of_the_same_checkpoint(vit_run, fixture_data_root,
+                                                              capsys):
+    logged = _logged_evals(vit_run)
+    before = _files(vit_run)
+    with data_root(fixture_data_root):
+        for step in (None, 2):
+            got_step, metrics = evaluate_cli.evaluate(vit_run, step=step, log=print)
+            assert got_step == (step or 4)
+            assert set(metrics) == {"loss", "accuracy"}
+            for name, value in metrics.items():
+                assert value == pytest.approx(logged[got_step][name], rel=1e-6, abs=1e-7)
+        assert evaluate_cli.main([str(vit_run), "--step", "2"]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"step 2, split test: accuracy={logged[2]['accuracy']:.4g} loss={logged[2]['loss']:.4g}")
+    assert _files(vit_run) == before  # nothing written without --write
+
+
+def test_another_split_and_write(vit_run, fixture_data_root, capsys):
+    with data_root(fixture_data_root):
+        _, train_metrics = evaluate_cli.evaluate(vit_run, split="train[:300]")
+        assert train_metrics != evaluate_cli.evaluate(vit_run)[1]
+        assert evaluate_cli.main([str(vit_run), "--split", "train[:300]", "--write"]) == 0
+    records = [json.loads(line) for line in
+               (vit_run / "metrics.jsonl").read_text().splitlines()]
+    written = records[-1]
+    assert (written["step"], written["split"], written["eval_split"]) == (4, "evaluate",
+                                                                          "train[:300]")
+    assert {k: written[k] for k in train_metrics} == pytest.approx(train_metrics, rel=1e-6)
+    assert sum(r["split"] == "evaluate" for r in records) == 1
+    assert "step 4, split train[:300]:" in capsys.readouterr().out
+
+
+def test_errors_name_the_problem(vit_run, tmp_path, fixture_data_root, capsys):
+    with data_root(fixture_data_root):
+        assert evaluate_cli.main([str(vit_run), "--step", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint of step 3 in" in err and "(saved steps: [2, 4])" in err
+    assert evaluate_cli.main([str(tmp_path)]) == 2
+    assert "holds no run (requested_config.json is missing)" in capsys.readouterr().err

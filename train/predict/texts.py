@@ -1,0 +1,35 @@
+"""The texts a text predictor reads: every --FLAG given, else one per line of a file, else one
+per line of standard input (translate, bert_pretrain, finetune; causal_lm's prompts likewise)."""
+
+from __future__ import annotations
+
+import sys
+
+from train.config import ConfigError
+
+
+def read_lines(given: list[str], path: str | None, *, what: str, flag: str, file_flag: str,
+               stdin=None) -> list[str]:
+    """The texts: `given` (from `flag`), else the lines of `path`, else of `stdin` (default
+    sys.stdin, refused when it is a terminal). ConfigError for none at all or an empty one,
+    naming where it came from and its number there."""
+    if given:
+        texts, where = list(given), flag
+    elif path:
+        try:
+            with open(path, encoding="utf-8") as f:  # local path: the user's input file
+                texts, where = f.read().splitlines(), path
+        except OSError as error:
+            raise ConfigError(f"{file_flag} {path}: {error.strerror or error}") from error
+    else:
+        stdin = sys.stdin if stdin is None else stdin
+        if stdin.isatty():
+            raise ConfigError(f"no {what}: give {flag} TEXT, {file_flag} FILE, or {what}s on "
+                              "standard input, one per line")
+        texts, where = stdin.read().splitlines(), "standard input"
+    if not texts:
+        raise ConfigError(f"no {what} in {where}")
+    empty = [i + 1 for i, text in enumerate(texts) if not text.strip()]
+    if empty:
+        raise ConfigError(f"{what} {empty[0]} of {where} is empty (remove the blank lines)")
+    return texts
