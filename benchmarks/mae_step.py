@@ -30,14 +30,13 @@ import contextlib
 import os
 import statistics
 import sys
-import time
-from pathlib import Path
 
 import flax.linen as nn
 import jax
 import numpy as np
 
 from benchmarks import train_step as bench
+from benchmarks.outputs import run_command
 from benchmarks.report import _flop_rate
 from data.pipelines.patch_masking import KEY, patch_orders
 from train import flops, partitioning
@@ -140,6 +139,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
     parser.add_argument("--repeats", type=int, default=5, help="rounds (alternating)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--markdown", default="", help="also write the table as Markdown here")
     parser.add_argument("--json", default="",
                         help="also write the run record (train/run_record.py) here")
     args = parser.parse_args(argv)
@@ -161,24 +161,23 @@ def run(args) -> dict:
                        "best float32 2048^3 matmul measured in this run", cfg)
 
 
-def main(argv=None) -> dict:
+def record(args, report: dict, command: list[str], started: float) -> dict:
+    """The run record (train/run_record.py): the report as its metrics, with the table."""
     from train import run_record
 
-    started = time.time()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    report = run(args)
-    table = markdown(report)
-    print(table)
-    if args.json:  # `python -m train.records save FILE bench_mae_step` commits it
-        command = ["python", "-m", "benchmarks.mae_step", *argv]
-        session = run_record.session(command, started, None, None, "finished",
-                                     report["peak_tflops"] * 1e12, report["peak_source"])
-        config = {k: v for k, v in vars(args).items() if k != "json"}
-        run_record.write(Path(args.json), run_record.make(
-            "benchmark", config=config, metrics={**report, "table": table},
-            sessions=[session], finished=True))
-    return report
+    session = run_record.session(command, started, None, None, "finished",
+                                 report["peak_tflops"] * 1e12, report["peak_source"])
+    config = {k: v for k, v in vars(args).items() if k not in ("json", "markdown")}
+    return run_record.make("benchmark", config=config,
+                           metrics={**report, "table": markdown(report)}, sessions=[session],
+                           finished=True)
+
+
+def main(argv=None) -> dict:
+    """`python -m benchmarks.mae_step`; `--json FILE` writes the record that
+    `python -m train.records save FILE bench_mae_step` commits."""
+    return run_command("benchmarks.mae_step", argv, parse_args=parse_args, run=run,
+                       table=markdown, record=record)
 
 
 if __name__ == "__main__":

@@ -78,19 +78,26 @@ def keep_mask(rng, rate: float, shape: tuple[int, ...]) -> jax.Array:
     return keep.reshape(shape)
 
 
-def dropout(x: jax.Array, rate: float, rng) -> jax.Array:
-    """Inverted dropout of ``x`` (training): elements zeroed with probability
-    ``quantized_rate(rate)``, the rest scaled by the inverse of their keep probability."""
+def _drop(x: jax.Array, rate: float, rng, mask_shape: tuple[int, ...]) -> jax.Array:
+    """``x`` with the entries of a keep mask of ``mask_shape`` (broadcast over ``x``'s trailing
+    axes) kept and scaled by the inverse of their keep probability, the others zeroed."""
     threshold = drop_threshold(rate)
     if threshold == 0:
         return x
     if threshold == LEVELS:
         return jnp.zeros_like(x)
     scale = LEVELS / (LEVELS - threshold)
-    keep = keep_mask(rng, rate, x.shape)
+    keep = keep_mask(rng, rate, mask_shape)
+    keep = keep.reshape(mask_shape + (1,) * (x.ndim - len(mask_shape)))
     # bf16 would hold 1/0.9 as 1.109375 and bias every survivor alike: scale in float32.
     wide = x.astype(jnp.promote_types(x.dtype, jnp.float32))
     return jnp.where(keep, wide * scale, 0.0).astype(x.dtype)
+
+
+def dropout(x: jax.Array, rate: float, rng) -> jax.Array:
+    """Inverted dropout of ``x`` (training): elements zeroed with probability
+    ``quantized_rate(rate)``, the rest scaled by the inverse of their keep probability."""
+    return _drop(x, rate, rng, tuple(x.shape))
 
 
 class Dropout(nn.Module):
@@ -112,15 +119,7 @@ def drop_path(x: jax.Array, rate: float, rng) -> jax.Array:
     """Stochastic depth of a residual branch ``x`` [batch, ...] (training): each example's whole
     branch zeroed with probability ``quantized_rate(rate)``, the kept ones scaled by the inverse
     of their keep probability (module docstring)."""
-    threshold = drop_threshold(rate)
-    if threshold == 0:
-        return x
-    if threshold == LEVELS:
-        return jnp.zeros_like(x)
-    scale = LEVELS / (LEVELS - threshold)
-    keep = keep_mask(rng, rate, (x.shape[0],)).reshape((-1,) + (1,) * (x.ndim - 1))
-    wide = x.astype(jnp.promote_types(x.dtype, jnp.float32))
-    return jnp.where(keep, wide * scale, 0.0).astype(x.dtype)
+    return _drop(x, rate, rng, (x.shape[0],))
 
 
 class DropPath(nn.Module):
