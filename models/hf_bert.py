@@ -40,7 +40,8 @@ import numpy as np
 
 from models.bert import BertConfig, with_layer_layout
 from models.hf_folder import WEIGHTS_FILE, read_config_json, require_files, write_folder
-from models.param_tables import Entry, numpy_dtype, tensors_from_tree, tree_from_tensors, unboxed
+from models.param_tables import (Entry, Table, numpy_dtype, tensors_from_tree,
+                                 tree_from_tensors, unboxed)
 from models.safetensors_file import CheckpointError, read_safetensors
 
 HEADS = ("auto", "model", "pretraining")
@@ -130,14 +131,8 @@ def _mapping(cfg: BertConfig, head: str) -> list[Entry]:
     _check_convertible(cfg)
     V, H, F = cfg.vocab_size, cfg.hidden_size, cfg.mlp_dim
     n, d = cfg.num_heads, cfg.head_dim
-    entries = []
-
-    def add(path, hf, shape, kind="=", theirs=None):
-        entries.append(Entry(tuple(path.split("/")), hf, tuple(shape), kind, theirs))
-
-    def dense(path, hf, fan_in, fan_out):
-        add(f"{path}/kernel", f"{hf}.weight", (fan_in, fan_out), "T")
-        add(f"{path}/bias", f"{hf}.bias", (fan_out,))
+    entries = Table()
+    add, dense = entries.add, entries.dense
 
     def norm(path, hf):
         add(f"{path}/scale", f"{hf}.weight", (H,))
@@ -166,7 +161,7 @@ def _mapping(cfg: BertConfig, head: str) -> list[Entry]:
     dense("pooler/dense", "pooler.dense", H, H)
     if head == "model":
         return entries
-    entries = [Entry(("bert", *e.path), BERT_PREFIX + e.name, e.shape, e.kind, e.theirs)
+    entries[:] = [Entry(("bert", *e.path), BERT_PREFIX + e.name, e.shape, e.kind, e.theirs)
                for e in entries]
     dense("predictions/transform", "cls.predictions.transform.dense", H, H)
     norm("predictions/transform_norm", "cls.predictions.transform.LayerNorm")

@@ -82,7 +82,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from models.hf_folder import WEIGHTS_FILE, read_config_json, require_files, write_folder
-from models.param_tables import Entry, numpy_dtype, tensors_from_tree, tree_from_tensors, unboxed
+from models.param_tables import Table, numpy_dtype, tensors_from_tree, tree_from_tensors, unboxed
 from models.position import sinusoidal_table
 from models.safetensors_file import CheckpointError, read_safetensors
 from models.transformer import PAD_ID, TransformerConfig, with_layer_layout
@@ -282,18 +282,12 @@ def config_to_hf(cfg: TransformerConfig, ids: MarianIds) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- parameter names
 
 
-def _mapping(cfg: TransformerConfig) -> list[Entry]:
+def _mapping(cfg: TransformerConfig) -> Table:
     """The table of the module docstring for ``cfg`` (the shapes ours and HF's)."""
     V, D, F, n = cfg.vocab_size, cfg.d_model, cfg.d_ff, cfg.num_heads
     d = D // n
-    entries = []
-
-    def add(path, hf, shape, kind="=", theirs=None):
-        entries.append(Entry(tuple(path.split("/")), hf, tuple(shape), kind, theirs))
-
-    def dense(path, hf, fan_in, fan_out):
-        add(f"{path}/kernel", f"{hf}.weight", (fan_in, fan_out), "T")
-        add(f"{path}/bias", f"{hf}.bias", (fan_out,))
+    entries = Table()
+    add, dense = entries.add, entries.dense
 
     def attention(path, hf):
         for ours, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):

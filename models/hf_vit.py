@@ -42,7 +42,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from models.hf_folder import WEIGHTS_FILE, read_config_json, require_files, write_folder
-from models.param_tables import Entry, numpy_dtype, tensors_from_tree, tree_from_tensors, unboxed
+from models.param_tables import (Entry, Table, numpy_dtype, tensors_from_tree,
+                                 tree_from_tensors, unboxed)
 from models.safetensors_file import CheckpointError, read_safetensors, safetensors_shapes
 from models.vit import ViTConfig
 from models.vit_transfer import HEAD, PRE_LOGITS, input_channels, with_layer_layout
@@ -149,14 +150,8 @@ def _mapping(cfg: ViTConfig, channels: int, head: str) -> list[Entry]:
     D, F, P, C = cfg.hidden_size, cfg.mlp_dim, cfg.patch_size, channels
     n, d = cfg.num_heads, cfg.hidden_size // cfg.num_heads
     tokens = cfg.num_prefix_tokens + cfg.grid[0] * cfg.grid[1]
-    entries = []
-
-    def add(path, hf, shape, kind="=", theirs=None):
-        entries.append(Entry(tuple(path.split("/")), hf, tuple(shape), kind, theirs))
-
-    def dense(path, hf, fan_in, fan_out):
-        add(f"{path}/kernel", f"{hf}.weight", (fan_in, fan_out), "T")
-        add(f"{path}/bias", f"{hf}.bias", (fan_out,))
+    entries = Table()
+    add, dense = entries.add, entries.dense
 
     def norm(path, hf):
         add(f"{path}/scale", f"{hf}.weight", (D,))
@@ -191,7 +186,7 @@ def _mapping(cfg: ViTConfig, channels: int, head: str) -> list[Entry]:
             f"head_hidden_size={cfg.head_hidden_size}: HF ViTForImageClassification has no "
             "pre-logits layer before its classifier; use head='model' (HF ViTModel: the "
             "pre-logits layer is its pooler, and there is no classifier)")
-    entries = [Entry(e.path, VIT_PREFIX + e.name, e.shape, e.kind, e.theirs) for e in entries]
+    entries[:] = [Entry(e.path, VIT_PREFIX + e.name, e.shape, e.kind, e.theirs) for e in entries]
     dense(HEAD, "classifier", D, cfg.num_classes)
     return entries
 

@@ -84,6 +84,19 @@ class Entry:
         return x.transpose(2, 3, 1, 0).reshape(self.shape)
 
 
+class Table(list):
+    """A converter's list of Entry rows, built with the two shorthands every table uses."""
+
+    def add(self, path: str, hf: str, shape, kind: str = "=", theirs=None) -> None:
+        """One tensor: our '/'-separated `path`, their name `hf`, our shape, the layout kind."""
+        self.append(Entry(tuple(path.split("/")), hf, tuple(shape), kind, theirs))
+
+    def dense(self, path: str, hf: str, fan_in: int, fan_out: int) -> None:
+        """A linear layer: our [in, out] kernel is their [out, in] weight, and the bias."""
+        self.add(f"{path}/kernel", f"{hf}.weight", (fan_in, fan_out), "T")
+        self.add(f"{path}/bias", f"{hf}.bias", (fan_out,))
+
+
 def mismatch_error(what: str, missing: Iterable[str], unexpected: Iterable[str],
                    misshaped: Iterable[tuple[str, tuple, tuple]]) -> CheckpointError | None:
     """One CheckpointError naming every difference (None when there is none); `misshaped`
