@@ -162,7 +162,7 @@ def _mapping(cfg: BertConfig, head: str) -> list[Entry]:
     if head == "model":
         return entries
     entries[:] = [Entry(("bert", *e.path), BERT_PREFIX + e.name, e.shape, e.kind, e.theirs)
-               for e in entries]
+                  for e in entries]
     dense("predictions/transform", "cls.predictions.transform.dense", H, H)
     norm("predictions/transform_norm", "cls.predictions.transform.LayerNorm")
     add("predictions/bias", "cls.predictions.bias", (V,))
