@@ -54,13 +54,20 @@ def test_the_posemb_sweep_covers_every_position_embedding_and_column():
 def test_the_committed_posemb_records_keep_their_rows_definitions():
     """notebooks/results/vit_table8 (copied to a workdir, the sweep resumes from it): the rows
     it holds are defined there as the sweep defines them now, so no finished run is taken for a
-    row it did not run, and the scalar-bias runs recorded under the old name sit in their row."""
+    row it did not run; the scalar-bias runs recorded under the old name sit in their row, and
+    the `relative` row holds only runs of the paper's relative attention, with their records."""
     directory = Path(__file__).resolve().parents[1] / "notebooks" / "results" / "vit_table8"
     saved = json.loads((directory / "sweep.json").read_text())
     sweep = sweep_lib.load_sweep_file("configs/ablations/vit_posemb.py")
     sweep_lib.check_spec(directory, sweep_lib.run_spec(sweep, []), allow_change=False, save=False)
     recorded = {p.name for p in directory.iterdir() if p.is_dir()}
-    assert recorded <= set(saved["rows"]) and "relative" not in recorded
+    assert recorded <= set(saved["rows"])
+    relative = sorted(directory.glob("relative/seed_*/train/result.json"))
+    assert len(relative) == 3
+    for path in relative:
+        result = json.loads(path.read_text())
+        assert "renamed_from" not in result and result["row"] == "relative"
+        assert result["record"]["config"]["model"]["posemb"] == "relative"
     for path in directory.glob("relative_bias_2d/seed_*/train/result.json"):
         result = json.loads(path.read_text())
         assert result["row"] == "relative_bias_2d" and result["renamed_from"].startswith("relative")

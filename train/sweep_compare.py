@@ -39,8 +39,7 @@ class CommittedSweep:
 
 
 SWEEPS = {s.folder: s for s in (
-    # Rerun for the paper's relative attention and Table 8's three columns (docs/reproductions.md).
-    CommittedSweep("vit_table8", "configs/ablations/vit_posemb.py", "none", in_progress=True),
+    CommittedSweep("vit_table8", "configs/ablations/vit_posemb.py", "none"),
     CommittedSweep("transformer_table3", "configs/ablations/transformer_table3.py", "base"),
     CommittedSweep("bert_table8", "configs/ablations/bert_table8.py", "80-10-10"),
 )}
