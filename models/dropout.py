@@ -107,12 +107,16 @@ class Dropout(nn.Module):
     rate: float
     rng_collection: str = 'dropout'
 
+    @staticmethod
+    def _apply(x, rate, rng):
+        return dropout(x, rate, rng)
+
     @nn.compact
     def __call__(self, x, deterministic: bool):
         threshold = drop_threshold(self.rate)  # checks the rate, in evaluation too
         if deterministic or threshold == 0:
             return x
-        return dropout(x, self.rate, self.make_rng(self.rng_collection))
+        return self._apply(x, self.rate, self.make_rng(self.rng_collection))
 
 
 def drop_path(x: jax.Array, rate: float, rng) -> jax.Array:
@@ -122,19 +126,13 @@ def drop_path(x: jax.Array, rate: float, rng) -> jax.Array:
     return _drop(x, rate, rng, (x.shape[0],))
 
 
-class DropPath(nn.Module):
+class DropPath(Dropout):
     """``drop_path`` as a Linen module: ``DropPath(rate)(x, deterministic)``; the identity when
     ``deterministic`` or ``rate == 0``, else a key from the ``rng_collection`` stream."""
 
-    rate: float
-    rng_collection: str = 'dropout'
-
-    @nn.compact
-    def __call__(self, x, deterministic: bool):
-        threshold = drop_threshold(self.rate)  # checks the rate, in evaluation too
-        if deterministic or threshold == 0:
-            return x
-        return drop_path(x, self.rate, self.make_rng(self.rng_collection))
+    @staticmethod
+    def _apply(x, rate, rng):
+        return drop_path(x, rate, rng)
 
 
 def stochastic_depth_rates(rate: float, num_layers: int) -> tuple[float, ...]:
