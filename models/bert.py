@@ -95,7 +95,7 @@ from models.config_checks import SHARED_CHOICES, check_choices, check_positive, 
 from models.dropout import Dropout
 from models.layers import EncoderBlock, FeedForward, make_norm
 from models.sizes import BERT_SIZES
-from models.stack import run_blocks, stack_layers, unstack_layers
+from models.stack import run_blocks, to_layout
 
 POSEMB_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
 LAYER_PREFIX, SCAN_NAME = "layer_", "layers"  # encoder submodules: loop / scan (models.stack)
@@ -375,12 +375,6 @@ def with_layer_layout(params: Mapping[str, Any], scan: bool) -> dict[str, Any]:
     they hold now (``models.stack``). Everything else is unchanged."""
     if "bert" in params:
         return {**params, "bert": with_layer_layout(params["bert"], scan)}
-    encoder = params.get("encoder")
-    if encoder is None or (SCAN_NAME in encoder) == scan:  # (no encoder: left to the caller)
+    if "encoder" not in params:  # (no encoder: left to the caller)
         return dict(params)
-    if scan:
-        num_layers = sum(1 for k in encoder if k.startswith(LAYER_PREFIX))
-        encoder = stack_layers(encoder, num_layers, LAYER_PREFIX, SCAN_NAME)
-    else:
-        encoder = unstack_layers(encoder, LAYER_PREFIX, SCAN_NAME)
-    return {**params, "encoder": encoder}
+    return {**params, "encoder": to_layout(params["encoder"], scan, LAYER_PREFIX, SCAN_NAME)}

@@ -72,7 +72,7 @@ from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, EncoderBlock, FeedForward,
                            make_norm)
 from models.sizes import GPT2_SIZES
-from models.stack import run_blocks, stack_layers, unstack_layers
+from models.stack import run_blocks, to_layout
 
 POSEMB_KINDS = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
 BLOCK_PREFIX, SCAN_NAME = "block_", "blocks"   # the stack's submodules: loop / scan
@@ -365,12 +365,7 @@ def with_layer_layout(params: Mapping[str, Any], scan: bool) -> dict[str, Any]:
     """A ``DecoderLM``'s parameters with the blocks in the scan layout (``scan=True``: one
     ``blocks`` subtree, leading layer axis) or the loop layout (``block_0 ..``), whichever they
     hold now (``models.stack``). Everything else is unchanged."""
-    if (SCAN_NAME in params) == scan:
-        return dict(params)
-    if scan:
-        num_layers = sum(1 for k in params if k.startswith(BLOCK_PREFIX))
-        return stack_layers(params, num_layers, BLOCK_PREFIX, SCAN_NAME)
-    return unstack_layers(params, BLOCK_PREFIX, SCAN_NAME)
+    return to_layout(params, scan, BLOCK_PREFIX, SCAN_NAME)
 
 
 def loop_layout(model: DecoderLM, params):

@@ -170,3 +170,18 @@ def unstack_layers(params: Mapping[str, Any], prefix: str = "block_",
     for i in range(num_layers.pop()):
         out[f"{prefix}{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
     return out
+
+
+def to_layout(params: Mapping[str, Any], scan: bool, prefix: str = "block_",
+              scan_name: str = "blocks") -> dict[str, Any]:
+    """The dict of the module that holds a stack, with the stack in the scan layout
+    (``scan=True``) or the loop layout, whichever it holds now: ``stack_layers`` or
+    ``unstack_layers`` when the layout differs, a copy otherwise. A dict with neither layout
+    (no blocks at all) is returned as it is."""
+    params = dict(params)
+    if (scan_name in params) == scan:
+        return params
+    if scan:
+        num_layers = sum(1 for k in params if k.startswith(prefix))
+        return stack_layers(params, num_layers, prefix, scan_name) if num_layers else params
+    return unstack_layers(params, prefix, scan_name)

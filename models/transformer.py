@@ -72,7 +72,7 @@ from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, DecoderBlock, EncoderBlock,
                            make_norm)
 from models.sizes import TRANSFORMER_SIZES
-from models.stack import run_blocks, stack_layers, unstack_layers
+from models.stack import run_blocks, to_layout
 
 PAD_ID = 0
 POSEMB_KINDS = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
@@ -468,14 +468,4 @@ def with_layer_layout(params, scan: bool):
     one ``blocks`` subtree, leading layer axis) or the loop layout (``block_0 ..``), whichever
     they hold now (``models.stack``); everything else unchanged. Checkpoint converters give
     and take the loop layout."""
-    params = dict(params)
-    for stack in STACKS:
-        blocks = params[stack]
-        if ("blocks" in blocks) == scan:
-            continue
-        if scan:
-            count = sum(1 for k in blocks if k.startswith("block_"))
-            params[stack] = stack_layers(blocks, count)
-        else:
-            params[stack] = unstack_layers(blocks)
-    return params
+    return {**params, **{stack: to_layout(params[stack], scan) for stack in STACKS}}

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from models.stack import stack_layers, unstack_layers
+from models.stack import to_layout
 from models.vit import ViTConfig
 
 LAYER_PREFIX, SCAN_NAME = "block_", "blocks"  # models/vit.py's run_blocks defaults
@@ -58,13 +58,7 @@ GRID_TABLES = {"learned_2d": "posemb", "relative_bias_2d": "relative_bias",
 def with_layer_layout(params: Mapping[str, Any], scan: bool) -> dict[str, Any]:
     """A ViT's parameters with its blocks in the scan layout (``scan=True``: one ``blocks``
     subtree, leading layer axis) or the loop layout (``block_0 ..``), whichever they hold now."""
-    params = dict(params)
-    if (SCAN_NAME in params) == scan:
-        return params
-    if scan:
-        num_layers = sum(1 for k in params if k.startswith(LAYER_PREFIX))
-        return stack_layers(params, num_layers, LAYER_PREFIX, SCAN_NAME) if num_layers else params
-    return unstack_layers(params, LAYER_PREFIX, SCAN_NAME)
+    return to_layout(params, scan, LAYER_PREFIX, SCAN_NAME)
 
 
 def input_channels(params: Mapping[str, Any], cfg: ViTConfig) -> int:

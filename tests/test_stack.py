@@ -19,7 +19,7 @@ from models import decode as D
 from models import hf_bert, safetensors_file
 from models.bert import BertConfig, BertModel, with_layer_layout
 from models.bert_pretraining import BertForPreTraining
-from models.stack import LAYERS_AXIS, stack_layers, unstack_layers
+from models.stack import LAYERS_AXIS, stack_layers, to_layout, unstack_layers
 from models.transformer import Transformer, loop_layout, shift_right
 from models.vit import ViT, ViTConfig
 from train import partitioning
@@ -212,6 +212,21 @@ def test_stack_and_unstack_are_inverse_and_check_their_input():
         stack_layers(loop, 2)   # block_2 would be left behind
     with pytest.raises(ValueError, match="expected a scanned stack 'blocks'"):
         unstack_layers(loop)
+
+
+def test_to_layout_converts_only_what_is_in_the_other_layout():
+    rng = np.random.default_rng(1)
+    loop = {f"layer_{i}": {"w": rng.normal(size=(2,))} for i in range(4)}
+    loop["norm"] = {"scale": np.ones(2)}
+    stacked = to_layout(loop, scan=True, prefix="layer_", scan_name="layers")
+    assert set(stacked) == {"layers", "norm"} and stacked["layers"]["w"].shape == (4, 2)
+    again = to_layout(stacked, scan=True, prefix="layer_", scan_name="layers")
+    assert again == stacked and again is not stacked               # a copy, not converted twice
+    back = to_layout(stacked, scan=False, prefix="layer_", scan_name="layers")
+    assert set(back) == set(loop)
+    np.testing.assert_array_equal(back["layer_3"]["w"], loop["layer_3"]["w"])
+    assert to_layout(loop, scan=False, prefix="layer_", scan_name="layers") == loop
+    assert to_layout({"norm": {}}, scan=True) == {"norm": {}}      # no blocks: as it is
 
 
 def test_bert_hidden_states_and_hf_checkpoints_under_scan(tmp_path):
