@@ -8,8 +8,6 @@ from it with its vocabulary (train/translate_init.py). What cannot be used is re
 from __future__ import annotations
 
 import json
-import re
-import shlex
 import shutil
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 import transformers
+from docs_blocks import export_block_commands, run_command
 from flax import linen as nn
 from flax import traverse_util
 from hf_loading import load_pretrained
@@ -25,35 +24,6 @@ from models.hf_marian import MarianIds
 from models.transformer import Transformer, TransformerConfig, shift_right, with_layer_layout
 from train.config import ConfigError, apply_override, load_config_file
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
-SHORT = ["--config.train.num_steps=4", "--config.train.eval_every=0",
-         "--config.train.checkpoint_every=4"]
-
-
-def docs_commands(root: Path) -> list[list[str]]:
-    """The docs' block that exports a translation run, as argv after `-m`, its paths moved
-    under `root`, each training run shortened (`smoke`, SHORT)."""
-    block = next(b for b in re.findall(r"```bash\n(.*?)```", DOCS.read_text(), re.S)
-                 if "train.export" in b and "translate.py" in b)
-    commands = []
-    for line in block.strip().split("\n"):
-        argv = [re.sub(r"(^|init=)((?:workdirs|exports)/)",
-                       lambda m: f"{m.group(1)}{root}/{m.group(2)}", arg)
-                for arg in shlex.split(line, comments=True)]
-        assert argv[:2] == ["python", "-m"], line
-        if argv[2] == "train":
-            argv[argv.index("--config") + 1] += ",smoke"
-            argv += SHORT
-        commands.append(argv[2:])
-    return commands
-
-
-def run_command(argv: list[str]) -> int:
-    from train.__main__ import main
-    from train.export import main as export
-
-    return {"train": main, "train.export": export}[argv[0]](argv[1:])
-
 
 @pytest.fixture(scope="module")
 def exported(bible_data_root, tmp_path_factory):
@@ -61,7 +31,8 @@ def exported(bible_data_root, tmp_path_factory):
     commands (train, export)."""
     from train.checkpointing import load_params
 
-    argvs = docs_commands(tmp_path_factory.mktemp("translate_weights"))
+    argvs = export_block_commands(tmp_path_factory.mktemp("translate_weights"), 4,
+                                  needs="translate.py")
     assert [a[0] for a in argvs] == ["train", "train.export", "train"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PAPERS_JAX_DATA", str(bible_data_root))

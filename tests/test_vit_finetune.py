@@ -10,14 +10,13 @@ and what changed; config.json records the model that ran."""
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from docs_blocks import export_block_commands, run_command
 from flax import linen as nn
 from flax import traverse_util
 
@@ -25,41 +24,11 @@ from models.vit import ViT, ViTConfig
 from models.vit_transfer import resample_posemb
 from train.config import ConfigError, apply_override, load_config_file
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
-SHORT = ["--config.train.num_steps=6", "--config.train.eval_every=0",
-         "--config.train.checkpoint_every=6"]
-
-
-def docs_commands(root: Path) -> list[list[str]]:
-    """The `python -m ...` commands of docs/models.md's block that exports a ViT, as argv after
-    `-m`, its workdirs/ and exports/ paths moved under `root` and every training run shortened
-    (`smoke` added to its variant, SHORT)."""
-    block = next(b for b in re.findall(r"```bash\n(.*?)```", DOCS.read_text(), re.S)
-                 if "train.export" in b)
-    commands = []
-    for line in block.strip().split("\n"):
-        argv = [re.sub(r"(^|init=)((?:workdirs|exports)/)",
-                       lambda m: f"{m.group(1)}{root}/{m.group(2)}", arg)
-                for arg in shlex.split(line, comments=True)]
-        assert argv[:2] == ["python", "-m"], line
-        if argv[2] == "train":
-            argv[argv.index("--config") + 1] += ",smoke"
-            argv += SHORT
-        commands.append(argv[2:])
-    return commands
-
-
-def run_command(argv: list[str]) -> int:
-    from train.__main__ import main
-    from train.export import main as export
-
-    return {"train": main, "train.export": export}[argv[0]](argv[1:])
-
 
 @pytest.fixture(scope="module")
 def commands(tmp_path_factory):
     root = tmp_path_factory.mktemp("vit_weights")
-    return root, docs_commands(root)
+    return root, export_block_commands(root, 6)
 
 
 @pytest.fixture(scope="module")
