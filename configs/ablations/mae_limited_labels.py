@@ -27,7 +27,6 @@ Variants (`:arg`, comma-separated):
 
 from __future__ import annotations
 
-from configs import common
 from configs.ablations import mae_stages
 from train.sweep_spec import Finding, Metric, Sweep
 
@@ -48,9 +47,7 @@ FINDINGS = (_helps("accuracy", "1%"), _helps("labels_10pct.accuracy", "10%"))
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-    args = common.parse_arg(arg, steps=mae_stages.PRETRAIN_STEPS, smoke=False)
-    if args.steps < 2:
-        raise ValueError(f"steps={args.steps} must be >= 2")
+    args = mae_stages.parse(arg)
     stages = (mae_stages.pretrain(args.smoke, args.steps),
               *(mae_stages.downstream(stage, f"labels={fraction}", args.smoke)
                 for stage, fraction in FRACTIONS.items()))

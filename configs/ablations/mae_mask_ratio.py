@@ -25,9 +25,8 @@ e.g. `--config configs/ablations/mae_mask_ratio.py --rows mask_75,untrained`.
 
 from __future__ import annotations
 
-from configs import common
 from configs.ablations import mae_stages
-from train.sweep_spec import Finding, Metric, Sweep
+from train.sweep_spec import Finding, Sweep
 
 RATIOS = (0.10, 0.50, 0.75, 0.90)
 ROWS = {**{f"mask_{round(100 * r)}": f"mask_ratio={r}" for r in RATIOS},
@@ -70,19 +69,12 @@ FINDINGS = (
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-    args = common.parse_arg(arg, steps=mae_stages.PRETRAIN_STEPS, smoke=False)
-    if args.steps < 2:
-        raise ValueError(f"steps={args.steps} must be >= 2")
-    stages = (mae_stages.pretrain(args.smoke, args.steps),
-              mae_stages.downstream("probe", "probe", args.smoke),
-              mae_stages.downstream("finetune", "", args.smoke))
+    args = mae_stages.parse(arg)
     return Sweep(
         title=f"MAE Figure 5: masking ratio (Fashion-MNIST{', smoke' if args.smoke else ''})",
-        stages=stages,
+        stages=mae_stages.probe_and_finetune(args),
         rows=ROWS,
-        metrics=(Metric("accuracy", "max"),                      # fine-tuned (the last stage)
-                 Metric("accuracy", "max", stage="probe"),
-                 Metric("pixel_mse", "min", stage="pretrain")),
+        metrics=mae_stages.PROBE_AND_FINETUNE_METRICS,
         seeds=2 if args.smoke else 3,
         paper=PAPER,
         paper_note="ViT-L/16 pretrained 800 epochs on ImageNet-1K, top-1 of fine-tuning "

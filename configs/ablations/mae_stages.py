@@ -22,7 +22,8 @@ random features.
 
 from __future__ import annotations
 
-from train.sweep_spec import Stage
+from configs import common
+from train.sweep_spec import Metric, Stage
 
 PRETRAIN = "configs/vit/mae.py"
 CLASSIFY = "configs/vit/fashion_mnist.py"
@@ -31,6 +32,11 @@ DOWNSTREAM_STEPS = 200
 BATCH = 128
 # The reference row without pretraining: one step that changes nothing.
 UNTRAINED = {"train.num_steps": 1, "optimizer.warmup_steps": 0, "optimizer.learning_rate": 0.0}
+
+# probe_and_finetune's metrics: fine-tuned accuracy (the last stage; it ranks the rows), the
+# probe's, the pretraining's pixel error.
+PROBE_AND_FINETUNE_METRICS = (Metric("accuracy", "max"), Metric("accuracy", "max", stage="probe"),
+                              Metric("pixel_mse", "min", stage="pretrain"))
 
 _QUIET = {"train.progress_bar": False, "train.eval_every": 0}  # one eval, at the end
 
@@ -58,3 +64,18 @@ def downstream(name: str, arg: str, smoke: bool, steps: int = DOWNSTREAM_STEPS) 
                           "data.batch_size": BATCH, "train.checkpoint_every": steps})
     return Stage(name, _arg(CLASSIFY, arg, smoke), overrides, apply_rows=False,
                  previous_workdir_key="init", workdir_from="pretrain")
+
+
+def parse(arg: str | None):
+    """A MAE sweep's `:arg`: `steps=N` of pretraining (default PRETRAIN_STEPS), `smoke`."""
+    args = common.parse_arg(arg, steps=PRETRAIN_STEPS, smoke=False)
+    if args.steps < 2:
+        raise ValueError(f"steps={args.steps} must be >= 2")
+    return args
+
+
+def probe_and_finetune(args) -> tuple[Stage, ...]:
+    """Pretraining, then a linear probe and fine-tuning of all weights from it (Figure 5's and
+    Table 1's two columns), which PROBE_AND_FINETUNE_METRICS report."""
+    return (pretrain(args.smoke, args.steps), downstream("probe", "probe", args.smoke),
+            downstream("finetune", "", args.smoke))

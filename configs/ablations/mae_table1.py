@@ -33,7 +33,6 @@ Variants (`:arg`, comma-separated):
 
 from __future__ import annotations
 
-from configs import common
 from configs.ablations import mae_stages
 from train.sweep_spec import Finding, Metric, Sweep
 
@@ -86,19 +85,12 @@ FINDINGS = (
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-    args = common.parse_arg(arg, steps=mae_stages.PRETRAIN_STEPS, smoke=False)
-    if args.steps < 2:
-        raise ValueError(f"steps={args.steps} must be >= 2")
-    stages = (mae_stages.pretrain(args.smoke, args.steps),
-              mae_stages.downstream("probe", "probe", args.smoke),
-              mae_stages.downstream("finetune", "", args.smoke))
+    args = mae_stages.parse(arg)
     return Sweep(
         title=f"MAE Table 1: ablations (Fashion-MNIST{', smoke' if args.smoke else ''})",
-        stages=stages,
+        stages=mae_stages.probe_and_finetune(args),
         rows=ROWS,
-        metrics=(Metric("accuracy", "max"),                      # fine-tuned (the last stage)
-                 Metric("accuracy", "max", stage="probe"),
-                 Metric("pixel_mse", "min", stage="pretrain"),
+        metrics=(*mae_stages.PROBE_AND_FINETUNE_METRICS,
                  Metric("steps_per_second", "max", stage="pretrain", split="train")),
         seeds=2 if args.smoke else 3,
         paper=PAPER,

@@ -61,10 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.label_smoothing = 0.0        # epsilon of label-smoothed cross-entropy
     config.task.probe = args.probe           # True: a linear probe, only the head trains
     config.task.probe_norm_examples = 10_000  # training images of model.probe_norm's statistics
-    config.task.mixup_alpha = 0.0            # Mixup's Beta(a, a) (Zhang et al. 2018); 0: off
-    config.task.cutmix_alpha = 0.0           # CutMix's Beta(a, a) (Yun et al. 2019); 0: off
-    config.task.mixup_prob = 1.0             # probability a batch is mixed (train/mixing.py)
-    config.task.mixup_switch_prob = 0.5      # with both on: probability of CutMix over Mixup
+    config.task.update(common.mixing_keys())  # Mixup and CutMix, off (train/mixing.py)
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "vit"                # models/vit.py
