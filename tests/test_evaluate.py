@@ -1,12 +1,16 @@
 """python -m train.evaluate WORKDIR: a checkpoint's metrics are those the trainer's own eval gave
 it (the run's final eval of the last step, and of an earlier step, whose eval the run logged
 too), on another split when asked; nothing is written unless --write, which appends a record of
-its own kind; clear errors for a step not saved and a folder that is not a run's."""
+its own kind; --weights ema scores the moving average of the weights a run keeps with
+train.ema_decay (its evals' `ema.<name>`); clear errors for a step not saved, a folder that is
+not a run's and a run without the average."""
 
 from __future__ import annotations
 
 import json
 
+import jax
+import numpy as np
 import pytest
 from tiny_runs import data_root, train
 
@@ -70,3 +74,37 @@ def test_errors_name_the_problem(vit_run, tmp_path, fixture_data_root, capsys):
     assert "no checkpoint of step 3 in" in err and "(saved steps: [2, 4])" in err
     assert evaluate_cli.main([str(tmp_path)]) == 2
     assert "holds no run (requested_config.json is missing)" in capsys.readouterr().err
+    with data_root(fixture_data_root):
+        assert evaluate_cli.main([str(vit_run), "--weights", "ema"]) == 2
+    assert "hold no moving average of the weights: the run trained with train.ema_decay=0" in \
+        capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def ema_run(tmp_path_factory, fixture_data_root):
+    """The smoke ViT with a moving average of its weights (decay 0.5: far from the raw ones
+    after 4 steps), evaluated at the end."""
+    return train(tmp_path_factory.mktemp("ema_run"), "configs/vit/fashion_mnist.py:smoke",
+                 fixture_data_root, "--config.train.num_steps=4", "--config.train.eval_every=0",
+                 "--config.train.checkpoint_every=4", "--config.optimizer.warmup_steps=1",
+                 "--config.train.ema_decay=0.5")
+
+
+def test_the_moving_average_is_scored_as_the_run_scored_it(ema_run, fixture_data_root, capsys):
+    from train.predict import load_run
+
+    final = _logged_evals(ema_run)[4]
+    with data_root(fixture_data_root):
+        _, raw = evaluate_cli.evaluate(ema_run)
+        _, averaged = evaluate_cli.evaluate(ema_run, weights="ema")
+        assert evaluate_cli.main([str(ema_run), "--weights", "ema", "--write"]) == 0
+    for name in ("loss", "accuracy"):
+        assert raw[name] == pytest.approx(final[name], rel=1e-6, abs=1e-7)
+        assert averaged[name] == pytest.approx(final[f"ema.{name}"], rel=1e-6, abs=1e-7)
+    assert averaged["loss"] != pytest.approx(raw["loss"], rel=1e-6)
+    written = json.loads((ema_run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert written["weights"] == "ema" and written["loss"] == pytest.approx(averaged["loss"])
+    # python -m train.predict reads the same two sets of weights.
+    raw_run, ema = load_run(ema_run), load_run(ema_run, "ema")
+    leaves = [(a, b) for a, b in zip(*(jax.tree.leaves(r.params) for r in (raw_run, ema)))]
+    assert len(leaves) > 1 and any(not np.array_equal(a, b) for a, b in leaves)

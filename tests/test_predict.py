@@ -92,9 +92,9 @@ def test_errors_name_the_problem(lm_run, tmp_path, capsys):
     assert "prompt 2 of --prompt is empty" in capsys.readouterr().err
     other = tmp_path / "distill"
     other.mkdir()
-    (other / "config.json").write_text(json.dumps({"task": {"name": "distill_finetune"}}))
+    (other / "config.json").write_text(json.dumps({"task": {"name": "mae_pretrain"}}))
     assert predict_cli.main([str(other), "--prompt", "x"]) == 2
-    assert "holds a 'distill_finetune' run; python -m train.predict supports ['bert_pretrain'" \
+    assert "holds a 'mae_pretrain' run; python -m train.predict supports ['bert_pretrain'" \
         in capsys.readouterr().err
     untrained = tmp_path / "untrained"
     untrained.mkdir()

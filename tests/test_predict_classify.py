@@ -128,10 +128,11 @@ def test_errors_name_the_problem(vit_run, tmp_path, capsys, fixture_data_root):
                 classify.predict(run, predictor_args(classify, *argv), out=len, note=len)
     other = tmp_path / "distill"
     other.mkdir()
-    (other / "config.json").write_text(json.dumps({"task": {"name": "distill_pretrain"}}))
+    (other / "config.json").write_text(json.dumps({"task": {"name": "mae_pretrain"}}))
     assert predict_cli.main([str(other)]) == 2
-    assert "holds a 'distill_pretrain' run; python -m train.predict supports" in \
-        capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "holds a 'mae_pretrain' run; python -m train.predict supports" in error
+    assert "fine-tune or probe it (configs/vit/fashion_mnist.py:init=WORKDIR[,probe])" in error
     untrained = tmp_path / "untrained"
     untrained.mkdir()
     (untrained / "config.json").write_text((vit_run / "config.json").read_text())

@@ -1,4 +1,5 @@
-"""python -m train.evaluate WORKDIR [--split SPLIT] [--step N] [--write]: score a run's checkpoint.
+"""python -m train.evaluate WORKDIR [--split S] [--step N] [--weights raw|ema] [--write]: score a
+run's checkpoint.
 
     python -m train.evaluate workdirs/vit_fashion_mnist
     python -m train.evaluate workdirs/finetune_brown_pos --split test --step 2000
@@ -15,7 +16,9 @@ to metrics.jsonl as a record of its own kind, `"split": "evaluate"` with the spl
 them never confuse with theirs.
 
 --split replaces config.data.eval_split (e.g. 'test' for a run that selected on 'validation');
---step picks a saved checkpoint (default: the latest). A checkpoint is scored as saved: a run
+--step picks a saved checkpoint (default: the latest); --weights ema scores the moving average
+of its weights that a run with train.ema_decay > 0 keeps beside them (the `ema.<name>` metrics
+of its own evals). A checkpoint is scored as saved: a run
 that averages its last checkpoints (train.average_checkpoints) reported the average, which
 this command does not recompute. Exit status: 0 scored, 2 a config, data or checkpoint error
 (the message names it and what to do).
@@ -44,6 +47,11 @@ def parse_args(argv):
     parser.add_argument("--split", help="the split to score (default: the run's "
                                         "config.data.eval_split), e.g. validation or test")
     parser.add_argument("--step", type=int, help="the checkpoint's step (default: the latest)")
+    from train.checkpointing import WEIGHTS
+
+    parser.add_argument("--weights", choices=WEIGHTS, default="raw",
+                        help="the trained weights, or their moving average (a run with "
+                             "train.ema_decay > 0)")
     parser.add_argument("--write", action="store_true",
                         help=f"append the result to the run's metrics.jsonl (\"split\": "
                              f"\"{WRITTEN_SPLIT}\")")
@@ -67,10 +75,11 @@ def run_config_of(workdir, split: str | None) -> ml_collections.ConfigDict:
 
 
 def evaluate(workdir, *, split: str | None = None, step: int | None = None,
-             log=print) -> tuple[int, dict[str, float]]:
+             weights: str = "raw", log=print) -> tuple[int, dict[str, float]]:
     """(the checkpoint's step, its metrics on the split) for the run in `workdir` (module
-    docstring); `log` gets the task's messages (translation samples)."""
-    from train.checkpointing import CheckpointError, checkpoint_steps, load_state
+    docstring), of its trained weights or (weights='ema') their moving average; `log` gets the
+    task's messages (translation samples)."""
+    from train.checkpointing import CheckpointError, checkpoint_steps, load_weights
     from train.trainer import Trainer
 
     workdir = storage.run_path(workdir)
@@ -82,7 +91,7 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
                               "(python -m train --workdir ...) or give one of the saved --step")
     step = steps[-1] if step is None else step
     trainer = Trainer(config, workdir)  # builds; writes nothing before run()
-    saved = load_state(workdir, step)["params"]
+    saved = load_weights(workdir, step, weights)
     params = jax.tree.map(
         lambda value, like: jax.make_array_from_callback(value.shape, like.sharding,
                                                          lambda index: value[index]),
@@ -91,13 +100,14 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
     return step, metrics
 
 
-def write_record(workdir, step: int, split: str, metrics: dict[str, float]) -> None:
+def write_record(workdir, step: int, split: str, metrics: dict[str, float],
+                 weights: str = "raw") -> None:
     """Appends the result to the run's metrics.jsonl, marked as this command's (process 0)."""
     if jax.process_index() != 0:
         return
     path = storage.run_path(workdir) / "metrics.jsonl"
-    record = {"step": step, "split": WRITTEN_SPLIT, "eval_split": split, "time": time.time(),
-              **metrics}
+    record = {"step": step, "split": WRITTEN_SPLIT, "eval_split": split, "weights": weights,
+              "time": time.time(), **metrics}
     storage.append(path, json.dumps(record) + "\n")
 
 
@@ -110,10 +120,11 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         step, metrics = evaluate(args.workdir, split=args.split, step=args.step,
+                                 weights=args.weights,
                                  log=lambda message: print(message, file=sys.stderr))
         split = run_config_of(storage.run_path(args.workdir), args.split).data.eval_split
         if args.write:
-            write_record(args.workdir, step, split, metrics)
+            write_record(args.workdir, step, split, metrics, args.weights)
     except (ConfigError, CheckpointError, DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

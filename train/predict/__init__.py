@@ -2,17 +2,21 @@
 
 A run's workdir holds all a prediction needs: config.json (the model that ran and its task,
 train/run_config.py), vocabulary/ (train/vocabulary.py) and checkpoints/ (the latest is used,
-train/checkpointing.py `load_params`). `load_run` reads them; each task that predicts has a
+train/checkpointing.py `load_params`). `load_run` reads them (`--weights ema`: the checkpoint's moving average of the weights, for
+a run with train.ema_decay > 0); each task that predicts has a
 module here, named in PREDICTORS, with
     add_arguments(parser)           its own options
     predict(run, args) -> outputs   what it makes of the inputs (and prints)
 so `python -m train.predict WORKDIR --help` lists the options of that run's task.
 
-    causal_lm      generate continuations of prompts (train/predict/causal_lm.py)
-    classify       the top classes of image files (train/predict/classify.py)
-    translate      translate sentences (train/predict/translate.py)
-    bert_pretrain  fill the [MASK]s of texts (train/predict/bert_pretrain.py)
-    finetune       classify or tag texts with a fine-tuned BERT (train/predict/finetune.py)
+    causal_lm         generate continuations of prompts (train/predict/causal_lm.py)
+    classify, deit    the top classes of image files (train/predict/classify.py); a DeiT
+                      student's two heads averaged as its evaluation averages them
+    translate         translate sentences (train/predict/translate.py)
+    bert_pretrain,    fill the [MASK]s of texts (train/predict/bert_pretrain.py), with a
+    distill_pretrain  pretrained BERT or a DistilBERT student of one
+    finetune,         classify or tag texts with a fine-tuned BERT or a student distilled
+    distill_finetune  from one (train/predict/finetune.py)
 
 Each reads its inputs as the run's eval pipeline does (its own functions, not copies) and runs
 the model batched over all local devices (train/predict/batching.py).
@@ -30,9 +34,16 @@ from train import storage
 from train.config import ConfigError
 
 PREDICTORS = {"causal_lm": "train.predict.causal_lm", "classify": "train.predict.classify",
-              "translate": "train.predict.translate",
+              "deit": "train.predict.classify", "translate": "train.predict.translate",
               "bert_pretrain": "train.predict.bert_pretrain",
-              "finetune": "train.predict.finetune"}
+              "distill_pretrain": "train.predict.bert_pretrain",
+              "finetune": "train.predict.finetune", "distill_finetune": "train.predict.finetune"}
+
+# Tasks without a predictor, and what to do with such a run instead.
+INSTEAD = {"mae_pretrain": "an MAE encoder classifies nothing by itself: fine-tune or probe it "
+                           "(configs/vit/fashion_mnist.py:init=WORKDIR[,probe]) and predict with "
+                           "that run; notebooks/mae_reconstructions.ipynb shows what it "
+                           "reconstructs"}
 
 
 @dataclasses.dataclass
@@ -61,8 +72,9 @@ def task_of(workdir: str | os.PathLike) -> tuple[str, dict]:
     config = json.loads(path.read_text())
     task = config.get("task", {}).get("name")
     if task not in PREDICTORS:
+        instead = f": {INSTEAD[task]}" if task in INSTEAD else ""
         raise ConfigError(f"{directory} holds a {task!r} run; python -m train.predict supports "
-                          f"{sorted(PREDICTORS)} so far")
+                          f"{sorted(PREDICTORS)} so far{instead}")
     return task, config
 
 
@@ -71,15 +83,16 @@ def predictor(task: str):
     return importlib.import_module(PREDICTORS[task])
 
 
-def load_run(workdir: str | os.PathLike) -> Run:
-    """The run in `workdir` (module docstring); ConfigError for a workdir that is not a run's or
-    of a task without a predictor, CheckpointError when it holds no checkpoint yet."""
+def load_run(workdir: str | os.PathLike, weights: str = "raw") -> Run:
+    """The run in `workdir` (module docstring), with its trained weights or (weights='ema')
+    their moving average; ConfigError for a workdir that is not a run's or of a task without a
+    predictor, CheckpointError when it holds no checkpoint yet (or no average)."""
     from train import vocabulary
-    from train.checkpointing import load_params
+    from train.checkpointing import load_weights
 
     task, config = task_of(workdir)
     directory = storage.run_path(workdir)
     tokenizer = vocabulary.load(directory, fix="it is the vocabulary the run was trained with: "
                                                "restore it from a copy")
-    params = load_params(directory)
+    params = load_weights(directory, weights=weights)
     return Run(directory, config, tokenizer, params)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from data.errors import DataError
-from train.checkpointing import CheckpointError
+from train.checkpointing import WEIGHTS, CheckpointError
 from train.config import ConfigError
 from train.predict import PREDICTORS, load_run, predictor, task_of
 
@@ -19,6 +19,9 @@ def build_parser(task: str | None) -> argparse.ArgumentParser:
                "WORKDIR --help` lists that run's options")
     parser.add_argument("workdir", help="a trained run's workdir (config.json, vocabulary/, "
                                         "checkpoints/)")
+    parser.add_argument("--weights", choices=WEIGHTS, default="raw",
+                        help="the trained weights, or their moving average (a run with "
+                             "train.ema_decay > 0)")
     if task is not None:
         predictor(task).add_arguments(parser)
     return parser
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     module = predictor(task) if task else None
     args = build_parser(task).parse_args(argv)
     try:
-        module.predict(load_run(args.workdir), args)
+        module.predict(load_run(args.workdir, args.weights), args)
     except (ConfigError, CheckpointError, DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

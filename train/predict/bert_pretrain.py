@@ -11,7 +11,8 @@ pretraining pipeline gives one segment, `[CLS] text [SEP]` padded to config.data
 text); the masked-LM head (models/bert_pretraining.py) reads the [MASK] positions. Printed per
 text: the text with each [MASK] replaced by its most probable token, then per [MASK] the top
 --top_k tokens with their probabilities. Texts go --batch_size at a time over all local
-devices (train/predict/batching.py).
+devices (train/predict/batching.py). A general-distillation run (train/tasks/distill_pretrain.py)
+fills them with its student, a smaller BertForPreTraining.
 """
 
 from __future__ import annotations

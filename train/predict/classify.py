@@ -11,7 +11,9 @@ image resized; --resize refuse: an error instead), normalised by the eval pipeli
 function with the run's constants (data/pipelines/images.py `normalization`, `normalize`), and
 fed to the model as the task feeds it (train/tasks/classify.py `model_input`: resized on the
 device for a run with config.data.resize). Printed: the top --top_k classes with their softmax
-probabilities, named by the dataset's label names where its info can be read.
+probabilities, named by the dataset's label names where its info can be read. A DeiT run with a
+distillation token (train/tasks/deit.py) has two heads: their softmaxes are averaged, the
+prediction its evaluation scores (train/losses.py `averaged_heads`).
 Images go --batch_size at a time over all local devices (train/predict/batching.py).
 """
 
@@ -21,6 +23,7 @@ import argparse
 import sys
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -30,6 +33,7 @@ from data.pipelines import images as image_pipeline
 from train import run_config
 from train.config import ConfigError
 from train.image_models import MODELS
+from train.losses import averaged_heads
 from train.predict.batching import DeviceBatches
 from train.predict.image_files import RESIZES, read_image
 from train.tasks.classify import model_input
@@ -98,14 +102,20 @@ def predict(run, args, *, out=print, note=None) -> list[list[tuple[str, float]]]
     preprocess = Preprocess(run, args.resize, note)
     rows = [{"image": preprocess(path)} for path in args.image]
     model = entry.module(cfg)
-    step = jax.jit(lambda params, batch: {"probabilities": jax.nn.softmax(model.apply(
-        {"params": params}, model_input(batch["image"], cfg.image_size), train=False), -1)})
+
+    def step(params, batch):
+        logits = model.apply({"params": params}, model_input(batch["image"], cfg.image_size),
+                             train=False)
+        if isinstance(logits, tuple):  # DeiT: (class head, distillation head)
+            return {"probabilities": jnp.exp(averaged_heads(*logits))}
+        return {"probabilities": jax.nn.softmax(logits, -1)}
+
     names = (preprocess.info.class_names if preprocess.info is not None
              and len(preprocess.info.class_names) == cfg.num_classes
              else tuple(f"class {i}" for i in range(cfg.num_classes)))
     results = []
     for path, row in zip(args.image, DeviceBatches(run.params, batch_size=args.batch_size)
-                         .run(step, rows)):
+                         .run(jax.jit(step), rows)):
         p = row["probabilities"]
         top = np.argsort(-p, kind="stable")[:args.top_k]
         ranked = [(names[i], float(p[i])) for i in top]

@@ -16,8 +16,9 @@ Each becomes the model's input by the task's own pipeline encoder (data/pipeline
 config.data.max_seq_length, the tag alignment), run through the head the task built
 (train/tasks/finetune.py `head_model`). Words a tag input loses to truncation get no tag, and a
 message says so. Label names come from the dataset's definition. Texts go --batch_size at a
-time over all local devices (train/predict/batching.py). Span and multiple-choice runs have no
-predictor yet.
+time over all local devices (train/predict/batching.py). A task-distillation run
+(train/tasks/distill_finetune.py) predicts with its student, the head on the smaller encoder.
+Span and multiple-choice runs have no predictor yet.
 """
 
 from __future__ import annotations
@@ -106,9 +107,11 @@ def predict(run, args, *, stdin=None, out=print, note=None) -> list:
             note(f"text {number} was cut to config.data.max_seq_length={encoder.length} pieces")
         rows.append(keep)
     task = run.config["task"]
+    # A distilled student's head is always fine-tuning's default one (no feature options).
+    options = {key: task[key] for key in ("features", "head_hidden", "feature_head")
+               if key in task}
     model = head_model(kind, run_config.saved_model(BertConfig, run.config, run.workdir),
-                       dataset.num_labels, features=task["features"],
-                       head_hidden=task["head_hidden"], feature_head=task["feature_head"])
+                       dataset.num_labels, **options)
 
     def step(params, batch):
         logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
