@@ -7,7 +7,6 @@ without a predictor."""
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -136,9 +135,3 @@ def test_a_tagger_gives_a_tag_per_word_at_its_first_piece(finetune_runs):
         "text 1: its last 10 words lie beyond config.data.max_seq_length=32 pieces and get no "
         "tag"]
 
-
-def test_a_run_kind_without_a_predictor_is_named():
-    run = SimpleNamespace(workdir="/runs/squad", config={"data": {"name": register("span")}})
-    with pytest.raises(ConfigError, match="is a span run .*span has no predictor yet: score it "
-                                          "with python -m train.evaluate"):
-        finetune.dataset_of(run)

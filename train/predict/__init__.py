@@ -15,8 +15,9 @@ so `python -m train.predict WORKDIR --help` lists the options of that run's task
     translate         translate sentences (train/predict/translate.py)
     bert_pretrain,    fill the [MASK]s of texts (train/predict/bert_pretrain.py), with a
     distill_pretrain  pretrained BERT or a DistilBERT student of one
-    finetune,         classify or tag texts with a fine-tuned BERT or a student distilled
-    distill_finetune  from one (train/predict/finetune.py)
+    finetune,         classify or tag texts, answer questions from a context, choose an
+    distill_finetune  ending, with a fine-tuned BERT or a student distilled from one
+                      (train/predict/finetune.py)
 
 Each reads its inputs as the run's eval pipeline does (its own functions, not copies) and runs
 the model batched over all local devices (train/predict/batching.py).

@@ -43,14 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch_size", type=int, default=32, help="texts per model call")
 
 
-def encoder_of(run, kind: str = "classify", num_labels: int = 2) -> FeatureEncoder:
-    """The fine-tuning pipeline's encoder of the run's texts (its vocabulary, its length)."""
+def encoder_of(run, kind: str = "classify", num_labels: int = 2, **options) -> FeatureEncoder:
+    """The fine-tuning pipeline's encoder of the run's texts (its vocabulary, its length;
+    `options`: FeatureEncoder's num_choices, max_query_length)."""
     if run.tokenizer is None:
         raise ConfigError(f"{run.workdir} holds no vocabulary/ (a run keeps the one it trained "
                           "with there): restore it from a copy of the workdir")
     try:
         return FeatureEncoder(kind, run.tokenizer, int(run.config["data"]["max_seq_length"]),
-                              num_labels=num_labels)
+                              num_labels=num_labels, **options)
     except DataError as error:
         raise ConfigError(f"the run's config.data: {error}") from error
 
