@@ -4,7 +4,7 @@
     python -m train.predict workdirs/finetune_spam --text "WIN A FREE CRUISE, click here"
     python -m train.predict workdirs/finetune_brown_pos --file sentences.txt
     printf 'A man sleeps.\tSomeone rests.\n' | python -m train.predict workdirs/finetune_pairs
-    python -m train.predict workdirs/finetune_squad --text "Who wrote it?<TAB>Austen wrote it."
+    printf 'Who wrote Emma?\tJane Austen wrote Emma.\n' | python -m train.predict workdirs/squad
 
 Texts: every --text, else one per line of --file, else of standard input. What a text is
 depends on the run's dataset kind (data/pipelines/finetune_datasets.py):
