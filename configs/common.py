@@ -63,16 +63,14 @@ def optimizer_config(**overrides) -> ml_collections.ConfigDict:
     return config
 
 
-def mixing_keys(**overrides) -> dict:
-    """The image-classification task keys train/mixing.py reads (off by default)."""
-    keys = dict(
+def mixing_keys() -> dict:
+    """The image-classification task keys train/mixing.py reads, all off."""
+    return dict(
         mixup_alpha=0.0,          # Mixup's Beta(a, a) (Zhang et al. 2018); 0: off
         cutmix_alpha=0.0,         # CutMix's Beta(a, a) (Yun et al. 2019); 0: off
         mixup_prob=1.0,           # probability a batch is mixed
         mixup_switch_prob=0.5,    # with both on: probability of CutMix over Mixup
     )
-    keys.update(overrides)
-    return keys
 
 
 def train_config(**overrides) -> ml_collections.ConfigDict:

@@ -47,7 +47,7 @@ def parse_args(argv):
     parser.add_argument("--split", help="the split to score (default: the run's "
                                         "config.data.eval_split), e.g. validation or test")
     parser.add_argument("--step", type=int, help="the checkpoint's step (default: the latest)")
-    from train.checkpointing import WEIGHTS
+    from train.run_weights import WEIGHTS
 
     parser.add_argument("--weights", choices=WEIGHTS, default="raw",
                         help="the trained weights, or their moving average (a run with "
@@ -79,7 +79,8 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
     """(the checkpoint's step, its metrics on the split) for the run in `workdir` (module
     docstring), of its trained weights or (weights='ema') their moving average; `log` gets the
     task's messages (translation samples)."""
-    from train.checkpointing import CheckpointError, checkpoint_steps, load_weights
+    from train.checkpointing import CheckpointError, checkpoint_steps
+    from train.run_weights import load_weights
     from train.trainer import Trainer
 
     workdir = storage.run_path(workdir)

@@ -89,7 +89,7 @@ def load_run(workdir: str | os.PathLike, weights: str = "raw") -> Run:
     their moving average; ConfigError for a workdir that is not a run's or of a task without a
     predictor, CheckpointError when it holds no checkpoint yet (or no average)."""
     from train import vocabulary
-    from train.checkpointing import load_weights
+    from train.run_weights import load_weights
 
     task, config = task_of(workdir)
     directory = storage.run_path(workdir)

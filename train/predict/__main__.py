@@ -6,9 +6,10 @@ import argparse
 import sys
 
 from data.errors import DataError
-from train.checkpointing import WEIGHTS, CheckpointError
+from train.checkpointing import CheckpointError
 from train.config import ConfigError
 from train.predict import PREDICTORS, load_run, predictor, task_of
+from train.run_weights import WEIGHTS
 
 
 def build_parser(task: str | None) -> argparse.ArgumentParser:
