@@ -116,13 +116,15 @@ def _attention(args, dropout: float) -> dict:
     return dict(attention_implementation=args.attention, attention_dropout_rate=rate)
 
 
-def _check_attention(args, model_config):
-    """``--attention cudnn`` where cuDNN cannot run stops here, before compiling, with why."""
+def _check_attention(args, model_config, length: int):
+    """``--attention cudnn`` where cuDNN cannot run a training step over ``length`` tokens
+    stops here, before compiling, with why."""
     if args.attention != "cudnn":
         return
     head_dim = model_config.hidden_size // model_config.num_heads
     reason = cudnn_attention_blocker(args.dtype, head_dim, head_dim,
-                                     dropout_rate=model_config.attention_dropout_rate)
+                                     dropout_rate=model_config.attention_dropout_rate,
+                                     lengths=(length, length))
     if reason is not None:
         raise SystemExit(f"--attention cudnn cannot run this benchmark: {reason}. Use "
                          "--attention xla or auto, or change that (--attention_dropout 0, "
@@ -151,7 +153,7 @@ def bert_setup(args, workdir: str) -> Setup:
     config.model.update(dtype=args.dtype, remat=args.remat, dropout_rate=dropout,
                         **_attention(args, dropout))
     task = BertPretrainingTask(config)
-    _check_attention(args, task.model_config)
+    _check_attention(args, task.model_config, args.seq)
     optimizer, schedule = _optimizer(config, task.d_model)
     batch = bert_batch(np.random.default_rng(args.seed), args.batch, args.seq, predictions,
                        task.model_config.vocab_size)
@@ -183,13 +185,13 @@ def vit_setup(args, workdir: str) -> Setup:
         task = ClassificationTask(config)  # checks that the patch size divides the image
     except ConfigError as error:
         raise SystemExit(f"--size {args.size} --image_size {args.image_size}: {error}") from error
-    _check_attention(args, task.model_config)
+    grid_h, grid_w = task.model_config.grid
+    tokens = grid_h * grid_w + task.model_config.num_prefix_tokens
+    _check_attention(args, task.model_config, tokens)
     optimizer, schedule = _optimizer(config, task.d_model)
     batch = vit_batch(np.random.default_rng(args.seed), args.batch, image_size)
-    grid_h, grid_w = task.model_config.grid
     peer = None
     if args.peer == "transformers":
         from benchmarks.peers import HfViT
         peer = HfViT(task.model_config, CHANNELS)
-    return Setup(task, config, optimizer, schedule, batch,
-                 grid_h * grid_w + task.model_config.num_prefix_tokens, peer)
+    return Setup(task, config, optimizer, schedule, batch, tokens, peer)

@@ -179,10 +179,13 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
         blocker = cudnn_attention_blocker(
             dtype, query.shape[-1], value.shape[-1],
             dropout_rate=dropout_rate if dropout_active else 0.0,
-            masked=bias is not None or mask is not None, training=not deterministic,
+            training=not deterministic,
             lengths=(query.shape[1], key.shape[1]))
         if blocker is None:
-            return cudnn_attention(query, key, value, bias, mask, dtype)
+            try:
+                return cudnn_attention(query, key, value, bias, mask, dtype)
+            except NotImplementedError as error:  # a rule of this jax the blocker does not know
+                blocker = f"jax refused it ({error})".replace("\n", " ")
         if implementation == 'cudnn':
             raise ValueError(f"implementation='cudnn' cannot compute this attention: {blocker}. "
                              "Change that, or use implementation='xla' (or 'auto', which falls "

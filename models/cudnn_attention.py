@@ -20,7 +20,7 @@ def _expand_to_4d(x, q_len, kv_len):
 
 
 def cudnn_attention_blocker(dtype, head_dim: int, value_head_dim: int, *,
-                            dropout_rate: float = 0.0, masked: bool = False,
+                            dropout_rate: float = 0.0,
                             training: bool = True, lengths: tuple[int, int] = (2, 2),
                             device=None) -> str | None:
     """Why cuDNN's fused attention (``jax.nn.dot_product_attention(implementation='cudnn')``)
@@ -29,10 +29,13 @@ def cudnn_attention_blocker(dtype, head_dim: int, value_head_dim: int, *,
     Its flash-attention kernel needs an NVIDIA GPU of compute capability 8.0 or later (Ampere),
     bfloat16 or float16 inputs, a head dimension that is a multiple of 8 and at most 128 (256
     from Hopper, 9.0, on), equal query/key and value head dimensions, even query and key lengths
-    when a bias or mask is added in training (its backward pass), and has no
-    attention-probability dropout. ``training`` is the caller's ``not deterministic``. ``device``
-    (default: the first of ``jax.devices()``, where a jitted step runs) is read for its
-    platform, CUDA runtime and compute capability.
+    in training (its backward pass: jax 0.10 asks this only of calls with a bias or mask, jax
+    0.11 of every call; on an H100 it refused ViT-B/16's 197 tokens with no bias or mask), and
+    has no attention-probability dropout. ``training`` is the caller's ``not deterministic``.
+    ``device`` (default: the first of ``jax.devices()``, where a jitted step runs) is read for
+    its platform, CUDA runtime and compute capability. A rule of a later jax that this does not
+    know still reaches ``dot_product_attention`` as jax's NotImplementedError at trace time:
+    'auto' then falls back to 'xla' with jax's reason, 'cudnn' raises it as a ValueError.
     """
     if dropout_rate > 0.0:
         return (f"attention-probability dropout is active (rate {dropout_rate}) and cuDNN's kernel "
@@ -56,8 +59,9 @@ def cudnn_attention_blocker(dtype, head_dim: int, value_head_dim: int, *,
                 f"(compute capability {capability})")
     if value_head_dim != head_dim:
         return f"value head dimension {value_head_dim} differs from the query/key's {head_dim}"
-    if training and masked and any(n % 2 for n in lengths):
-        return f"a bias or mask with an odd length in training (query, key lengths {lengths})"
+    if training and any(n % 2 for n in lengths):
+        return (f"an odd query or key length in training (query, key lengths {lengths}): the "
+                "backward kernel needs even lengths")
     return None
 
 

@@ -201,6 +201,19 @@ def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path):
         _args(*common, "--attention_dropout", "1.0")
 
 
+def test_cudnn_check_is_told_the_tokens_a_step_attends_over(tmp_path, monkeypatch):
+    """The blocker hears the training step's lengths: ViT-B/16's 196 patches + class token
+    (odd, refused by cuDNN's backward on an H100) and BERT's --seq."""
+    seen = []
+    monkeypatch.setattr(setups, "cudnn_attention_blocker",
+                        lambda *a, **k: seen.append(k["lengths"]) or None)
+    common = ["--peer", "none", "--attention", "cudnn", "--attention_dropout", "0"]
+    setups.vit_setup(_args("--model", "vit", "--size", "Ti/16", *common), str(tmp_path))
+    setups.bert_setup(_args("--model", "bert", "--size", "tiny", "--seq", "32", *common),
+                      str(tmp_path))
+    assert seen == [(197, 197), (32, 32)]
+
+
 @pytest.mark.parametrize("model_args", [
     ("--model", "bert", "--size", "tiny", "--seq", "32"),
     ("--model", "vit", "--size", "Ti/16", "--image_size", "32"),
@@ -284,6 +297,26 @@ def test_gpu_table_script_goes_on_after_a_failed_row(tmp_path):
     assert result.returncode == 1
     assert "failed rows: bert_large_512 " in result.stderr
     assert "bert_base_128" not in result.stderr and "vit_b16" not in result.stderr
+
+
+def test_gpu_table_script_runs_the_rows_named_in_ROWS(tmp_path):
+    """ROWS picks rows (in the table's order) for a GPU lent a few minutes at a time; a name
+    that is no row stops the script before anything runs, naming the rows."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_table.sh"
+    fake = tmp_path / "fake_python"
+    log = tmp_path / "ran.txt"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake)}
+    subprocess.run(["bash", str(script), str(tmp_path / "out")], check=True,
+                   env={**env, "ROWS": "vit_b16 bert_base_128"})
+    assert [line.split()[5] for line in log.read_text().splitlines()] == ["base", "B/16"]
+    log.unlink()
+    wrong = subprocess.run(["bash", str(script), str(tmp_path / "out")], capture_output=True,
+                           text=True, env={**env, "ROWS": "vit"})
+    assert wrong.returncode == 2 and not log.exists()
+    assert ("ROWS names vit, which is not a row; the rows: bert_base_128 bert_large_512 "
+            "vit_b16") in wrong.stderr
 
 
 def test_marian_decoding_benchmark_runs_and_records(tmp_path):

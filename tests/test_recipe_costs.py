@@ -61,6 +61,43 @@ def test_the_tables_say_what_is_estimated():
     assert rc._duration(3 * 86_400) == "3.0 days"
 
 
+class _Records:
+    def __init__(self, **records):
+        self.records = records
+
+    def get(self, name):
+        return self.records.get(name)
+
+
+def _gpu_record(mfu, device_kind="NVIDIA H100 80GB HBM3"):
+    row = {"label": "ours", "step_s": 0.1135, "mfu": mfu}
+    return {"metrics": {"model": "vit", "size": "B/16", "batch": 256, "dtype": "bfloat16",
+                        "attention": "xla", "rows": [row]},
+            "machine": {"device_kind": device_kind,
+                        "device_memory": [{"peak_bytes_in_use": 3 * 2**30}]}}
+
+
+def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
+    """ViT-B/16 from scratch at a measured MFU of 20%: all its training FLOPs over 8 x 989
+    TFLOP/s x 0.2 (300 epochs of ImageNet, computed here apart), beside the 40% estimate;
+    a missing record says so; a record from another GPU is refused, its MFU not carried."""
+    (name,) = rc.MEASURED.values()
+    vit = rc.phases(load_config_file("configs/vit/imagenet.py"))
+    total = sum(p.steps * p.batch * p.flops_per_example for p in vit)
+    table = rc.measured_table(_Records(**{name: _gpu_record(0.2)}))
+    (row,) = [line for line in table.splitlines()[2:]]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[0] == "ViT-B/16, ImageNet, from scratch"
+    assert cells[2:5] == ["114 ms", "20.0%", "3.0 GiB"]
+    assert cells[5] == rc._duration(total / (8 * 989e12 * 0.2))
+    assert cells[6] == rc._duration(total / (8 * 989e12 * 0.4))
+    assert cells[5] != cells[6]
+    assert "not recorded yet" in rc.measured_table(_Records())
+    with pytest.raises(ValueError, match=r"ran on 'NVIDIA A100-SXM4-80GB', not the 'NVIDIA "
+                                         r"H100 80GB HBM3'"):
+        rc.measured_table(_Records(**{name: _gpu_record(0.2, "NVIDIA A100-SXM4-80GB")}))
+
+
 def test_the_command_prints_the_tables_at_another_mfu(capsys):
     assert rc.main(["--mfu", "0.25"]) == 0
     assert "MFU 25%" in capsys.readouterr().out

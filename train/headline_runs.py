@@ -106,6 +106,11 @@ RUNS = {run.name: run for run in (
     HeadlineRun("bench_vit_b16", "`make bench`: ViT-B/16 train step (224x224, batch 8) beside "
                                  "Hugging Face's Flax ViT",
                 _BENCH.format(model="--model vit --size B/16 --batch 8", file="vit_b16")),
+    HeadlineRun("bench_gpu_vit_b16", "the GPU table's ViT-B/16 row (batch 256, bfloat16) on one "
+                                     "H100, MFU against its data-sheet peak",
+                "python -m benchmarks.train_step --model vit --size B/16 --batch 256 "
+                "--dtype bfloat16 --attention xla --attention_dropout 0 --steps 10 --repeats 5 "
+                "--peer none --json workdirs/bench/gpu/vit_b16.json"),
     HeadlineRun("bench_mae_step", "the MAE pretraining step, 3 in 4 patches masked, against "
                                   "the same model encoding every patch with mask tokens "
                                   "(target >= 2.5x)",

@@ -9,10 +9,11 @@ GPU_BF16_PEAK_FLOPS, TPU_BF16_PEAK_FLOPS):
     total time       = the sum over the run's phases of steps x step time
     accelerator-hours = total time x devices
 
-Nothing here is measured: no GPU or TPU has run these recipes in this project yet, so the MFU is
-an assumption (40% is what a well-tuned Transformer step reaches on these chips), not a
-measurement, and evaluation, BLEU decoding, checkpoints and input stalls are not counted. A
-measured record of a recipe would replace the assumed MFU.
+The costs table's MFU is an assumption (40% is what a well-tuned Transformer step reaches on
+these chips), not a measurement, and evaluation, BLEU decoding, checkpoints and input stalls are
+not counted. Where a recipe's model has had its train step measured on a GPU
+(benchmarks/train_step.py, a record named in MEASURED), `measured_table` gives that step's MFU
+and memory and the recipe's total time on one 8-GPU node at the measured MFU.
 
 `python -m train.tables` renders the two tables into docs/launch.md (markers
 `<!-- table: launch_recipes -->`, `<!-- table: launch_costs -->`) from the recipes' configs as
@@ -209,6 +210,44 @@ def costs_table(mfu: float = DEFAULT_MFU) -> str:
                 f"{_joined(_duration(s) for s in steps)} | {_duration(total)} | "
                 f"{_count(total * target.devices / 3600)} | "
                 f"{_joined(_count(r) for r in rate)} |")
+    return "\n".join(lines)
+
+
+# recipe -> the record (notebooks/results/runs/NAME) of its model's train step measured on a GPU
+MEASURED = {"ViT-B/16, ImageNet, from scratch": "bench_gpu_vit_b16"}
+
+
+def measured_table(records) -> str:
+    """Each recipe of MEASURED: what its record measured (the step, its MFU, the device memory
+    at its peak) and the recipe's total time on one 8-GPU node at that MFU beside the estimate
+    at DEFAULT_MFU. `records.get(name)` gives a record or None (train/result_tables.Records)."""
+    node = TARGETS[0]
+    lines = ["| recipe | measured (record) | step | MFU | device memory at peak | total time on "
+             f"{node.name} at the measured MFU | at {DEFAULT_MFU:.0%} (estimate) |",
+             "|---|---|---|---|---|---|---|"]
+    for recipe in RECIPES:
+        name = MEASURED.get(recipe.name)
+        if name is None:
+            continue
+        run = phases(load_config_file(recipe.config))
+        estimate = _duration(run_seconds(run, node, DEFAULT_MFU))
+        record = records.get(name)
+        if record is None:
+            lines.append(f"| {recipe.name} | `{name}`: not recorded yet | - | - | - | - | "
+                         f"{estimate} |")
+            continue
+        report, machine = record["metrics"], record["machine"]
+        if machine["device_kind"] != node.device_kind:
+            raise ValueError(f"{name} ran on {machine['device_kind']!r}, not the "
+                             f"{node.device_kind!r} of {node.name!r}: its MFU does not carry over")
+        (ours,) = [row for row in report["rows"] if row["label"] == "ours"]
+        peak = max((d["peak_bytes_in_use"] for d in machine["device_memory"] or []), default=None)
+        memory = "-" if peak is None else f"{peak / 2**30:.1f} GiB"
+        lines.append(
+            f"| {recipe.name} | `{name}`: {report['model']} {report['size']}, batch "
+            f"{report['batch']} on one device, {report['dtype']}, attention {report['attention']} "
+            f"| {_duration(ours['step_s'])} | {ours['mfu']:.1%} | {memory} | "
+            f"{_duration(run_seconds(run, node, ours['mfu']))} | {estimate} |")
     return "\n".join(lines)
 
 

@@ -51,11 +51,13 @@ def _sweep(folder: str) -> Callable[[rt.Records], str]:
 
 
 def _launch(table: str) -> Callable[[rt.Records], str]:
-    """docs/launch.md's estimates, computed from the recipes' configs (train/recipe_costs.py),
-    not from records: nothing has been measured on a GPU or TPU yet."""
+    """docs/launch.md's tables, computed from the recipes' configs (train/recipe_costs.py): the
+    estimates from the configs alone, the measured table from the GPU records too."""
     def render(records: rt.Records) -> str:
         from train import recipe_costs  # the models' configs and the FLOPs model: only here
 
+        if table == "measured_table":
+            return recipe_costs.measured_table(records)
         return getattr(recipe_costs, table)()
     return render
 
@@ -68,6 +70,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "baselines": rt.baseline_table,
     "bench_bert_base": rt.benchmark("bench_bert_base"),
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
+    "bench_gpu_vit_b16": rt.benchmark("bench_gpu_vit_b16"),
     "bench_mae_step": rt.benchmark("bench_mae_step"),
     "bench_distil_spam": rt.benchmark("bench_distil_spam"),
     "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
@@ -78,6 +81,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "headline": rt.headline,
     "launch_recipes": _launch("recipes_table"),
     "launch_costs": _launch("costs_table"),
+    "launch_measured": _launch("measured_table"),
     **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
     **{f"findings_{folder}": (lambda records, folder=folder:
                               findings.markdown_table(folder, records.results))
