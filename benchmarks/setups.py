@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from models.attention import cudnn_attention_blocker
+from models.cudnn_attention import cudnn_attention_blocker, even_lengths
 from models.bert_pretraining import gather_positions
 from models.sizes import BERT_SIZES, VIT_SIZES
 from train import flops
@@ -118,13 +118,14 @@ def _attention(args, dropout: float) -> dict:
 
 def _check_attention(args, model_config, length: int):
     """``--attention cudnn`` where cuDNN cannot run a training step over ``length`` tokens
-    stops here, before compiling, with why."""
+    (padded to an even length, as models/attention.py does) stops here, before compiling, with
+    why."""
     if args.attention != "cudnn":
         return
     head_dim = model_config.hidden_size // model_config.num_heads
     reason = cudnn_attention_blocker(args.dtype, head_dim, head_dim,
                                      dropout_rate=model_config.attention_dropout_rate,
-                                     lengths=(length, length))
+                                     lengths=even_lengths((length, length), True))
     if reason is not None:
         raise SystemExit(f"--attention cudnn cannot run this benchmark: {reason}. Use "
                          "--attention xla or auto, or change that (--attention_dropout 0, "

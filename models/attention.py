@@ -19,7 +19,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models.cudnn_attention import cudnn_attention, cudnn_attention_blocker, log_fallback
+from models.cudnn_attention import (cudnn_attention, cudnn_attention_blocker, even_lengths,
+                                    log_fallback)
 from models.dropout import dropout
 from models.position import apply_rope
 from models.relative_attention import RelativeAttention1D
@@ -161,8 +162,8 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
         per ``[b, h, q, k]`` element (``models/dropout.py``). Needs ``dropout_rng`` when active.
       implementation: ``'xla'`` (explicit einsums, this file; the reference), ``'cudnn'``
         (fused flash attention via ``jax.nn.dot_product_attention``: NVIDIA GPUs, fp16/bf16
-        only, no probability dropout; a call it cannot compute raises a ValueError naming why,
-        see ``cudnn_attention_blocker``) or ``'auto'`` (cuDNN where it can compute the call,
+        only, no probability dropout, odd lengths padded by one in training; a call it cannot
+        compute raises a ValueError naming why, see ``cudnn_attention_blocker``) or ``'auto'`` (cuDNN where it can compute the call,
         else the 'xla' einsums, logged once per reason: a warning on a GPU, info elsewhere).
       dtype: compute dtype of the matmuls; default: the promoted dtype of query/key/value.
         The softmax is always computed in float32.
@@ -176,14 +177,15 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
     query, key, value = (jnp.asarray(t, dtype) for t in (query, key, value))
 
     if implementation != 'xla':
+        training = not deterministic
         blocker = cudnn_attention_blocker(
             dtype, query.shape[-1], value.shape[-1],
-            dropout_rate=dropout_rate if dropout_active else 0.0,
-            training=not deterministic,
-            lengths=(query.shape[1], key.shape[1]))
+            dropout_rate=dropout_rate if dropout_active else 0.0, training=training,
+            lengths=even_lengths((query.shape[1], key.shape[1]), training))
         if blocker is None:
             try:
-                return cudnn_attention(query, key, value, bias, mask, dtype)
+                return cudnn_attention(query, key, value, bias, mask, dtype,
+                                       pad_to_even=training)
             except NotImplementedError as error:  # a rule of this jax the blocker does not know
                 blocker = f"jax refused it ({error})".replace("\n", " ")
         if implementation == 'cudnn':

@@ -1,6 +1,7 @@
 """cuDNN's fused attention behind ``models.attention.dot_product_attention``: when it can compute
-a call (``cudnn_attention_blocker``), the call itself, and the once-per-reason note that
-``implementation='auto'`` fell back to the 'xla' einsums."""
+a call (``cudnn_attention_blocker``), the call itself (padding odd lengths to even ones for the
+backward kernel), and the once-per-reason note that ``implementation='auto'`` fell back to the
+'xla' einsums."""
 
 from __future__ import annotations
 
@@ -76,17 +77,42 @@ def log_fallback(reason: str):
         _log.log(level, "attention implementation 'auto' uses 'xla': %s", reason)
 
 
-def cudnn_attention(query, key, value, bias, mask, dtype):
-    """``jax.nn.dot_product_attention`` with cuDNN; fully masked queries output zeros."""
+def even_lengths(lengths: tuple[int, int], training: bool) -> tuple[int, int]:
+    """The query and key lengths ``cudnn_attention(..., pad_to_even=training)`` hands the
+    kernel: in training each odd one is padded by one (the backward kernel needs even lengths)."""
+    return tuple(n + n % 2 for n in lengths) if training else tuple(lengths)
+
+
+def cudnn_attention(query, key, value, bias, mask, dtype, *, pad_to_even: bool = False):
+    """``jax.nn.dot_product_attention`` with cuDNN; fully masked queries output zeros.
+
+    ``pad_to_even``: an odd query or key length gets one more position (zeros) so that the
+    training kernel can run it (ViT's 197 tokens become 198): the extra key is masked out of
+    every query's softmax and the extra query's output is dropped, so the result and the
+    gradients are those of the unpadded call."""
     q_len, kv_len = query.shape[1], key.shape[1]
+    pad_q, pad_k = (q_len % 2, kv_len % 2) if pad_to_even else (0, 0)
+    if pad_q or pad_k:
+        query = jnp.pad(query, ((0, 0), (0, pad_q), (0, 0), (0, 0)))
+        key, value = (jnp.pad(t, ((0, 0), (0, pad_k), (0, 0), (0, 0))) for t in (key, value))
+        widths = ((0, 0), (0, 0), (0, pad_q), (0, pad_k))       # the [b, h, q, k] axes
+        if pad_k and mask is None:
+            mask = jnp.ones((1, 1, q_len, kv_len), bool)
+        if mask is not None:  # the extra query sees the real keys, the extra key nobody
+            mask = _expand_to_4d(mask, q_len, kv_len).astype(bool)
+            mask = jnp.pad(mask, ((0, 0), (0, 0), (0, pad_q), (0, 0)), constant_values=True)
+            mask = jnp.pad(mask, ((0, 0), (0, 0), (0, 0), (0, pad_k)), constant_values=False)
+        if bias is not None:
+            bias = jnp.pad(_expand_to_4d(bias, q_len, kv_len), widths)
+    lengths = query.shape[1], key.shape[1]
     if mask is not None:
-        mask = _expand_to_4d(mask, q_len, kv_len).astype(bool)
+        mask = _expand_to_4d(mask, *lengths).astype(bool)
     out = jax.nn.dot_product_attention(
         query, key, value,
-        bias=None if bias is None else _expand_to_4d(bias, q_len, kv_len).astype(dtype),
+        bias=None if bias is None else _expand_to_4d(bias, *lengths).astype(dtype),
         mask=mask, implementation='cudnn')
     if mask is not None:
         # Match the 'xla' path: queries with no visible key output zeros.
         any_key = jnp.any(mask, axis=-1)                                          # [b|1, h|1, q]
         out = out * jnp.transpose(any_key, (0, 2, 1))[..., None].astype(out.dtype)
-    return out
+    return out[:, :q_len]

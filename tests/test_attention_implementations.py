@@ -124,14 +124,16 @@ def test_auto_in_the_attention_module_matches_xla():
 def test_auto_passes_the_call_as_it_is_to_the_blocker(monkeypatch):
     """dot_product_attention must describe the call to the blocker faithfully, here on a
     described H100 (the blocker is the real one): dropout counts only when active (an eval
-    call with dropout_rate > 0 may use cuDNN), training is `not deterministic`, and the key
-    length (5, odd) is checked as well as the query's (6). Where the blocker says None, cuDNN's
-    function is called (a stand-in here) with the bias and mask as they came."""
+    call with dropout_rate > 0 may use cuDNN), training is `not deterministic`, and in training
+    an odd length (the key's 5) is handed over padded to even, as cudnn_attention pads it. Where
+    the blocker says None, cuDNN's function is called (a stand-in here) with the bias and mask
+    as they came."""
     real = A.cudnn_attention_blocker
     monkeypatch.setattr(A, "cudnn_attention_blocker",
                         lambda *a, **k: real(*a, **{**k, "device": gpu()}))
     used = []
-    monkeypatch.setattr(A, "cudnn_attention", lambda *args: used.append(args) or "cudnn")
+    monkeypatch.setattr(A, "cudnn_attention",
+                        lambda *args, **kwargs: used.append((args, kwargs)) or "cudnn")
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(1, 6, 2, 64)), jnp.bfloat16)
     k, v = (jnp.asarray(rng.normal(size=(1, 5, 2, 64)), jnp.bfloat16) for _ in range(2))
@@ -139,18 +141,25 @@ def test_auto_passes_the_call_as_it_is_to_the_blocker(monkeypatch):
     # Eval with dropout configured, a bias and an odd key length: cuDNN can compute it.
     assert A.dot_product_attention(q, k, v, bias=bias, dropout_rate=0.1, deterministic=True,
                                    implementation="auto") == "cudnn"
-    assert len(used) == 1 and used[0][3] is bias and used[0][4] is None
-    # Training, no dropout, key length 5, with a bias or without: the backward pass cannot.
+    assert len(used) == 1 and used[0][0][3] is bias and used[0][0][4] is None
+    assert used[0][1] == {"pad_to_even": False}
+    # Training, no dropout, key length 5, with a bias or without: cuDNN, padded to even.
     for kwargs in (dict(bias=bias), dict()):
-        with pytest.raises(ValueError, match=r"odd query or key length in training \(query, key "
-                                             r"lengths \(6, 5\)\)"):
-            A.dot_product_attention(q, k, v, deterministic=False, implementation="cudnn",
-                                    **kwargs)
-    assert len(used) == 1
-    # Training at even lengths with a bias: cuDNN.
-    assert A.dot_product_attention(q, q, q, bias=jnp.zeros((6, 6)), deterministic=False,
-                                   implementation="auto") == "cudnn"
-    assert len(used) == 2
+        assert A.dot_product_attention(q, k, v, deterministic=False, implementation="cudnn",
+                                       **kwargs) == "cudnn"
+        assert used[-1][1] == {"pad_to_even": True}
+    # Training with attention dropout: not cuDNN.
+    with pytest.raises(ValueError, match=r"dropout is active \(rate 0.1\)"):
+        A.dot_product_attention(q, k, v, dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0),
+                                deterministic=False, implementation="cudnn")
+    assert len(used) == 3
+    seen = []
+    monkeypatch.setattr(A, "cudnn_attention_blocker",
+                        lambda *a, **k: seen.append(k["lengths"]) or real(*a, **{**k,
+                                                                                "device": gpu()}))
+    A.dot_product_attention(q, k, v, deterministic=False, implementation="auto")
+    A.dot_product_attention(q, k, v, deterministic=True, implementation="auto")
+    assert seen == [(6, 6), (6, 5)]
 
 
 def test_a_refusal_from_jax_itself_falls_back_or_names_jax_reason(monkeypatch, caplog):
@@ -160,7 +169,7 @@ def test_a_refusal_from_jax_itself_falls_back_or_names_jax_reason(monkeypatch, c
     monkeypatch.setattr(A, "cudnn_attention_blocker", lambda *a, **k: None)
     monkeypatch.setattr(C, "_reported_fallbacks", set())
 
-    def refuse(*args):
+    def refuse(*args, **kwargs):
         raise NotImplementedError("Unsupported sequence length Q 7, KV 7.")
 
     monkeypatch.setattr(A, "cudnn_attention", refuse)
@@ -200,3 +209,50 @@ def test_cudnn_path_expands_bias_and_mask_and_zeroes_fully_masked_queries(monkey
     np.testing.assert_array_equal(C._expand_to_4d(bias, 6, 6)[0, 0], bias)
     np.testing.assert_array_equal(C._expand_to_4d(mask, 6, 6)[:, 0],
                                   np.broadcast_to(mask[:, 0], (2, 6, 6)))
+
+
+@pytest.mark.parametrize("lengths", [(7, 7), (6, 5), (5, 6)])
+def test_padding_odd_lengths_for_cudnn_changes_neither_result_nor_gradients(monkeypatch, lengths):
+    """cudnn_attention(pad_to_even=True), the kernel played by jax's 'xla' one: the kernel gets
+    even lengths, and the output and the gradients with respect to query, key, value and bias
+    equal the unpadded reference, with no mask, a causal-style mask, or a bias with a padding
+    mask in which a query sees no key."""
+    kernel = jax.nn.dot_product_attention
+    shapes = []
+
+    def stand_in(q, k, v, *args, implementation=None, **kwargs):
+        shapes.append((q.shape[1], k.shape[1]))
+        return kernel(q, k, v, *args, implementation="xla", **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", stand_in)
+    q_len, kv_len = lengths
+    rng = np.random.default_rng(4)
+    q = jnp.asarray(rng.normal(size=(2, q_len, 2, 8)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(2, kv_len, 2, 8)), jnp.float32) for _ in range(2))
+    bias = jnp.asarray(rng.normal(size=(q_len, kv_len)), jnp.float32)
+    lower = np.tril(np.ones((q_len, kv_len), bool), kv_len - q_len)[None, None]
+    padding = np.ones((2, 1, 1, kv_len), bool)
+    padding[1, ..., 2:] = False
+    padding[0, ...] = True
+    some_unseen = np.broadcast_to(padding, (2, 1, q_len, kv_len)).copy()
+    some_unseen[0, 0, 0] = False                          # query 0 of example 0 sees no key
+    for bias_, mask in ((None, None), (None, lower), (bias, some_unseen)):
+        def loss(fn, q, k, v, b):
+            return jnp.sum(jnp.sin(fn(q, k, v, b)))
+
+        def padded(q, k, v, b):
+            return C.cudnn_attention(q, k, v, b, mask, jnp.float32, pad_to_even=True)
+
+        def reference(q, k, v, b):
+            return A.dot_product_attention(q, k, v, bias=b, mask=mask, implementation="xla")
+
+        shapes.clear()
+        np.testing.assert_allclose(padded(q, k, v, bias_), reference(q, k, v, bias_),
+                                   rtol=1e-5, atol=1e-6)
+        assert shapes == [(q_len + q_len % 2, kv_len + kv_len % 2)]
+        argnums = (0, 1, 2, 3) if bias_ is not None else (0, 1, 2)
+        got = jax.grad(lambda *a: loss(padded, *a), argnums=argnums)(q, k, v, bias_)
+        want = jax.grad(lambda *a: loss(reference, *a), argnums=argnums)(q, k, v, bias_)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -202,8 +202,9 @@ def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path):
 
 
 def test_cudnn_check_is_told_the_tokens_a_step_attends_over(tmp_path, monkeypatch):
-    """The blocker hears the training step's lengths: ViT-B/16's 196 patches + class token
-    (odd, refused by cuDNN's backward on an H100) and BERT's --seq."""
+    """The blocker hears the training step's lengths as the attention hands them to cuDNN:
+    ViT-B/16's 196 patches + class token padded to an even 198 (cuDNN's backward refuses odd
+    lengths), BERT's --seq as it is."""
     seen = []
     monkeypatch.setattr(setups, "cudnn_attention_blocker",
                         lambda *a, **k: seen.append(k["lengths"]) or None)
@@ -211,7 +212,7 @@ def test_cudnn_check_is_told_the_tokens_a_step_attends_over(tmp_path, monkeypatc
     setups.vit_setup(_args("--model", "vit", "--size", "Ti/16", *common), str(tmp_path))
     setups.bert_setup(_args("--model", "bert", "--size", "tiny", "--seq", "32", *common),
                       str(tmp_path))
-    assert seen == [(197, 197), (32, 32)]
+    assert seen == [(198, 198), (32, 32)]
 
 
 @pytest.mark.parametrize("model_args", [
