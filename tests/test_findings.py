@@ -113,8 +113,12 @@ def test_an_unmet_requirement_makes_the_finding_untestable_with_its_reason():
                       requires=(need,))
     runs = _runs(ref=(REF, [5, 5, 5]), a=([0.95, 0.06, 0.05], [5, 5, 5]))
     j = _judge(finding, runs)
-    assert j.verdict == "not testable at this scale" and math.isnan(j.delta)
+    assert j.verdict == "not testable at this scale"
     assert "2 of 3 seeds of `a`" in j.reason and "never left the plateau" in j.reason
+    # The change is still measured and shown (points, paired by seed), only not judged.
+    d = 100 * (np.array([0.95, 0.06, 0.05]) - np.array(REF))
+    assert (j.delta, j.seeds) == (pytest.approx(d.mean()), 3)
+    assert j.se == pytest.approx(d.std(ddof=1) / math.sqrt(3))
     runs["a"]["accuracy"] = np.array([0.95, 0.96, 0.94])
     assert _judge(finding, runs).verdict == "reproduced"
 

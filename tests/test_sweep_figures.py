@@ -49,12 +49,12 @@ def test_a_sweep_with_a_run_missing_is_an_error_naming_the_run(tmp_path, capsys)
     """A figure drawn without one seed of one row would look complete: no figure, the run named."""
     results = tmp_path / "results"
     shutil.copytree(REPO / "notebooks" / "results", results)
-    (results / "transformer_table3" / "A2" / "seed_2" / "train" / "result.json").unlink()
+    (results / "vit_table8" / "learned_2d" / "seed_2" / "train" / "result.json").unlink()
     assert sweep_figures.main(["--results", str(results), "--out", str(tmp_path / "f")]) == 2
     error = capsys.readouterr().err
-    assert (f"{results / 'transformer_table3'} has no finished record of 1 of the sweep's 24 "
-            "runs (A2 seed 2)") in error
-    assert not (tmp_path / "f" / "transformer_table3.png").exists()
+    assert (f"{results / 'vit_table8'} has no finished record of 1 of the sweep's 39 "
+            "runs (learned_2d seed 2)") in error
+    assert not (tmp_path / "f" / "vit_table8.png").exists()
 
 
 def test_a_sweep_in_progress_draws_its_records_and_names_the_runs_not_recorded(tmp_path):

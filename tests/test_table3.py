@@ -71,21 +71,36 @@ def test_unknown_row_names_the_allowed_ones():
 def test_the_table3_sweep_declares_loadable_rows_and_the_papers_numbers():
     from configs.ablations import transformer_table3
 
-    sweep = transformer_table3.get_sweep("steps=50")
-    assert list(sweep.rows) == ["base", "A1", "A2", "A3", "A4", "E", "rope", "alibi"]
-    assert sweep.paper["A1"] == {"bleu": 24.9, "perplexity": 5.29}
-    # The rest of the swept rows, as printed in the paper's Table 3 (dev PPL, BLEU).
+    sweep = transformer_table3.get_sweep()
+    assert list(sweep.rows) == ["base", "A1", "A2", "A3", "A4", "B1", "C1", "D1", "D3", "E"]
+    # The swept rows as printed in the paper's Table 3 (dev PPL, BLEU).
     assert {row: (p["perplexity"], p["bleu"]) for row, p in sweep.paper.items()} == {
-        "base": (4.92, 25.8), "A1": (5.29, 24.9), "A2": (5.00, 25.5), "A3": (4.91, 25.8),
-        "A4": (5.01, 25.4), "E": (4.92, 25.7)}
+        row: PAPER_TABLE3[row][:2] for row in sweep.rows}
     assert sweep.seeds == 3 and transformer_table3.get_sweep("smoke").seeds == 2
-    assert "rope" not in sweep.paper  # no paper number for the later encodings
     (stage,) = sweep.stages
-    assert stage.overrides["train.num_steps"] == 50
-    assert stage.overrides["train.eval_every"] == 0  # one eval, at the end
-    assert "optimizer.warmup_steps" not in stage.overrides  # the config's schedule, truncated
-    for arg in sweep.rows.values():
-        load_config_file(f"{stage.config}:{arg}")
+    assert stage.overrides["train.num_steps"] == 1200
+    assert stage.overrides["task.decode_every"] == 300  # BLEU four times a run
+    configs = {row: load_config_file(f"{stage.config},{arg}") for row, arg in sweep.rows.items()}
+    base = configs["base"]
+    assert (base.model.d_model, base.model.num_heads, base.data.vocab_size) == (96, 4, 2000)
+    assert (base.data.train_split, base.data.eval_split) == ("train[:25%]", "test[:25%]")
+    assert [configs[r].model.num_heads for r in ("A1", "A2", "base", "A3", "A4")] == [
+        1, 2, 4, 8, 16]
+    assert configs["C1"].model.num_layers == 1
+    assert configs["D3"].task.label_smoothing == 0.0 and configs["D1"].model.dropout_rate == 0
+    # Every run ends its whole schedule: warmup to the peak, then a decay that reaches zero at
+    # the sweep's last step (a schedule cut off while it still rises or decays is the defect).
+    from train.optimizers import make_optimizer
+
+    steps = stage.overrides["train.num_steps"]
+    _, schedule = make_optimizer(base.optimizer, d_model=base.model.d_model, num_steps=steps)
+    warmup = base.optimizer.warmup_steps
+    assert 0 < warmup < steps // 4
+    assert float(schedule(warmup)) == pytest.approx(base.optimizer.learning_rate)
+    assert float(schedule(steps // 2)) < base.optimizer.learning_rate
+    assert float(schedule(steps)) == pytest.approx(0.0, abs=1e-9)
+    assert all(f.requires == (transformer_table3.LEVELLED,) for f in sweep.findings)
+    assert {f.row for f in sweep.findings} <= set(sweep.rows)
 
 
 # Table 3 of Vaswani et al. 2017 as printed: row -> (dev PPL, dev BLEU, params x 10^6 or None).

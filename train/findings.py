@@ -127,6 +127,8 @@ def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str, results: P
     missing = [r for r in (finding.row, second) if r not in runs]
     if missing:
         return Judgement(VERDICTS[3], reason=f"no finished runs of {', '.join(missing)} yet")
+    first, other, seeds = _pair(runs, finding, reference)
+    delta, se = paired_change(finding.metric, first, other)
     for need in finding.requires:
         if isinstance(need, Reached):
             if any(r not in runs for r in need.rows):
@@ -134,10 +136,8 @@ def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str, results: P
             why = _reached(need, runs)
         else:
             why = _levelled(need, sweep, results, folder)
-        if why:
-            return Judgement(VERDICTS[3], reason=why)
-    first, other, seeds = _pair(runs, finding, reference)
-    delta, se = paired_change(finding.metric, first, other)
+        if why:  # the change is shown, measured as it is, but it does not test the paper
+            return Judgement(VERDICTS[3], delta, se, len(seeds), why)
     if math.isnan(se):     # one seed: no error to measure the change against
         clear = False
     else:                  # identical differences in every seed (se 0) are clear unless 0

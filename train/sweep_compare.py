@@ -40,7 +40,8 @@ class CommittedSweep:
 
 SWEEPS = {s.folder: s for s in (
     CommittedSweep("vit_table8", "configs/ablations/vit_posemb.py", "none"),
-    CommittedSweep("transformer_table3", "configs/ablations/transformer_table3.py", "base"),
+    CommittedSweep("transformer_table3", "configs/ablations/transformer_table3.py", "base",
+                   in_progress=True),
     CommittedSweep("bert_table8", "configs/ablations/bert_table8.py", "80-10-10"),
 )}
 
