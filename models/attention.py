@@ -163,8 +163,9 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
       implementation: ``'xla'`` (explicit einsums, this file; the reference), ``'cudnn'``
         (fused flash attention via ``jax.nn.dot_product_attention``: NVIDIA GPUs, fp16/bf16
         only, no probability dropout, odd lengths padded by one in training; a call it cannot
-        compute raises a ValueError naming why, see ``cudnn_attention_blocker``) or ``'auto'`` (cuDNN where it can compute the call,
-        else the 'xla' einsums, logged once per reason: a warning on a GPU, info elsewhere).
+        compute raises a ValueError naming why, see ``cudnn_attention_blocker``) or ``'auto'``
+        (cuDNN where it can compute the call, else the 'xla' einsums, logged once per reason: a
+        warning on a GPU, info elsewhere).
       dtype: compute dtype of the matmuls; default: the promoted dtype of query/key/value.
         The softmax is always computed in float32.
     """

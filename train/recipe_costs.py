@@ -15,9 +15,10 @@ not counted. Where a recipe's model has had its train step measured on a GPU
 (benchmarks/train_step.py, a record named in MEASURED), `measured_table` gives that step's MFU
 and memory and the recipe's total time on one 8-GPU node at the measured MFU.
 
-`python -m train.tables` renders the two tables into docs/launch.md (markers
-`<!-- table: launch_recipes -->`, `<!-- table: launch_costs -->`) from the recipes' configs as
-they are now, so the page follows the configs; this command prints them at another MFU.
+`python -m train.tables` renders the tables into docs/launch.md (markers
+`<!-- table: launch_recipes -->`, `<!-- table: launch_costs -->`, and
+`<!-- table: launch_measured -->` with the records) from the recipes' configs as they are now,
+so the page follows the configs; this command prints the first two at another MFU.
 """
 
 from __future__ import annotations
