@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from train import run_record, tables
+from train import result_tables as rt, run_record, tables
 from train.headline_runs import RUNS
 from train.result_tables import Records
 from train.sweep_compare import SWEEPS
@@ -238,3 +238,16 @@ def test_the_language_model_table_sets_the_lm_beside_kneser_ney(tmp_path):
     assert ("| interpolated Kneser-Ney 3-gram (modified discounts) | - | 6,300,000 training "
             "tokens counted | 0:42 | 59.82 | 1.5373 | - |") in text
     assert "validation perplexity (per BPE token)" in text and "not recorded yet" not in text
+
+
+def test_provenance_names_a_data_sheet_peak_as_such():
+    """A GPU record's MFU is against the data-sheet peak, not a matmul measured in the run."""
+    def record(peak, source):
+        return {"machine": {**run_record.machine(peak, source), "load_average": None},
+                "code": {"commit": "b" * 40, "dirty": False}, "date": "2026-11-27T00:00:00",
+                "versions": {"jax": "0.11.2"}}
+
+    gpu = rt.provenance({"g": record(989e12, "NVIDIA H100 80GB HBM3 dense bf16 data sheet")})
+    cpu = rt.provenance({"c": record(1.4e11, "best float32 2048^3 matmul measured in this run")})
+    assert "data-sheet peak 989.0 TFLOP/s per device" in gpu and "matmul" not in gpu
+    assert "matmul peak 140 GFLOP/s per device" in cpu

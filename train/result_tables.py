@@ -66,8 +66,10 @@ def provenance(records: dict[str, dict]) -> str:
     groups: dict[str, list[str]] = {}
     for name, record in records.items():
         m, code = record["machine"], record["code"]
+        kind = ("data-sheet peak" if "data sheet" in str(m["peak_flops_source"])
+                else "matmul peak")  # the GPU's bf16 figure, or the best matmul measured
         peak = ("" if m["peak_flops_per_device"] is None else
-                f", matmul peak {flop_rate(m['peak_flops_per_device'])} per device")
+                f", {kind} {flop_rate(m['peak_flops_per_device'])} per device")
         dirty = " with uncommitted changes" if code["dirty"] is True else ""
         load = ("" if m["load_average"] is None else
                 ", load average {:.1f} / {:.1f} / {:.1f} (1 / 5 / 15 min) at the end".format(
