@@ -66,11 +66,12 @@ CHECKPOINT_MINUTES = 10
 # 2 CPU cores. Eq. 3 never ends (its inverse-square-root decay lasts as long as training does),
 # so the preset keeps its linear warmup and replaces the decay by a cosine that reaches zero at
 # the last step: every run warms up, peaks and decays to the end. A quarter of the training
-# pairs, seen several times in a run, lets the base model level off (checked by the sweep's
-# findings); a quarter of the test split keeps the four BLEU evaluations of a run cheap. The
-# width, peak and length were calibrated on single runs: d_model 64 stayed weak and was still
-# rising after 800 steps, d_model 128 was still rising after 1,200; d_model 96 at peak 4e-3
-# levelled off within 1,200 steps (about 8 minutes a run on the 2-core machine).
+# pairs, seen several times in a run, is meant to let the base model level off (the sweep's
+# findings check it); a quarter of the test split keeps the four BLEU evaluations of a run
+# cheap. The width, peak and length were calibrated on single runs: d_model 64 stayed weak and
+# was still rising after 800 steps, d_model 128 was still rising after 1,200; d_model 96 at peak
+# 4e-3 levelled off in its run (seed 0), about 8 minutes on the 2-core machine, but two of the
+# base row's three seeds were still rising (docs/reproductions.md).
 SMALL = {
     "model": dict(d_model=96, d_ff=384, num_layers=3, num_heads=4),
     "data": dict(vocab_size=2000, max_length=64, batch_size=32),
@@ -228,6 +229,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.update(num_steps=12, log_every=4, eval_every=6, checkpoint_every=6,
                             keep_checkpoints=2, progress_bar=False)
         config.task.decode_every = 0
-        if args.size in TRANSFORMER_SIZES:  # still the paper's averaging, of checkpoints 4 steps apart
+        if args.size in TRANSFORMER_SIZES:  # the paper's averaging, of checkpoints 4 steps apart
             config.train.update(checkpoint_every=4, keep_checkpoints=3, average_checkpoints=3)
     return config
