@@ -1,11 +1,13 @@
-"""Checks the model configs (``BertConfig``, ``TransformerConfig``, ``ViTConfig``) share: a field
-among its allowed values, a size at least its minimum, a positive constant, a dropout rate in
-[0, 1). Each raises ValueError naming the field, its value and what it may be."""
+"""Checks the model configs (``BertConfig``, ``TransformerConfig``, ``DecoderLMConfig``,
+``ViTConfig``) share: a field among its allowed values, a size at least its minimum, a positive
+constant, a dropout rate in [0, 1), heads that split the model width, and a position encoding the
+widths allow. Each raises ValueError naming the field, its value and what it may be."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from models import position
 from models.attention import IMPLEMENTATIONS
 from models.stack import REMAT_KINDS
 
@@ -49,3 +51,42 @@ def check_positive(config: Any, fields: Iterable[str]) -> None:
         value = getattr(config, field)
         if not value > 0:
             raise ValueError(f"{field}={value} must be > 0")
+
+
+def check_optional_at_least(config: Any, least: Mapping[str, int]) -> None:
+    """Each ``config.<field>`` is None (its default, derived from other fields) or an integer >=
+    its minimum."""
+    check_at_least(config, {field: minimum for field, minimum in least.items()
+                            if getattr(config, field) is not None})
+
+
+def check_heads(config: Any, explicit: Sequence[str] = ("head_dim",)) -> None:
+    """``num_heads`` splits ``d_model`` unless every per-head width in ``explicit`` is set, and
+    ``num_kv_heads`` (grouped-query attention) divides ``num_heads``. Needs the config's
+    ``kv_heads`` property (``num_kv_heads`` or, when None, ``num_heads``)."""
+    if (any(getattr(config, field) is None for field in explicit)
+            and config.d_model % config.num_heads):
+        raise ValueError(f"num_heads={config.num_heads} does not divide d_model={config.d_model}; "
+                         f"set {' and '.join(explicit)} explicitly")
+    if config.num_heads % config.kv_heads:
+        raise ValueError(f"num_kv_heads={config.num_kv_heads} must divide "
+                         f"num_heads={config.num_heads}")
+
+
+def check_position_encoding(config: Any, t5_directions: Sequence[bool]) -> None:
+    """The widths ``posemb`` needs: sinusoids pair sines with cosines (even ``d_model``), RoPE
+    rotates pairs of a head's dimensions (even ``qk_dim``), and T5's buckets are well defined for
+    each attention direction the model has (``t5_directions``: True bidirectional, False
+    causal)."""
+    if config.posemb == "t5":
+        for bidirectional in t5_directions:
+            try:
+                position.check_t5_buckets(config.t5_num_buckets, config.t5_max_distance,
+                                          bidirectional)
+            except ValueError as error:
+                raise ValueError(f"t5_num_buckets={config.t5_num_buckets}, t5_max_distance="
+                                 f"{config.t5_max_distance}: {error}") from None
+    if config.posemb == "sinusoidal" and config.d_model % 2:
+        raise ValueError(f"posemb='sinusoidal' needs an even d_model, got {config.d_model}")
+    if config.posemb == "rope" and config.qk_dim % 2:
+        raise ValueError(f"posemb='rope' needs an even head_dim, got {config.qk_dim}")

@@ -66,8 +66,9 @@ import jax.numpy as jnp
 
 from models import position
 from models.attention import MultiHeadAttention, causal_mask, combine_masks, segment_mask
-from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices, check_positive,
-                                  check_rates)
+from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices, check_heads,
+                                  check_optional_at_least, check_position_encoding,
+                                  check_positive, check_rates)
 from models.dropout import Dropout
 from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, EncoderBlock, FeedForward,
                            make_norm)
@@ -125,34 +126,14 @@ class DecoderLMConfig:
     def __post_init__(self):
         check_at_least(self, {"vocab_size": 1, "num_layers": 1, "d_model": 1, "d_ff": 1,
                               "num_heads": 1, "max_length": 1})
-        for field in ("head_dim", "num_kv_heads"):
-            value = getattr(self, field)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ValueError(f"{field}={value!r} must be an integer >= 1 (or None for the "
-                                 "default)")
-        if self.head_dim is None and self.d_model % self.num_heads:
-            raise ValueError(f"num_heads={self.num_heads} does not divide d_model={self.d_model}; "
-                             "set head_dim explicitly")
-        if self.num_heads % self.kv_heads:
-            raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide "
-                             f"num_heads={self.num_heads}")
+        check_optional_at_least(self, {"head_dim": 1, "num_kv_heads": 1})
+        check_heads(self, explicit=("head_dim",))
         check_choices(self, {"posemb": POSEMB_KINDS, "activation": tuple(ACTIVATIONS),
                              "norm": NORM_KINDS, "norm_position": NORM_POSITIONS,
                              **SHARED_CHOICES})
         check_rates(self, ("dropout_rate", "attention_dropout_rate"))
         check_positive(self, ("norm_epsilon", "rope_base", "initializer_range"))
-        if self.posemb == "t5":
-            try:
-                position.check_t5_buckets(self.t5_num_buckets, self.t5_max_distance,
-                                          bidirectional=False)
-            except ValueError as error:
-                raise ValueError(f"t5_num_buckets={self.t5_num_buckets}, t5_max_distance="
-                                 f"{self.t5_max_distance}: {error}") from None
-        if self.posemb == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"posemb='sinusoidal' needs an even d_model, got {self.d_model}")
-        if self.posemb == "rope" and self.qk_dim % 2:
-            raise ValueError(f"posemb='rope' needs an even head_dim, got {self.qk_dim}")
+        check_position_encoding(self, t5_directions=(False,))  # causal attention only
 
     @property
     def qk_dim(self) -> int:

@@ -9,7 +9,9 @@ import dataclasses
 from typing import Any
 
 from models import position
-from models.config_checks import SHARED_CHOICES, check_choices, check_positive, check_rates
+from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices, check_heads,
+                                  check_optional_at_least, check_position_encoding,
+                                  check_positive, check_rates)
 from models.layers import ACTIVATIONS, NORM_KINDS, NORM_POSITIONS
 from models.sizes import TRANSFORMER_SIZES
 
@@ -68,20 +70,11 @@ class TransformerConfig:
         return cls(**{**TRANSFORMER_SIZES[name], **overrides})
 
     def __post_init__(self):
-        for field in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field}={getattr(self, field)} must be >= 1")
-        for field, least in (("head_dim", 1), ("value_head_dim", 1), ("num_kv_heads", 1),
-                             ("num_encoder_layers", 0), ("num_decoder_layers", 0)):
-            value = getattr(self, field)
-            if value is not None and value < least:
-                raise ValueError(f"{field}={value} must be >= {least} (or None for the default)")
-        if (self.head_dim is None or self.value_head_dim is None) and self.d_model % self.num_heads:
-            raise ValueError(f"num_heads={self.num_heads} does not divide d_model={self.d_model}; "
-                             "set head_dim and value_head_dim explicitly")
-        if self.num_heads % self.kv_heads:
-            raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide "
-                             f"num_heads={self.num_heads}")
+        check_at_least(self, {"vocab_size": 1, "num_layers": 1, "d_model": 1, "d_ff": 1,
+                              "num_heads": 1, "max_length": 1})
+        check_optional_at_least(self, {"head_dim": 1, "value_head_dim": 1, "num_kv_heads": 1,
+                                       "num_encoder_layers": 0, "num_decoder_layers": 0})
+        check_heads(self, explicit=("head_dim", "value_head_dim"))
         check_choices(self, {"posemb": POSEMB_KINDS, "activation": tuple(ACTIVATIONS),
                              "norm": NORM_KINDS, "norm_position": NORM_POSITIONS,
                              "sinusoid_layout": position.SINUSOID_LAYOUTS,
@@ -90,18 +83,8 @@ class TransformerConfig:
         if self.mlp_dropout_rate is not None:
             check_rates(self, ("mlp_dropout_rate",))
         check_positive(self, ("norm_epsilon", "rope_base"))
-        if self.posemb == "t5":  # the encoder's buckets are bidirectional, the decoder's causal
-            for bidirectional in (True, False):
-                try:
-                    position.check_t5_buckets(self.t5_num_buckets, self.t5_max_distance,
-                                              bidirectional)
-                except ValueError as error:
-                    raise ValueError(f"t5_num_buckets={self.t5_num_buckets}, t5_max_distance="
-                                     f"{self.t5_max_distance}: {error}") from None
-        if self.posemb == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"posemb='sinusoidal' needs an even d_model, got {self.d_model}")
-        if self.posemb == "rope" and self.qk_dim % 2:
-            raise ValueError(f"posemb='rope' needs an even head_dim, got {self.qk_dim}")
+        # the encoder's T5 buckets are bidirectional, the decoder's causal
+        check_position_encoding(self, t5_directions=(True, False))
         if self.attention_implementation == "cudnn" and self.qk_dim != self.v_dim:
             raise ValueError(f"attention_implementation='cudnn' needs head_dim == value_head_dim, "
                              f"got {self.qk_dim} and {self.v_dim}")

@@ -1,5 +1,6 @@
 """models/config_checks.py: the fields every model config shares (precision, attention kernel,
-remat, dropout rates) are validated alike by BertConfig, TransformerConfig and ViTConfig."""
+remat, dropout rates) are validated alike by BertConfig, TransformerConfig and ViTConfig, and the
+heads and position encodings alike by TransformerConfig and DecoderLMConfig."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import types
 
 import pytest
 
-from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices, check_positive,
-                                  check_rates)
+from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices, check_heads,
+                                  check_optional_at_least, check_position_encoding,
+                                  check_positive, check_rates)
 from models.vit import ViTConfig
 
 import tiny_bert
+import tiny_lm
 import tiny_transformer
 
 
@@ -97,3 +100,53 @@ def test_positive_and_at_least_on_any_object():
     config.eps = float("nan")
     with pytest.raises(ValueError, match=r"eps=nan must be > 0"):
         check_positive(config, ["eps"])
+
+
+def test_optional_sizes_heads_and_position_encoding_on_any_object():
+    config = types.SimpleNamespace(head_dim=None, num_kv_heads=2, d_model=12, num_heads=4,
+                                   kv_heads=2, posemb="rope", qk_dim=3, t5_num_buckets=3,
+                                   t5_max_distance=8)
+    check_optional_at_least(config, {"head_dim": 1, "num_kv_heads": 1})
+    with pytest.raises(ValueError, match=r"num_kv_heads=2 must be an integer >= 3"):
+        check_optional_at_least(config, {"head_dim": 5, "num_kv_heads": 3})
+    check_heads(config)
+    config.num_heads = 5
+    with pytest.raises(ValueError, match=r"num_heads=5 does not divide d_model=12; set head_dim "
+                                         r"and value_head_dim explicitly"):
+        check_heads(config, explicit=("head_dim", "value_head_dim"))
+    config.head_dim = 4  # every per-head width given: d_model need not split
+    with pytest.raises(ValueError, match=r"num_kv_heads=2 must divide num_heads=5"):
+        check_heads(config)
+    with pytest.raises(ValueError, match=r"posemb='rope' needs an even head_dim, got 3"):
+        check_position_encoding(config, t5_directions=())
+    config.posemb = "t5"  # 3 buckets: enough causal ones (2), too few bidirectional ones (4)
+    check_position_encoding(config, t5_directions=(False,))
+    with pytest.raises(ValueError, match=r"t5_num_buckets=3, t5_max_distance=8: bidirectional"):
+        check_position_encoding(config, t5_directions=(False, True))
+
+
+@pytest.mark.parametrize("make", [tiny_transformer.tiny, tiny_lm.tiny],
+                         ids=["transformer", "decoder_lm"])
+@pytest.mark.parametrize("overrides, message", [
+    (dict(num_heads=5), "num_heads=5 does not divide d_model=32; set head_dim"),
+    (dict(num_kv_heads=3), "num_kv_heads=3 must divide num_heads=4"),
+    (dict(num_kv_heads=0), "num_kv_heads=0 must be an integer >= 1"),
+    (dict(head_dim=0), "head_dim=0 must be an integer >= 1"),
+    (dict(max_length=0), "max_length=0 must be an integer >= 1"),
+    (dict(posemb="rope", num_heads=1, head_dim=5), "posemb='rope' needs an even head_dim, got 5"),
+    (dict(posemb="sinusoidal", d_model=33, num_heads=3), "needs an even d_model, got 33"),
+    (dict(posemb="t5", t5_num_buckets=1), "t5_num_buckets=1, t5_max_distance=128: "),
+])
+def test_encoder_decoder_and_decoder_only_check_heads_and_positions_alike(make, overrides,
+                                                                          message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(**overrides)
+
+
+def test_t5_buckets_are_checked_for_each_direction_the_model_has():
+    """The encoder-decoder has bidirectional (encoder) and causal (decoder) buckets, the
+    decoder-only model causal ones alone: 3 buckets are too few for the first, enough for the
+    second."""
+    with pytest.raises(ValueError, match="bidirectional T5 buckets need num_buckets >= 4"):
+        tiny_transformer.tiny(posemb="t5", t5_num_buckets=3, t5_max_distance=8)
+    assert tiny_lm.tiny(posemb="t5", t5_num_buckets=3, t5_max_distance=8).t5_num_buckets == 3
