@@ -12,18 +12,11 @@ import pytest
 from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices, check_heads,
                                   check_optional_at_least, check_position_encoding,
                                   check_positive, check_rates)
-from models.vit import ViTConfig
 
 import tiny_bert
 import tiny_lm
 import tiny_transformer
-
-
-def tiny_vit(**overrides) -> ViTConfig:
-    fields = dict(num_classes=10, image_size=(28, 28), patch_size=7, hidden_size=32,
-                  num_layers=2, num_heads=4, mlp_dim=64)
-    fields.update(overrides)
-    return ViTConfig(**fields)
+from tiny_vit import small as tiny_vit
 
 
 MODEL_CONFIGS = {"bert": tiny_bert.tiny, "transformer": tiny_transformer.tiny, "vit": tiny_vit}
