@@ -45,6 +45,9 @@ from models.stack import run_blocks
 from models.vit import ViT, ViTConfig, patchify
 
 NORM_PIX_EPSILON = 1e-6  # MAE's norm_pix_loss: (x - mean) / sqrt(var + 1e-6)
+# MAE's released norm_pix_loss takes PyTorch's default variance, the unbiased one (divided by
+# n - 1 for a patch of n values); the paper says only "mean and standard deviation".
+NORM_PIX_DDOF = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +145,9 @@ def unshuffle(visible, mask_token, restore_ids):
 
 def normalized_patches(patches, epsilon: float = NORM_PIX_EPSILON):
     """MAE Sec. 3, "Reconstruction target" (`norm_pix_loss`): each patch [..., P * P * C] minus
-    the mean of its pixels, divided by sqrt(their variance + epsilon)."""
+    the mean of its pixels, divided by sqrt(their unbiased variance + epsilon)."""
     mean = patches.mean(axis=-1, keepdims=True)
-    var = patches.var(axis=-1, keepdims=True)
+    var = patches.var(axis=-1, keepdims=True, ddof=NORM_PIX_DDOF)
     return (patches - mean) / jnp.sqrt(var + epsilon)
 
 
@@ -152,7 +155,7 @@ def denormalized(predictions, patches, epsilon: float = NORM_PIX_EPSILON):
     """Predictions of normalised patches back in pixels with the true patches' means and
     variances (as the paper's figures show norm_pix reconstructions)."""
     mean = patches.mean(axis=-1, keepdims=True)
-    var = patches.var(axis=-1, keepdims=True)
+    var = patches.var(axis=-1, keepdims=True, ddof=NORM_PIX_DDOF)
     return predictions * jnp.sqrt(var + epsilon) + mean
 
 

@@ -145,3 +145,5 @@ def test_bad_settings_are_refused(teacher, fashion_mnist_env):
         _task(teacher.parent / "missing")
     with pytest.raises(ConfigError, match="other images"):
         _task(teacher, **{"data.normalize": "minus_one_to_one"})
+    with pytest.raises(ConfigError, match="would leave the distillation head untrained"):
+        _task(teacher, **{"task.probe": True})

@@ -11,6 +11,7 @@ import pytest
 from sweep_helpers import run_config, run_sweep
 
 from configs.ablations import lm_extrapolation as lx
+from models import position
 from train import extrapolation_report, sweep as sweep_lib
 
 CONFIG = "configs/ablations/lm_extrapolation.py"
@@ -28,6 +29,17 @@ def test_every_encoding_trains_at_one_length_and_is_scored_at_four():
         assert config.model.posemb == row and config.data.max_length == 64
         assert tuple(config.task.eval_lengths) == (64, 128, 256, 512)
         assert config.model.max_length == 512  # the learned table covers the longest eval
+        assert config.task.eval_tokens == 0      # the whole split, not Austen and Brown alone
+        assert config.model.scale_embeddings     # the paper's fairseq models scale them
+        # Every T5 bucket an eval meets (distances up to 511) is one that training (0..63) met,
+        # the last (all longer distances) included.
+        def buckets(length):
+            return set(np.asarray(position.t5_relative_position_bucket(
+                -np.arange(length), bidirectional=False, num_buckets=config.model.t5_num_buckets,
+                max_distance=config.model.t5_max_distance)).tolist())
+
+        assert buckets(512) <= buckets(config.data.max_length)
+        assert config.model.t5_num_buckets - 1 in buckets(config.data.max_length)
     # The paper's Table 3 (L = 1,024) at 1,024 / 2,024 / 4,024 / 8,024 tokens.
     assert sweep.paper["alibi"] == {"perplexity_64": 18.66, "perplexity_128": 18.05,
                                     "perplexity_256": 17.95, "perplexity_512": 17.96}

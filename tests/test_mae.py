@@ -58,12 +58,13 @@ def test_the_decoder_sees_every_position_once_the_mask_token_in_the_masked_ones(
 
 
 def test_normalized_targets_match_numpy():
-    """norm_pix_loss: each patch minus the mean of its pixels over sqrt(var + 1e-6)."""
+    """norm_pix_loss: each patch minus the mean of its pixels over sqrt(var + 1e-6), the variance
+    unbiased (over n - 1) as in MAE's released code."""
     images = np.random.default_rng(2).normal(2.0, 3.0, size=(2, 8, 12, 3)).astype(np.float32)
     patches = images.reshape(2, 4, 2, 6, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 24, 12)
     np.testing.assert_array_equal(np.asarray(patchify(jnp.asarray(images), 2)), patches)
     mean = patches.mean(-1, keepdims=True)
-    var = ((patches - mean) ** 2).mean(-1, keepdims=True)
+    var = ((patches - mean) ** 2).sum(-1, keepdims=True) / (patches.shape[-1] - 1)
     expected = (patches - mean) / np.sqrt(var + 1e-6)
     cfg = mae.MAEConfig(dataclasses.replace(ENCODER, image_size=(8, 12)), DECODER,
                         norm_pix_loss=True)

@@ -93,6 +93,10 @@ class DeiTTask(ClassificationTask):
     has_frozen_params = True
 
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
+        if config.task.probe:  # before classify's own probe checks, which know no DeiT
+            raise ConfigError("config.task.probe=True with task 'deit': a linear probe trains the "
+                              "class head on a frozen encoder and would leave the distillation "
+                              "head untrained: DeiT trains every weight; set probe=False")
         super().__init__(config, saved_vocabulary)
         distill = config.distill
         check_choice(config, "distill.kind", KINDS)
