@@ -7,8 +7,9 @@ Both models are the task's fine-tuning head (models/bert_heads.py, the dataset's
 on the teacher's encoder and on the student's (models/bert_student.py: the layers
 `configs/bert/distill.py:mode=task` keeps, one out of two), at the length and eval batch that
 config uses for the task, each forward pass compiled with `jax.jit` in inference mode. The
-weights are random: the time of a forward pass does not depend on their values, so the teacher
-needs only its config (MiniLM's config.json, or a workdir's), not its checkpoint.
+weights are random: the time of a forward pass does not depend on their values, so only the
+teacher's config is read (MiniLM's config.json, or a workdir's), though a workdir must still
+hold a checkpoint and its vocabulary (train/teacher.py checks them when it opens the run).
 
   python -m benchmarks.distill_speed --task spam                     # MiniLM vs 3 of its layers
   python -m benchmarks.distill_speed --task tweets --teacher workdirs/finetune_tweets

@@ -156,6 +156,10 @@ def test_what_config_init_cannot_use_is_named(exported, fashion_mnist_env, tmp_p
         ClassificationTask(_config(str(hf), init_head="old"))
     with pytest.raises(ConfigError, match="patch_size=7"):  # the checkpoint's patches
         ClassificationTask(_config(str(hf), "image_size=30"))
+    # DeiT's token is architecture: the checkpoint's (none) used to replace it without a word
+    with pytest.raises(ConfigError, match="distill_token=True but config.init=.* without "
+                                          "DeiT's distillation token"):
+        ClassificationTask(_config(str(npz), **{"model.distill_token": True}))
 
 
 def test_export_refuses_what_its_format_cannot_describe(fashion_mnist_env, tmp_path, capsys):

@@ -147,6 +147,13 @@ def resolve_init(config: ml_collections.ConfigDict, *, build: bool = True) -> Vi
     found = _find(config)
     target = to_dataclass(ViTConfig, _model_section(config), "model",
                           **_architecture(found.model_config))
+    requested = bool(_model_section(config).get("distill_token", False))
+    if requested != target.distill_token:  # the checkpoint's architecture would win silently
+        raise ConfigError(
+            f"config.model.distill_token={requested} but config.init={config.init!r} is a ViT "
+            f"{'with' if target.distill_token else 'without'} DeiT's distillation token, whose "
+            "architecture replaces config.model's: start from scratch, from a checkpoint with "
+            f"the same token, or set distill_token={target.distill_token}")
     try:
         plan = plan_transfer(found.model_config, target, source_channels=found.channels,
                              target_channels=int(config.data.image_shape[-1]),

@@ -126,7 +126,7 @@ def _general(args) -> ml_collections.ConfigDict:
                                              # (0 local: the whole corpus is shuffled)
     config.data.input_format = "full_sentences"  # packed sentences, no pairs (no NSP)
     config.data.max_seq_length = 128
-    config.data.short_seq_prob = 0.1
+    config.data.short_seq_prob = 0.0         # only segment_pair reads it (packed rows are full)
     config.data.dupe_factor = 0              # dynamic masking (the paper, after RoBERTa)
     config.data.select_prob = 0.15
     config.data.mask_prob = 0.8              # 80-10-10, as BERT and DistilBERT

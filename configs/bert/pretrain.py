@@ -142,7 +142,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.lowercase = True             # uncased (True) or cased (False) vocabulary
     config.data.input_format = args.inputs   # segment_pair (BERT) | full_sentences | doc_sentences
     config.data.max_seq_length = 128         # tokens per example, [CLS]/[SEP] included
-    config.data.short_seq_prob = 0.1         # chance of a shorter target length (BERT: 0.1)
+    # chance of a shorter target length (BERT: 0.1); only segment_pair has target lengths (the
+    # packed formats fill every row), so 0 for them
+    config.data.short_seq_prob = 0.1 if args.inputs == "segment_pair" else 0.0
     config.data.dupe_factor = 0              # 0: new pairs and masks every epoch (dynamic, RoBERTa);
                                              # N: N fixed copies with different masks (static, BERT)
     config.data.select_prob = 0.15           # fraction of tokens chosen for prediction

@@ -22,11 +22,17 @@ Variants (`:arg`, comma-separated):
                           'classify' run on Fashion-MNIST, a ViT's too (Table 2's comparison)
   recipe=false|true       DeiT's regularisation (Table 9; each piece a config key of its own):
                           stochastic depth 0.1, Mixup 0.8 and CutMix 1.0, repeated
-                          augmentation 3 (the batch 126),
+                          augmentation 3 (the batch 126: 42 images, 3 draws of each),
                           label smoothing 0.1, and an EMA of the weights
                           evaluated beside them. Off by default: DeiT runs it for 300 ImageNet
-                          epochs, this config for 13 Fashion-MNIST epochs, and Table 3's
-                          comparison is of the distillation
+                          epochs, this config for 13 Fashion-MNIST epochs (of image draws: with
+                          the recipe's repetition, about 4.1 passes over distinct images), and
+                          Table 3's comparison is of the distillation
+
+Weight decay (train/optimizers.py `weight_decay_mask`) applies to every parameter of two or
+more dimensions that is not a norm's, so also to the class and distillation tokens and a
+learned position table, which DeiT's code (timm's `no_weight_decay`) exempts; only the rows
+with the distillation token differ in this.
   steps=0                 train steps (0: the ViT config's, 5900)
   smoke                   a seconds-long run for tests (the teacher must exist)
 e.g. `--config configs/vit/deit.py:distill=soft,token=false,teacher=workdirs/convnet_teacher`.

@@ -34,7 +34,10 @@ shards that together cover every example, and as many batches in every process.
                copy gets its own augmentation draw. The sampler shuffles and batches the
                examples as above into groups of batch_size / r and repeats each index r times,
                so every example comes r times in exactly one batch of each epoch, and an epoch
-               is r x len(source) images (DeiT's "each [epoch] is 3x longer").
+               here is r x len(source) images. DeiT's sampler instead keeps an epoch at
+               len(source) draws (so a third as many distinct images) and spreads an image's
+               copies over the GPUs; runs here are counted in steps, so only what "epoch" means
+               differs.
   train=False  one pass in order, padded with mask=0 rows to a whole number of global batches:
                every example is seen exactly once, all shapes stay static, and every process
                yields `num_batches(len(source), ...)` batches.

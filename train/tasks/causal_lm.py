@@ -14,7 +14,10 @@ Evaluation, on `data.eval_split` (the first `task.eval_tokens` tokens of its str
   nll, perplexity           nats per target token and exp of it (train/lm_metrics.py)
   bits_per_byte             nats / (ln 2 x UTF-8 bytes of the scored text): every target token
                             is one BPE token whose bytes are known (`token_bytes`), so this is
-                            exact and comparable across tokenizers
+                            exact and comparable across tokenizers; the nats of predicting each
+                            document's end-of-text token (0 bytes) count, as in the Kneser-Ney
+                            baseline (train/kneser_ney.py), so both pay for knowing where a
+                            document ends
   accuracy                  next-token argmax
 at the training length, and the same with a suffix `_{L}` at every length of
 `task.eval_lengths` (Press et al. 2022 evaluate a model trained on L tokens at longer L'): each
