@@ -28,14 +28,14 @@ Variants (`:arg`, comma-separated):
                           epochs, this config for 13 Fashion-MNIST epochs (of image draws: with
                           the recipe's repetition, about 4.1 passes over distinct images), and
                           Table 3's comparison is of the distillation
+  steps=0                 train steps (0: the ViT config's, 5900)
+  smoke                   a seconds-long run for tests (the teacher must exist)
+e.g. `--config configs/vit/deit.py:distill=soft,token=false,teacher=workdirs/convnet_teacher`.
 
 Weight decay (train/optimizers.py `weight_decay_mask`) applies to every parameter of two or
 more dimensions that is not a norm's, so also to the class and distillation tokens and a
 learned position table, which DeiT's code (timm's `no_weight_decay`) exempts; only the rows
 with the distillation token differ in this.
-  steps=0                 train steps (0: the ViT config's, 5900)
-  smoke                   a seconds-long run for tests (the teacher must exist)
-e.g. `--config configs/vit/deit.py:distill=soft,token=false,teacher=workdirs/convnet_teacher`.
 """
 
 from __future__ import annotations
