@@ -34,8 +34,9 @@ e.g. `--config configs/vit/deit.py:distill=soft,token=false,teacher=workdirs/con
 
 Weight decay (train/optimizers.py `weight_decay_mask`) applies to every parameter of two or
 more dimensions that is not a norm's, so also to the class and distillation tokens and a
-learned position table, which DeiT's code (timm's `no_weight_decay`) exempts; only the rows
-with the distillation token differ in this.
+learned position table, which DeiT's code (timm's `no_weight_decay`) exempts: every row here
+decays its class token and position table alike, and the rows with the distillation token
+decay that token too.
 """
 
 from __future__ import annotations
