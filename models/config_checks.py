@@ -56,8 +56,11 @@ def check_positive(config: Any, fields: Iterable[str]) -> None:
 def check_optional_at_least(config: Any, least: Mapping[str, int]) -> None:
     """Each ``config.<field>`` is None (its default, derived from other fields) or an integer >=
     its minimum."""
-    check_at_least(config, {field: minimum for field, minimum in least.items()
-                            if getattr(config, field) is not None})
+    try:
+        check_at_least(config, {field: minimum for field, minimum in least.items()
+                                if getattr(config, field) is not None})
+    except ValueError as error:
+        raise ValueError(f"{error} (or None for the default)") from None
 
 
 def check_heads(config: Any, explicit: Sequence[str] = ("head_dim",)) -> None:

@@ -100,7 +100,8 @@ def test_optional_sizes_heads_and_position_encoding_on_any_object():
                                    kv_heads=2, posemb="rope", qk_dim=3, t5_num_buckets=3,
                                    t5_max_distance=8)
     check_optional_at_least(config, {"head_dim": 1, "num_kv_heads": 1})
-    with pytest.raises(ValueError, match=r"num_kv_heads=2 must be an integer >= 3"):
+    with pytest.raises(ValueError, match=r"num_kv_heads=2 must be an integer >= 3 \(or None for "
+                                         r"the default\)"):
         check_optional_at_least(config, {"head_dim": 5, "num_kv_heads": 3})
     check_heads(config)
     config.num_heads = 5
