@@ -68,7 +68,8 @@ def test_the_loss_is_on_the_masked_patches_of_the_real_images_only(fashion_mnist
     predictions, masked = np.asarray(out["predictions"], np.float64), np.asarray(out["masked"])
     np.testing.assert_array_equal(masked.sum(1), cfg.num_masked)
     patches = np.asarray(patchify(batch["image"], cfg.encoder.patch_size), np.float64)
-    mean, var = patches.mean(-1, keepdims=True), patches.var(-1, keepdims=True)
+    # the unbiased variance over each patch's pixels, as MAE's released norm_pix_loss
+    mean, var = patches.mean(-1, keepdims=True), patches.var(-1, keepdims=True, ddof=1)
     targets = (patches - mean) / np.sqrt(var + 1e-6)
     weights = masked * batch["mask"][:, None]
     errors = ((predictions - targets) ** 2).mean(-1)
