@@ -4,6 +4,8 @@ one `python -m train.records save` accepts as bench_lm_decode."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from benchmarks import lm_decode
@@ -28,3 +30,12 @@ def test_the_decoding_benchmark_compares_both_libraries_on_the_same_weights(tmp_
     assert record["kind"] == "benchmark" and "| greedy | 2 | ours |" in record["metrics"]["table"]
     saved = records.save(path, "bench_lm_decode", runs_dir=tmp_path / "runs", force=True)
     assert saved.exists()
+
+
+def test_the_bandwidth_counts_each_byte_of_the_array_read_once(monkeypatch):
+    """Decoding reads its weights once a token: the bound divides by the bytes read, so the
+    measurement must count the array's bytes once a pass (not twice, as an `x + 1` that also
+    writes would), here with every timed pass made to last exactly one second."""
+    clock = iter(range(1000))
+    monkeypatch.setattr(lm_decode, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    assert lm_decode.measure_bandwidth(2, repeats=3) == 2 * 2**20
