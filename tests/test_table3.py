@@ -83,7 +83,7 @@ def test_the_table3_sweep_declares_loadable_rows_and_the_papers_numbers():
     configs = {row: load_config_file(f"{stage.config},{arg}") for row, arg in sweep.rows.items()}
     base = configs["base"]
     assert (base.model.d_model, base.model.num_heads, base.data.vocab_size) == (96, 4, 2000)
-    assert (base.data.train_split, base.data.eval_split) == ("train[:25%]", "test[:25%]")
+    assert (base.data.train_split, base.data.eval_split) == ("train[:10%]", "test[:25%]")
     assert [configs[r].model.num_heads for r in ("A1", "A2", "base", "A3", "A4")] == [
         1, 2, 4, 8, 16]
     assert configs["C1"].model.num_layers == 1
