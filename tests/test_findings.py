@@ -142,7 +142,7 @@ def test_a_row_still_improving_makes_the_finding_untestable(tmp_path):
                                                (1000, last)])
     j = _judge(finding, runs, tmp_path)
     assert j.verdict == "not testable at this scale"
-    assert "+2.00 over its last 250 of 1000 steps" in j.reason
+    assert "+2.00% over its last 250 of 1000 steps (levelled off means within 0.5%)" in j.reason
     _write_history(tmp_path, "ref", 1, [(250, 0.6), (500, 0.75), (750, 0.80), (1000, 0.803)])
     assert _judge(finding, runs, tmp_path).verdict == "reproduced"
 

@@ -96,14 +96,15 @@ def _levelled(need: Levelled, sweep: Sweep, results: Path, folder: str) -> str:
         final, steps = evals[-1], evals[-1]["step"]
         earlier = min(evals, key=lambda e: abs(e["step"] - (1 - need.last) * steps))
         rise = final[name] - earlier[name]
+        unit = ""
         if "perplexity" in name:
-            rise = 100 * rise / earlier[name]
+            rise, unit = 100 * rise / earlier[name], "%"  # relative: % of the earlier value
         elif in_percent(name):
-            rise *= 100
+            rise, unit = rise * 100, "%"
         if abs(rise) > need.tolerance or earlier is final:
             return (f"`{need.row}` (seed index {seed}) was still changing: {name} moved "
-                    f"{rise:+.2f} over its last {steps - earlier['step']} of {steps} steps "
-                    f"(levelled off means within {need.tolerance:g})")
+                    f"{rise:+.2f}{unit} over its last {steps - earlier['step']} of {steps} steps "
+                    f"(levelled off means within {need.tolerance:g}{unit})")
     return ""
 
 

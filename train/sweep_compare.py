@@ -162,8 +162,8 @@ def provenance(folder: str, results: str | Path = RESULTS) -> str:
     """Where the table's numbers are recorded, and what the records say of machine and code."""
     paths = sorted((Path(results) / folder).glob("*/seed_*/*/result.json"))
     records = [r["record"] for r in (json.loads(p.read_text()) for p in paths) if "record" in r]
-    where = (f"{len(paths)} runs, each recorded in `notebooks/results/{folder}/<row>/"
-             "seed_<k>/<stage>/result.json`")
+    where = (f"{len(paths)} run{'' if len(paths) == 1 else 's'}, each recorded in "
+             f"`notebooks/results/{folder}/<row>/seed_<k>/<stage>/result.json`")
     if not records:
         return (f"{where}; these runs predate run records: their result.json holds no machine, "
                 "date or code version.")
