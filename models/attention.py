@@ -210,6 +210,14 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
     return out.reshape(b, q_len, h, value.shape[-1])
 
 
+def _heads_major(x):
+    """``[b, len, heads, d] <-> [b, heads, len, d]``: the decoding cache is kept heads-major, so
+    that each step's contractions (``attention_weights``, ``dot_product_attention``: batch over
+    ``b`` and ``heads``) read it in place; stored as the projections give it, XLA copied the
+    whole cache into that order at every step of every layer."""
+    return jnp.swapaxes(x, 1, 2)
+
+
 # ----------------------------------------------------------------------------------------------
 # Multi-head attention module
 # ----------------------------------------------------------------------------------------------
@@ -283,7 +291,7 @@ class MultiHeadAttention(nn.Module):
     in Vaswani et al. 2017, Table 3 row (B) (the 'xla' implementation only).
 
     Autoregressive key/value cache (``decode=True``, self-attention only), in the ``'cache'``
-    collection: ``cached_key`` / ``cached_value`` ``[b, max_len, kv_heads, d]`` and
+    collection: ``cached_key`` / ``cached_value`` ``[b, kv_heads, max_len, d]`` (heads-major) and
     ``cache_index`` (int32 scalar, the number of filled slots).
       - The first call with ``decode=True`` (the collection being mutable and still empty) sizes
         the cache from its full-length ``inputs_q`` ``[b, max_len, e]``, fills it with zeros and
@@ -380,8 +388,10 @@ class MultiHeadAttention(nn.Module):
         cache = None
         if decode:
             filled = self.has_variable('cache', 'cached_key')
-            cache = (self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype),
-                     self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype),
+            cache = (self.variable('cache', 'cached_key', jnp.zeros, _heads_major(key).shape,
+                                   key.dtype),
+                     self.variable('cache', 'cached_value', jnp.zeros,
+                                   _heads_major(value).shape, value.dtype),
                      self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32)))
             if not filled:
                 cache = None   # the sizing call: attend normally below
@@ -402,12 +412,14 @@ class MultiHeadAttention(nn.Module):
         # Decoding: write the new keys/values at `start`, attend over every filled slot.
         if cache is not None:
             cached_key, cached_value, cache_index = cache
-            q_len, max_len = inputs_q.shape[1], cached_key.value.shape[1]
-            key = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
-                                               (0, start, 0, 0))
-            value = jax.lax.dynamic_update_slice(
-                cached_value.value, value.astype(cached_value.value.dtype), (0, start, 0, 0))
-            cached_key.value, cached_value.value = key, value
+            q_len, max_len = inputs_q.shape[1], cached_key.value.shape[2]
+            cached_key.value = jax.lax.dynamic_update_slice(
+                cached_key.value, _heads_major(key).astype(cached_key.value.dtype),
+                (0, 0, start, 0))
+            cached_value.value = jax.lax.dynamic_update_slice(
+                cached_value.value, _heads_major(value).astype(cached_value.value.dtype),
+                (0, 0, start, 0))
+            key, value = _heads_major(cached_key.value), _heads_major(cached_value.value)
             cache_index.value = start + q_len
             mask = combine_masks(mask, causal_mask(q_len, max_len, offset=start))
 

@@ -61,7 +61,7 @@ def test_attention_cache_appends_single_steps_and_chunks():
                              nn.meta.unbox(shapes))
     full = mha.apply(variables, x, mask=causal_mask(7))
     _, cache = mha.apply(variables, x, decode=True, mutable=["cache"])     # sizes the cache
-    assert cache["cache"]["cached_value"].shape == (2, 7, 2, 10)
+    assert cache["cache"]["cached_value"].shape == (2, 2, 7, 10)
     outputs = []
     for start, stop in ((0, 1), (1, 3), (3, 4), (4, 7)):
         out, cache = mha.apply({**variables, **cache}, x[:, start:stop], decode=True,
