@@ -78,8 +78,8 @@ def test_the_table3_sweep_declares_loadable_rows_and_the_papers_numbers():
         row: PAPER_TABLE3[row][:2] for row in sweep.rows}
     assert sweep.seeds == 3 and transformer_table3.get_sweep("smoke").seeds == 2
     (stage,) = sweep.stages
-    assert stage.overrides["train.num_steps"] == 2400
-    assert stage.overrides["task.decode_every"] == 600  # BLEU four times a run
+    assert stage.overrides["train.num_steps"] == 3000
+    assert stage.overrides["task.decode_every"] == 750  # BLEU four times a run
     configs = {row: load_config_file(f"{stage.config},{arg}") for row, arg in sweep.rows.items()}
     base = configs["base"]
     assert (base.model.d_model, base.model.num_heads, base.data.vocab_size) == (96, 4, 2000)
