@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -63,6 +64,7 @@ def test_a_finished_run_records_what_ran_on_what_and_what_it_measured(fashion_mn
     assert 1 <= machine["usable_cpus"] <= machine["cpu_count"] and machine["cpu"]
     assert machine["max_rss_bytes"] > 100e6 and machine["device_memory"] is None  # no CPU stats
     assert len(machine["load_average"]) == 3 and min(machine["load_average"]) >= 0
+    assert machine["xla_flags"] == os.environ.get("XLA_FLAGS", "")  # as this process ran
 
     ended = datetime.datetime.fromisoformat(record["date"])
     assert ended.utcoffset() == datetime.timedelta(0)

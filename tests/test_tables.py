@@ -4,6 +4,7 @@ docs hold exactly what their records render."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import shutil
 import statistics
@@ -207,6 +208,22 @@ def test_a_sweep_table_with_runs_missing_says_which(tmp_path):
     assert ("Not recorded yet, so not in the table: 80-20-0 seed 1, untrained seed 0, untrained "
             "seed 1, untrained seed 2.") in text
     assert "Not recorded yet" not in tables.TABLES[f"sweep_{folder}"](Records())
+
+
+def test_a_sweep_table_names_the_cores_each_run_had(tmp_path):
+    """Runs pinned one to a core (two at a time on a 2-core machine) and runs on every core are
+    told apart under the table: the records' usable cores of the machine's."""
+    folder = "vit_table8"
+    shutil.copytree(REPO / "notebooks" / "results" / folder, tmp_path / folder)
+    path = next(p for p in sorted((tmp_path / folder).glob("*/seed_*/*/result.json"))
+                if "record" in json.loads(p.read_text()))
+    result = json.loads(path.read_text())
+    machine = result["record"]["machine"]
+    machine["usable_cpus"] = 1
+    path.write_text(json.dumps(result))
+    text = tables.TABLES[f"sweep_{folder}"](Records(tmp_path))
+    cpu, count = machine["cpu"], machine["cpu_count"]
+    assert f"{cpu} (1 of {count} cores, cpu), {cpu} ({count} of {count} cores, cpu)" in text
 
 
 @pytest.mark.parametrize("folder", list(SWEEPS))

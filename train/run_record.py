@@ -30,7 +30,9 @@ from the committed ones). One format for every command that measures something:
                   max_rss_bytes of this process, device_memory (per local device, where jax
                   reports it: GPUs and TPUs; None on CPU), load_average (the system's 1, 5 and
                   15-minute load averages when the record was written: other work sharing the
-                  cores slows a run, and its wall clock says so only with this beside it)
+                  cores slows a run, and its wall clock says so only with this beside it) and
+                  xla_flags (the XLA_FLAGS the process ran with, '' for none: e.g. forced host
+                  devices, or single-threaded runs pinned one to a core; not in older records)
     code          commit (git HEAD of this repository) and dirty (tracked files changed), or
                   'unknown' for both, with the reason, where git cannot tell
     versions      python, jax, jaxlib, flax, optax, numpy
@@ -121,7 +123,8 @@ def machine(peak_flops_per_device: float | None, peak_flops_source: str) -> dict
             "device_count": jax.device_count(), "process_count": jax.process_count(),
             "peak_flops_per_device": peak_flops_per_device, "peak_flops_source": peak_flops_source,
             "max_rss_bytes": _max_rss_bytes(), "device_memory": _device_memory(jax.local_devices()),
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
 def code_version(root: Path = REPO) -> dict:

@@ -167,8 +167,9 @@ def provenance(folder: str, results: str | Path = RESULTS) -> str:
     if not records:
         return (f"{where}; these runs predate run records: their result.json holds no machine, "
                 "date or code version.")
-    machines = sorted({f"{r['machine']['cpu']} ({r['machine']['usable_cpus']} cores, "
-                       f"{r['machine']['backend']})" for r in records})
+    machines = sorted({f"{r['machine']['cpu']} ({r['machine']['usable_cpus']} of "
+                       f"{r['machine']['cpu_count']} cores, {r['machine']['backend']})"
+                       for r in records})
     commits = sorted({str(r["code"]["commit"])[:10] for r in records})
     dates = sorted(r["date"][:10] for r in records)
     return (f"{where}; {len(records)} with their run record: {', '.join(machines)}, "
