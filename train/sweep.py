@@ -1,4 +1,5 @@
-"""python -m train.sweep --config FILE[:ARG] --workdir DIR [--seeds N] [--rows a,b] [--config.k=v]
+"""python -m train.sweep --config FILE[:ARG] --workdir DIR [--seeds N] [--rows a,b] [--parallel N]
+                         [--config.k=v]
 
 Runs an ablation: every row of a sweep config x every seed (x every stage), each as its own
 `python -m train` subprocess in DIR/<row>/seed_<k>/<stage> with `config.seed = k` (DIR a local
@@ -27,6 +28,14 @@ Runs go seed by seed (all rows with seed 0 first), so a sweep stopped early alre
 seed of every row. Each run is a subprocess: one that crashes is reported (its log tail is
 printed; the whole log is DIR/<row>/seed_<k>/<stage>/train.log) and the sweep goes on.
 
+--parallel N (CPU, Linux): N runs at once, each pinned to its own share of the CPUs this process
+may use (`os.sched_setaffinity`), in the same order; a later stage still waits for its previous
+one. Small models use many cores poorly: on the 2-core machine two runs of Transformer Table 3's
+model, one a core, made 3.9 steps/s between them against 3.0 for one run on both. A share of one
+core runs single-threaded (XLA_FLAGS gains --xla_cpu_multi_thread_eigen=false: two threads on
+one core only slowed it, 1.5 against 1.95 steps/s). Each run's record says what it had
+(train/run_record.py: usable_cpus, xla_flags).
+
 Resuming: the same command again skips the finished runs (result.json, or a final eval at
 train.num_steps in metrics.jsonl) and lets the trainer resume the unfinished ones from their
 checkpoints. DIR/sweep.json records how the runs were defined; a command that would define them
@@ -41,6 +50,7 @@ Exit status: 0 every selected run finished; 1 some failed (listed); 2 the sweep 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -216,10 +226,10 @@ def load_result(run: Run) -> dict | None:
 
 # ---- running ---------------------------------------------------------------------------------
 class _Signals:
-    """Records SIGINT/SIGTERM and passes them on to the running trainer (which checkpoints)."""
+    """Records SIGINT/SIGTERM and passes them on to the running trainers (which checkpoint)."""
 
     def __init__(self):
-        self.received, self.child = None, None
+        self.received, self.children = None, []
 
     def __enter__(self):
         self._previous = {sig: signal.signal(sig, self._handle)
@@ -229,10 +239,11 @@ class _Signals:
     def _handle(self, signum, frame):
         if self.received is None:
             self.received = signal.Signals(signum)
-            print(f"\n[sweep] {self.received.name}: stopping after the current run checkpoints",
+            print(f"\n[sweep] {self.received.name}: stopping after the current runs checkpoint",
                   flush=True)
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
+        for child in self.children:
+            if child.poll() is None:
+                child.send_signal(signum)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
@@ -252,18 +263,76 @@ def _tail(path: epath.Path, lines: int = 15) -> str:
     return "\n".join("    " + line for line in text[-lines:])
 
 
-def attempt(run: Run, signals: _Signals) -> tuple[str, float]:
-    """Runs (or resumes) one trainer subprocess; returns ('done' | 'failed (...)', seconds)."""
+SINGLE_THREAD_FLAG = "--xla_cpu_multi_thread_eigen=false"
+
+
+def cpu_shares(parallel: int) -> list[tuple[int, ...] | None]:
+    """The CPUs of each of `parallel` run slots: None (no pinning) for one slot, else this
+    process's usable CPUs split into `parallel` contiguous shares as even as they can be."""
+    if parallel < 1:
+        raise SweepError(f"--parallel {parallel} must be >= 1")
+    if parallel == 1:
+        return [None]
+    if not hasattr(os, "sched_setaffinity"):
+        raise SweepError("--parallel pins each run to its own CPUs, which needs Linux "
+                         "(os.sched_setaffinity); run without it here")
+    cpus = sorted(os.sched_getaffinity(0))
+    if parallel > len(cpus):
+        raise SweepError(f"--parallel {parallel} needs at least {parallel} CPUs; this process "
+                         f"may use {len(cpus)} ({cpus}): use --parallel {len(cpus)} or fewer")
+    size, extra = divmod(len(cpus), parallel)
+    shares, start = [], 0
+    for i in range(parallel):
+        end = start + size + (i < extra)
+        shares.append(tuple(cpus[start:end]))
+        start = end
+    return shares
+
+
+def _environment(cpus: tuple[int, ...] | None) -> dict | None:
+    """The trainer's environment: this one, single-threaded where its share is one core."""
+    if cpus is None or len(cpus) > 1:
+        return None
+    flags = os.environ.get("XLA_FLAGS", "")
+    if SINGLE_THREAD_FLAG not in flags.split():
+        flags = f"{flags} {SINGLE_THREAD_FLAG}".strip()
+    return {**os.environ, "XLA_FLAGS": flags}
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """One trainer subprocess running."""
+    run: Run
+    process: subprocess.Popen
+    start: float
+    log: contextlib.ExitStack   # closes its log (storage.output_file) when it has ended
+
+
+def launch(run: Run, cpus: tuple[int, ...] | None = None) -> _Attempt:
+    """Starts (or resumes) one trainer subprocess, on `cpus` only when given."""
     storage.make_folder(run.workdir)
     command = [sys.executable, "-m", "train", *run.argv]
     start = time.time()
-    with storage.output_file(run.workdir / "train.log") as log:
-        log.write(f"\n=== sweep attempt {len(_attempts(run.workdir)) + 1}, "
-                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
-        log.flush()
-        signals.child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        returncode = signals.child.wait()
-        signals.child = None
+    closing = contextlib.ExitStack()
+    log = closing.enter_context(storage.output_file(run.workdir / "train.log"))
+    pinned = "" if cpus is None else f" (cpus {','.join(map(str, cpus))})"
+    log.write(f"\n=== sweep attempt {len(_attempts(run.workdir)) + 1}, "
+              f"{time.strftime('%Y-%m-%d %H:%M:%S')}{pinned}: {' '.join(command)}\n")
+    log.flush()
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    try:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   env=_environment(cpus), preexec_fn=pin)
+    except BaseException:
+        closing.close()
+        raise
+    return _Attempt(run, process, start, closing)
+
+
+def finish(running: _Attempt, returncode: int, signals: _Signals) -> tuple[str, float]:
+    """Closes a trainer's attempt; returns ('done' | 'failed (...)', seconds)."""
+    running.log.close()
+    run, start = running.run, running.start
     seconds = time.time() - start
     metrics = final_eval(run.workdir) if returncode == 0 else None
     if metrics is not None:
@@ -298,8 +367,11 @@ def best_row(sweep: Sweep, results) -> str:
             f"({seeds} seed{'s' if seeds > 1 else ''})")
 
 
-def execute(sweep: Sweep, runs: list[Run]) -> tuple[list[str], signal.Signals | None]:
-    """Runs what is not finished yet, in order; returns the failures and the signal, if any."""
+def execute(sweep: Sweep, runs: list[Run], parallel: int = 1
+            ) -> tuple[list[str], signal.Signals | None]:
+    """Runs what is not finished yet, in order, `parallel` at a time (each on its own CPUs,
+    `cpu_shares`); returns the failures and the signal, if any."""
+    shares = cpu_shares(parallel)
     results = {}
     for run in runs:
         if (result := load_result(run)) is not None:
@@ -309,21 +381,34 @@ def execute(sweep: Sweep, runs: list[Run]) -> tuple[list[str], signal.Signals | 
     todo = [run for run in runs if run.name not in results]
     print(f"[sweep] {len(runs)} runs: {len(runs) - len(todo)} finished before, {len(todo)} to run",
           flush=True)
+    finished = {run.workdir for run in runs if run.name in results}
     failures, stuck, durations, start = [], set(), [], time.time()  # stuck: workdirs not done
+    pending, running = list(todo), {}                                # running: slot -> _Attempt
     with _Signals() as signals:
-        for run in todo:
-            if signals.received:
+        while True:
+            # Fill the free slots with the first runs whose previous stage has finished.
+            for slot in range(len(shares)):
+                if slot in running or signals.received:
+                    continue
+                run = _next_run(pending, finished, stuck, failures)
+                if run is None:
+                    break
+                resuming = (run.workdir / "checkpoints").exists()
+                where = "" if shares[slot] is None else \
+                    f" on cpus {','.join(map(str, shares[slot]))}"
+                print(f"[sweep] {'resume' if resuming else 'start'} {run.name}{where}", flush=True)
+                running[slot] = launch(run, shares[slot])
+                signals.children.append(running[slot].process)
+            if not running:
                 break
-            if run.previous in stuck:
-                failures.append(f"{run.name}: not run (its previous stage failed)")
-                stuck.add(run.workdir)
-                continue
-            resuming = (run.workdir / "checkpoints").exists()
-            print(f"[sweep] {'resume' if resuming else 'start'} {run.name}", flush=True)
-            outcome, seconds = attempt(run, signals)
+            ended = _wait_any(running)
+            signals.children.remove(ended.process)
+            outcome, seconds = finish(ended, ended.process.returncode, signals)
+            run = ended.run
             durations.append(seconds)
             if outcome == "done":
                 results[run.name] = load_result(run)
+                finished.add(run.workdir)
                 print(done_line(run.name, seconds, results[run.name]["metrics"]), flush=True)
             else:
                 stuck.add(run.workdir)
@@ -335,9 +420,36 @@ def execute(sweep: Sweep, runs: list[Run]) -> tuple[list[str], signal.Signals | 
                        and r.previous not in stuck)
             print(f"[sweep] {len(results)}/{len(runs)} runs done | elapsed "
                   f"{_duration(time.time() - start)} | ETA "
-                  f"{_duration(statistics.fmean(durations) * left)} | best: "
+                  f"{_duration(statistics.fmean(durations) * left / len(shares))} | best: "
                   f"{best_row(sweep, results.values())}", flush=True)
     return failures, signals.received
+
+
+def _next_run(pending: list[Run], finished: set, stuck: set, failures: list[str]) -> Run | None:
+    """Takes from `pending` the first run that can start (its previous stage finished); runs
+    after a failed stage are listed as not run (and block their own later stages)."""
+    for run in list(pending):
+        if run.previous in stuck:
+            pending.remove(run)
+            failures.append(f"{run.name}: not run (its previous stage failed)")
+            stuck.add(run.workdir)
+        elif run.previous is None or run.previous in finished:
+            pending.remove(run)
+            return run
+    return None
+
+
+def _wait_any(running: dict[int, _Attempt]) -> _Attempt:
+    """Blocks until one of the running trainers exits; removes and returns it."""
+    if len(running) == 1:
+        (slot, only), = running.items()
+        only.process.wait()
+        return running.pop(slot)
+    while True:
+        for slot, attempt in running.items():
+            if attempt.process.poll() is not None:
+                return running.pop(slot)
+        time.sleep(0.5)
 
 
 # ---- the command line ------------------------------------------------------------------------
@@ -354,6 +466,8 @@ def parse_args(argv):
                         help="print each run's command and state, run nothing")
     parser.add_argument("--report_only", action="store_true",
                         help="write results.csv/md/png from the finished runs, run nothing")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="N runs at once, each pinned to its share of the CPUs (default 1)")
     parser.add_argument("--allow_config_change", action="store_true",
                         help="run although DIR/sweep.json defines the runs differently")
     args, rest = parser.parse_known_args(argv)
@@ -381,6 +495,7 @@ def main(argv=None) -> int:
         seeds = args.seeds if args.seeds is not None else sweep.seeds
         if seeds < 1:
             raise SweepError(f"--seeds {seeds} must be >= 1")
+        cpu_shares(args.parallel)  # a share of CPUs this process does not have is refused here
         runs = plan(sweep, sweep_dir, rows, list(range(seeds)), cli_overrides)
         if args.report_only:
             return _report(sweep, sweep_dir, args.config)
@@ -397,7 +512,7 @@ def main(argv=None) -> int:
         return 2
     if args.allow_config_change:
         runs = [dataclasses.replace(r, argv=(*r.argv, "--allow_config_change")) for r in runs]
-    failures, received = execute(sweep, runs)
+    failures, received = execute(sweep, runs, args.parallel)
     try:
         _report(sweep, sweep_dir, args.config)
     except SweepError as error:  # e.g. a metric the runs do not report
