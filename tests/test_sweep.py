@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -325,8 +326,6 @@ def test_a_metric_the_runs_do_not_report_is_an_error(smoke_sweep):
 
 def test_sigterm_stops_the_sweep_after_the_trainer_checkpoints(fixture_data_root, tmp_path):
     """The sweep passes SIGTERM on to the running trainer, which checkpoints; nothing more runs."""
-    import os
-
     env = dict(os.environ, PAPERS_JAX_DATA=str(fixture_data_root), JAX_PLATFORMS="cpu")
     command = [sys.executable, *sweep_cli(tmp_path, "--rows", "none", "--seeds", "2",
                                           "--config.train.num_steps=3000")]
@@ -461,7 +460,7 @@ PARALLEL_SWEEP = TWO_STAGE_SWEEP.replace('{{"bad": {{"model.no_such_key": 1}}, "
                                          '{{"a": {{}}, "b": {{"train.num_steps": 12}}}}')
 
 
-@pytest.mark.skipif(len(getattr(__import__("os"), "sched_getaffinity", lambda p: [])(0)) < 2,
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs two usable CPUs and Linux CPU affinity")
 def test_parallel_runs_share_the_cpus_and_later_stages_wait_for_theirs(fixture_data_root,
                                                                        tmp_path):
