@@ -26,3 +26,34 @@ def sweep_cli(workdir, *extra, config=SMOKE):
 def run_sweep(workdir, data_root, *extra, config=SMOKE, check=True):
     return run_python(sweep_cli(workdir, *extra, config=config),
                       env={"PAPERS_JAX_DATA": str(data_root)}, check=check)
+
+
+# A sweep of two stages, the second fine-tuning from the first's workdir (tests/test_sweep.py,
+# tests/test_sweep_parallel.py); `{stage2}` is the path of a file holding STAGE2_CONFIG.
+STAGE2_CONFIG = '''
+from configs.vit import fashion_mnist
+
+
+def get_config(arg=None):
+    config = fashion_mnist.get_config("smoke")
+    config.init_from = ""  # the pretraining workdir (this test only records it)
+    config.train.num_steps = 10
+    return config
+'''
+
+
+TWO_STAGE_SWEEP = '''
+from train.sweep_spec import Metric, Stage, Sweep
+
+
+def get_sweep(arg=None):
+    quiet = {{"train.progress_bar": False, "train.eval_every": 0}}
+    return Sweep(
+        title="two stages",
+        stages=(Stage("pretrain", "configs/vit/fashion_mnist.py:smoke", quiet),
+                Stage("finetune", {stage2!r}, quiet, apply_rows=False,
+                      previous_workdir_key="init_from")),
+        rows={{"bad": {{"model.no_such_key": 1}}, "ok": {{}}}},
+        metrics=(Metric("accuracy", "max"), Metric("accuracy", "max", stage="pretrain")),
+        seeds=1)
+'''

@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -20,6 +21,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from train import run_config, run_record, storage, sweep_report, vocabulary
 from train import sweep as sweep_lib
+from train import sweep_runner
 from train.config import ConfigError, apply_override, load_config_file, to_json
 from train.metrics_writer import SUPERSEDED, MetricsWriter
 from train.sweep_spec import Metric, Stage, Sweep
@@ -238,7 +240,7 @@ def test_a_sweep_in_a_gs_folder_keeps_its_runs_results_and_reports_there(gs):
                                          "gs://bucket/sweep/b/seed_0/train"]
     sweep_lib.check_spec(sweep_dir, sweep_lib.run_spec(sweep, []), allow_change=False)
     for run, accuracy in zip(runs, (0.5, 0.75)):
-        sweep_lib._write_result(run, {"row": run.row, "seed": 0, "stage": "train",
+        sweep_runner._write_result(run, {"row": run.row, "seed": 0, "stage": "train",
                                       "metrics": {"accuracy": accuracy}, "wall_s": 1.0})
     paths = sweep_report.write_reports(sweep, sweep_dir, "sweep.py")
     assert [os.fspath(p) for p in paths] == [f"gs://bucket/sweep/results.{kind}"
@@ -251,7 +253,7 @@ def test_a_sweep_in_a_gs_folder_keeps_its_runs_results_and_reports_there(gs):
         with storage.output_file(log) as output:
             output.write(f"attempt {attempt}\n")
             output.flush()
-            sweep_lib.subprocess.run([sys.executable, "-c", "print('from the child')"],
+            subprocess.run([sys.executable, "-c", "print('from the child')"],
                                      stdout=output, check=True)
     assert gs.cat(os.fspath(log)).decode() == ("attempt 1\nfrom the child\n"
                                                "attempt 2\nfrom the child\n")
