@@ -120,7 +120,7 @@ def test_ablation_tables_are_what_the_records_render():
     """Each table in ablation_results.ipynb is the Markdown that train/sweep_compare.py makes
     of the committed records now: a record changed since the notebook was executed, or an
     output edited by hand, shows here."""
-    from train.sweep_compare import load, markdown_table
+    from train.sweep_compare import SWEEPS, load, markdown_table
 
     notebook = nbformat.read(REPO / "notebooks" / "ablation_results.ipynb", as_version=4)
     (parameters,) = [c for c in notebook.cells if "# Parameters" in c.source]
@@ -130,7 +130,7 @@ def test_ablation_tables_are_what_the_records_render():
         for name in re.findall(r'^show\("(\w+)"\)$', cell.source, re.MULTILINE):
             shown[name] = [o.data["text/markdown"] for o in cell.outputs
                            if "text/markdown" in o.get("data", {})]
-    assert set(shown) == {"vit_table8", "transformer_table3", "bert_table8"}
+    assert set(shown) == set(SWEEPS), "the notebook shows every committed sweep, and no other"
     for name, tables in shown.items():
         rendered = markdown_table(name, *load(name, REPO / results), REPO / results)
         assert tables == [rendered], (f"the committed {name} table is not what its records "

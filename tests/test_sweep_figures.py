@@ -79,3 +79,22 @@ def test_a_sweep_in_progress_draws_its_records_and_names_the_runs_not_recorded(t
     assert "20 of 21 runs recorded so far; not yet: 80-0-20 (seed 1)" in title
     with pytest.raises(FileNotFoundError, match=r"80-0-20 seed 1"):
         load("bert_table8", results)
+
+
+def test_a_sweep_without_a_reference_row_draws_no_change_panel():
+    """DistilBERT Table 1's rows are tasks, each student judged against its own teacher: one
+    panel per metric with the paper's share on the same axis, no blank change panel and no
+    second scale."""
+    import matplotlib
+    matplotlib.use("Agg")
+
+    from train.sweep_compare import load
+
+    assert SWEEPS["distilbert_table1"].reference is None
+    sweep, runs = load("distilbert_table1")
+    fig = sweep_figures.figure("distilbert_table1", sweep, runs)
+    assert [ax.get_title() for ax in fig.axes] == ["score_of_teacher per row (dots: seeds)"]
+    assert all(ax.axison for ax in fig.axes)
+    (ax,) = fig.axes
+    paper = [line for line in ax.get_lines() if line.get_label() == "paper"]
+    assert len(paper) == 1 and np.allclose(paper[0].get_ydata(), 100 * 77.0 / 79.5)

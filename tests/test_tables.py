@@ -195,6 +195,33 @@ def test_a_sweep_table_is_the_paired_comparison_of_its_runs():
             assert cells[row][2] == f"{statistics.mean(d):+.2f} ± {se:.2f}", row
 
 
+def test_a_sweep_table_without_a_reference_row_has_no_change_columns(tmp_path):
+    """DistilBERT Table 1's rows are tasks, each student judged against its own teacher: the
+    table sets the paper's share beside each row's, with no Δ from another row."""
+    folder = "distilbert_table1"
+    assert SWEEPS[folder].reference is None
+    shares = {"spam": [0.99, 0.98, 1.0], "tweets": [0.95, 0.96, 0.94],
+              "brown_pos": [0.97, 0.975, 0.965]}
+    for row, values in shares.items():
+        for seed, share in enumerate(values):
+            path = tmp_path / folder / row / f"seed_{seed}" / "student" / "result.json"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps({"metrics": {"score_of_teacher": share,
+                                                    "score": 0.9 * share, "teacher_score": 0.9},
+                                        "wall_s": 60.0}))
+    text = tables.TABLES[f"sweep_{folder}"](Records(tmp_path))
+    head = text.splitlines()[0]
+    assert "Δ" not in text and "paper score_of_teacher |" in head
+    cells = _cells(text)
+    assert list(cells) == list(shares)
+    for row, values in shares.items():
+        percent = [100 * v for v in values]
+        assert cells[row][:3] == ["3", f"{statistics.mean(percent):.2f} ± "
+                                       f"{statistics.stdev(percent):.2f}",
+                                  f"{100 * 77.0 / 79.5:.2f}"], row
+        assert cells[row][4] == "90.00 ± 0.00"  # the teacher's score, every seed the same
+
+
 def test_a_sweep_table_with_runs_missing_says_which(tmp_path):
     """A sweep in progress (or a record deleted) renders the runs it has and names the ones it
     has not, so the table never reads as complete when it is not."""

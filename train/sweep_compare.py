@@ -31,7 +31,10 @@ RESULTS = REPO / "notebooks" / "results"
 class CommittedSweep:
     folder: str      # notebooks/results/<folder>/: the runs' result.json, results.csv, ...
     config: str      # the sweep config that defines its rows, metrics and paper numbers
-    reference: str   # the row every other is compared with
+    # The row every other is compared with; None where the rows are not alternatives to one
+    # another (e.g. one row per task, each compared within itself by its findings): the table
+    # then shows no Δ columns, only the paper's value beside ours.
+    reference: str | None
     # Being run (rows added or rerun): the notebook and figures show the runs recorded so far and
     # name the others; a complete sweep with a run missing stays an error. Set back to False in
     # the commit that brings the last records.
@@ -43,6 +46,7 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("transformer_table3", "configs/ablations/transformer_table3.py", "base",
                    in_progress=True),
     CommittedSweep("bert_table8", "configs/ablations/bert_table8.py", "80-10-10"),
+    CommittedSweep("distilbert_table1", "configs/ablations/distilbert_table1.py", None),
 )}
 
 
@@ -186,7 +190,9 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
     for label in labels:
         head.append(f"{label} ({'higher' if _better(sweep, label) == 'max' else 'lower'} "
                     "is better)")
-        if label in with_paper:
+        if label in with_paper and reference is None:
+            head.append(f"paper {label}")
+        elif label in with_paper:
             head += [f"Δ vs `{reference}` ± s.e.", f"paper {label} (Δ)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     best = _best(sweep, runs)
@@ -196,10 +202,9 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
             cells.append(_value(label, values[label]))
             if label not in with_paper:
                 continue
-            if row == reference or reference not in runs:
-                cells.append("-")
-            else:
-                cells.append(_delta(label, *change(label, values, runs[reference])))
+            if reference is not None:
+                cells.append("-" if row == reference or reference not in runs else
+                             _delta(label, *change(label, values, runs[reference])))
             paper = sweep.paper.get(row, {}).get(label)
             if paper is None:
                 cells.append("-")
@@ -212,10 +217,11 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
     percent = "; accuracies in %" if any(in_percent(label) for label in labels) else ""
     relative = (f" (perplexity: in % of `{reference}`'s)"
                 if any("perplexity" in label for label in with_paper) else "")
+    delta = ("" if reference is None else
+             f" Δ: the row minus `{reference}`, paired by seed, ± the standard error of the "
+             f"per-seed differences{relative}.")
     notes = [f"**{sweep.title}** (`{sweep_command(folder)}`): mean ± sample std over "
-             f"seeds{percent}. Δ: the row "
-             f"minus `{reference}`, paired by seed, ± the standard error of the per-seed "
-             f"differences{relative}. Best row by {labels[0]} in bold."]
+             f"seeds{percent}.{delta} Best row by {labels[0]} in bold."]
     if sweep.paper_note:
         notes.append(f"Paper: {sweep.paper_note}")
     missing = missing_runs(sweep, runs)

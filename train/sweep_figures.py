@@ -34,8 +34,12 @@ def figure(folder: str, sweep: Sweep, runs: dict):
               if any(sweep.label(m) in v for v in sweep.paper.values())]
     rows = list(runs)
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(len(labels), 2, figsize=(13, 3.6 * len(labels)), squeeze=False)
-    for (ax, ax_change), label in zip(axes, labels):
+    # A sweep without a reference row (rows that are not alternatives to one another) has no
+    # change panel.
+    changes = reference is not None
+    fig, axes = plt.subplots(len(labels), 1 + changes, figsize=(13 if changes else 7,
+                                                                3.6 * len(labels)), squeeze=False)
+    for (ax, *ax_change), label in zip(axes, labels):
         for i, row in enumerate(rows):
             seeds = scale(label, runs[row][label])
             ax.plot(np.full(len(seeds), i), seeds, ".", color="tab:blue", alpha=0.5)
@@ -44,12 +48,18 @@ def figure(folder: str, sweep: Sweep, runs: dict):
         ax.set_ylabel(f"ours: {label}", color="tab:blue")
         paper = [(i, scale(label, np.float64(sweep.paper[r][label]))) for i, r in enumerate(rows)
                  if label in sweep.paper.get(r, {})]
-        if paper:  # another model, data and budget: its own scale, so that the orders compare
+        if paper and not changes:  # rows judged each on its own: a share, on the same scale
+            ax.plot(*zip(*paper), "x", color="tab:red", markersize=9, mew=2, label="paper")
+            ax.legend(fontsize=8)
+        elif paper:  # another model, data and budget: its own scale, so that the orders compare
             twin = ax.twinx()
             twin.plot(*zip(*paper), "x", color="tab:red", markersize=9, mew=2)
             twin.set_ylabel("paper (right axis)", color="tab:red")
         ax.set_xticks(x, rows, rotation=20)
         ax.set_title(f"{label} per row (dots: seeds)")
+        if not changes:
+            continue
+        (ax_change,) = ax_change
         if reference not in runs:
             ax_change.set_axis_off()
             continue
