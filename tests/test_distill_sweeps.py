@@ -6,6 +6,7 @@ each end to end from tiny teachers; and the teacher-student speed benchmark
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ from sweep_helpers import run_config, run_sweep
 
 from train import findings
 from train import sweep as sweep_lib
+from train.sweep_spec import SweepError
 
 TABLE1 = "configs/ablations/distilbert_table1.py"
 TABLE4 = "configs/ablations/distilbert_table4.py"
@@ -146,6 +148,9 @@ def test_the_table1_findings_compare_each_student_with_its_teacher_in_points():
         assert j.delta == pytest.approx(d.mean())
         assert j.se == pytest.approx(d.std(ddof=1) / np.sqrt(3))
         assert j.verdict == verdict
+    without = dataclasses.replace(sweep.findings[0], against=None, against_metric=None)
+    with pytest.raises(SweepError, match="names no row to compare with.*against=ROW"):
+        findings.judge(without, sweep, runs, None, None, "distilbert_table1")
     assert [f.row for f in sweep_lib.load_sweep_file(f"{TABLE1}:smoke").findings] == ["brown_pos"]
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from train.sweep_compare import (RESULTS, SWEEPS, in_percent, load, missing_runs, scale,
                                  sweep_command)
-from train.sweep_spec import Finding, Levelled, Reached, Sweep
+from train.sweep_spec import Finding, Levelled, Reached, Sweep, SweepError
 
 CLEAR = 2.0  # standard errors: a smaller change is not told apart from seed noise
 VERDICTS = ("reproduced", "direction only", "not reproduced", "not testable at this scale")
@@ -58,7 +58,7 @@ def paired_change(label: str, first: np.ndarray, second: np.ndarray) -> tuple[fl
     return float(d.mean()), se
 
 
-def _pair(runs: dict, finding: Finding, reference: str):
+def _pair(runs: dict, finding: Finding, reference: str | None):
     """The two series of the comparison over the seeds both rows have, in seed order."""
     second_row = finding.against or reference
     first, second = runs[finding.row], runs[second_row]
@@ -121,10 +121,14 @@ def _reached(need: Reached, runs: dict) -> str:
     return ""
 
 
-def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str, results: Path,
+def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str | None, results: Path,
           folder: str) -> Judgement:
     """The verdict on one finding from the runs of its sweep (train/sweep_compare.load)."""
     second = finding.against or reference
+    if second is None:  # else it would read as a row without runs: untestable, silently
+        raise SweepError(f"{folder}: the finding {finding.claim!r} names no row to compare "
+                         "with, and its sweep has no reference row (train/sweep_compare.py "
+                         "SWEEPS): give the Finding `against=ROW`")
     missing = [r for r in (finding.row, second) if r not in runs]
     if missing:
         return Judgement(VERDICTS[3], reason=f"no finished runs of {', '.join(missing)} yet")
@@ -170,7 +174,7 @@ def _statistic(finding: Finding, j: Judgement) -> str:
     return f"{j.delta:+.{digits}f}{unit}{error} (n = {j.seeds}{ratio})"
 
 
-def _comparison(finding: Finding, reference: str) -> str:
+def _comparison(finding: Finding, reference: str | None) -> str:
     second = finding.against or reference
     if finding.against_metric:
         return (f"`{finding.row}` {finding.metric} vs `{second}` {finding.against_metric}")

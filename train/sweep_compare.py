@@ -182,7 +182,8 @@ def provenance(folder: str, results: str | Path = RESULTS) -> str:
 
 def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = RESULTS) -> str:
     """Mean ± sample std over seeds per row; for every metric the paper reports, the row's
-    change from the reference (± its standard error) beside the paper's value and change."""
+    change from the reference (± its standard error) beside the paper's value and change, or,
+    for a sweep without a reference row, the paper's value alone."""
     reference = SWEEPS[folder].reference
     labels = [sweep.label(m) for m in sweep.metrics]
     with_paper = {label for label in labels if any(label in v for v in sweep.paper.values())}
