@@ -264,14 +264,14 @@ def test_the_trainer_stops_rather_than_lose_checkpoints_or_train_over_damaged_on
     def eio(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(ocp.CheckpointManager, "restore", eio)
-    capsys.readouterr()
-    assert main(command) == 3
-    err = capsys.readouterr().err
-    assert (f"checkpoint {checkpoints / '20'} could not be restored (OSError: [Errno 5] "
-            "Input/output error), but its files read back whole") in err
-    assert sorted(os.listdir(checkpoints)) == ["10", "20"] and unchanged()
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:  # undoes this patch alone, not the fixture's data root
+        patch.setattr(ocp.CheckpointManager, "restore", eio)
+        capsys.readouterr()
+        assert main(command) == 3
+        err = capsys.readouterr().err
+        assert (f"checkpoint {checkpoints / '20'} could not be restored (OSError: [Errno 5] "
+                "Input/output error), but its files read back whole") in err
+        assert sorted(os.listdir(checkpoints)) == ["10", "20"] and unchanged()
 
     for step in ("10", "20"):
         _truncate_largest_state_file(checkpoints / step)

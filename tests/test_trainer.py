@@ -29,15 +29,21 @@ def _params(npz) -> dict[str, np.ndarray]:
 
 
 def _assert_same_parameters(actual, expected) -> None:
-    """The parameters of two runs that differ only in the order of their sums.
+    """The parameters of two runs that differ only in the order of their sums: each array within
+    1e-3 of the other in relative norm.
 
-    A key bias is left out: softmax ignores what it adds (q . b_k is the same for every key of a
-    query), so its gradient is zero but for rounding noise, which Adam scales up to lr-sized
-    steps: ~1e-5 values that differ with the order of the sums."""
+    Not element by element: where a gradient is near zero, Adam divides rounding noise by a
+    tiny second moment and turns it into a step of up to the learning rate, so a few values
+    differ by ~1e-5 from one order of the sums to another (seen on one CPU: 3e-6 and 1.6e-5, one
+    or two of 2,048; a small bias 2.2e-4 apart in relative norm). A key bias is left out altogether: softmax ignores what it adds (q . b_k
+    is the same for every key of a query), so its whole gradient is such noise. A batch read
+    twice or skipped moves every value by about the learning rate (1.5e-3) for each step after
+    it, a relative change of 1e-2 or more."""
     assert sorted(_params(actual)) == sorted(_params(expected))
     for name, value in _params(expected).items():
         if not name.endswith("attention/key/bias"):
-            np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+            difference = np.linalg.norm(actual[name] - value) / np.linalg.norm(value)
+            assert difference < 1e-3, f"{name}: relative difference {difference:.2e}"
 
 
 def test_8_device_mesh_matches_one_device(fixture_data_root, tmp_path):
