@@ -71,31 +71,46 @@ class _Records:
 
 def _gpu_record(mfu, device_kind="NVIDIA H100 80GB HBM3"):
     row = {"label": "ours", "step_s": 0.1135, "mfu": mfu}
-    return {"metrics": {"model": "vit", "size": "B/16", "batch": 256, "dtype": "bfloat16",
-                        "attention": "xla", "rows": [row]},
+    return {"metrics": {"model": "vit", "size": "B/16", "shape": "224x224, 197 tokens",
+                        "batch": 256, "dtype": "bfloat16", "attention": "xla", "rows": [row]},
             "machine": {"device_kind": device_kind,
                         "device_memory": [{"peak_bytes_in_use": 3 * 2**30}]}}
+
+
+def _measured_rows(table: str) -> dict[str, list[str]]:
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines()[2:]]
+    return {cells[0]: cells for cells in rows}
 
 
 def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
     """ViT-B/16 from scratch at a measured MFU of 20%: all its training FLOPs over 8 x 989
     TFLOP/s x 0.2 (300 epochs of ImageNet, computed here apart), beside the 40% estimate;
-    a missing record says so; a record from another GPU is refused, its MFU not carried."""
-    (name,) = rc.MEASURED.values()
+    BERT-base's two phases (seq 128, then 512) both at its record's MFU; a missing record says
+    so; a record from another GPU is refused, its MFU not carried."""
+    vit_name = rc.MEASURED["ViT-B/16, ImageNet, from scratch"]
+    bert_name = rc.MEASURED["BERT-base, Wikipedia"]
     vit = rc.phases(load_config_file("configs/vit/imagenet.py"))
     total = sum(p.steps * p.batch * p.flops_per_example for p in vit)
-    table = rc.measured_table(_Records(**{name: _gpu_record(0.2)}))
-    (row,) = [line for line in table.splitlines()[2:]]
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert cells[0] == "ViT-B/16, ImageNet, from scratch"
+    table = rc.measured_table(_Records(**{vit_name: _gpu_record(0.2)}))
+    rows = _measured_rows(table)
+    cells = rows["ViT-B/16, ImageNet, from scratch"]
+    assert "224x224, 197 tokens, batch 256" in cells[1]
     assert cells[2:5] == ["114 ms", "20.0%", "3.0 GiB"]
     assert cells[5] == rc._duration(total / (8 * 989e12 * 0.2))
     assert cells[6] == rc._duration(total / (8 * 989e12 * 0.4))
     assert cells[5] != cells[6]
+    assert "not recorded yet" in rows["BERT-base, Wikipedia"][1]
+    bert = rc.phases(load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia"))
+    assert len(bert) == 2
+    bert_total = sum(p.steps * p.batch * p.flops_per_example for p in bert)
+    both = _measured_rows(rc.measured_table(_Records(**{vit_name: _gpu_record(0.2),
+                                                        bert_name: _gpu_record(0.1)})))
+    assert both["BERT-base, Wikipedia"][5] == rc._duration(bert_total / (8 * 989e12 * 0.1))
     assert "not recorded yet" in rc.measured_table(_Records())
     with pytest.raises(ValueError, match=r"ran on 'NVIDIA A100-SXM4-80GB', not the 'NVIDIA "
                                          r"H100 80GB HBM3'"):
-        rc.measured_table(_Records(**{name: _gpu_record(0.2, "NVIDIA A100-SXM4-80GB")}))
+        rc.measured_table(_Records(**{vit_name: _gpu_record(0.2, "NVIDIA A100-SXM4-80GB")}))
 
 
 def test_the_command_prints_the_tables_at_another_mfu(capsys):

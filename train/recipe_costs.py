@@ -215,7 +215,8 @@ def costs_table(mfu: float = DEFAULT_MFU) -> str:
 
 
 # recipe -> the record (notebooks/results/runs/NAME) of its model's train step measured on a GPU
-MEASURED = {"ViT-B/16, ImageNet, from scratch": "bench_gpu_vit_b16"}
+MEASURED = {"BERT-base, Wikipedia": "bench_gpu_bert_base_128",
+            "ViT-B/16, ImageNet, from scratch": "bench_gpu_vit_b16"}
 
 
 def measured_table(records) -> str:
@@ -245,8 +246,9 @@ def measured_table(records) -> str:
         peak = max((d["peak_bytes_in_use"] for d in machine["device_memory"] or []), default=None)
         memory = "-" if peak is None else f"{peak / 2**30:.1f} GiB"
         lines.append(
-            f"| {recipe.name} | `{name}`: {report['model']} {report['size']}, batch "
-            f"{report['batch']} on one device, {report['dtype']}, attention {report['attention']} "
+            f"| {recipe.name} | `{name}`: {report['model']} {report['size']}, {report['shape']}, "
+            f"batch {report['batch']} on one device, {report['dtype']}, attention "
+            f"{report['attention']} "
             f"| {_duration(ours['step_s'])} | {ours['mfu']:.1%} | {memory} | "
             f"{_duration(run_seconds(run, node, ours['mfu']))} | {estimate} |")
     return "\n".join(lines)
