@@ -47,6 +47,7 @@ SWEEPS = {s.folder: s for s in (
                    in_progress=True),
     CommittedSweep("bert_table8", "configs/ablations/bert_table8.py", "80-10-10"),
     CommittedSweep("distilbert_table1", "configs/ablations/distilbert_table1.py", None),
+    CommittedSweep("distilbert_table4", "configs/ablations/distilbert_table4.py", "triple"),
 )}
 
 

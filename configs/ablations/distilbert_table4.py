@@ -64,6 +64,13 @@ _LEARNED = Reached("distill.mlm_accuracy", LEFT_PLATEAU, ("triple",),
                    why="the student of the triple loss never left the unigram plateau, so its "
                        "teacher had not learned masked LM: train the teacher longer")
 
+# Measured in the recorded runs (their distillation logs), not guessed: why leaving out L_cos
+# changes so little here.
+_NO_COS_WHY = ("500 steps from the teacher's layers barely move the student's hidden states "
+               "without L_cos (cosine loss 0.113 against 0.069 with it) and leave its masked-LM "
+               "accuracy as it is (27.80% against 27.82%), so fine-tuning starts from nearly "
+               "the same encoder")
+
 # Sec. 5 (Ablation study): "Removing the Masked Language Modeling loss has little impact while
 # the two distillation losses account for a large portion of the performance", and Table 4's
 # last row, the student initialised at random.
@@ -72,7 +79,7 @@ FINDINGS = (
             row="no_ce", expect="lower", paper=_paper("no_ce"), requires=(_LEARNED,)),
     Finding("Leaving out the cosine loss of the hidden states (L_cos) makes the student worse",
             metric="token_accuracy", row="no_cos", expect="lower", paper=_paper("no_cos"),
-            requires=(_LEARNED,)),
+            requires=(_LEARNED,), if_not=_NO_COS_WHY),
     Finding("Leaving out masked LM (L_mlm) has little impact: within a point of the triple loss",
             metric="token_accuracy", row="no_mlm", expect="level", tolerance=1.0,
             paper=_paper("no_mlm"), requires=(_LEARNED,),
@@ -82,7 +89,8 @@ FINDINGS = (
             expect="lower", paper=_paper("no_ce", "no_mlm"), requires=(_LEARNED,)),
     Finding("The cosine loss matters more than masked LM: leaving out L_cos costs more than "
             "leaving out L_mlm", metric="token_accuracy", row="no_cos", against="no_mlm",
-            expect="lower", paper=_paper("no_cos", "no_mlm"), requires=(_LEARNED,)),
+            expect="lower", paper=_paper("no_cos", "no_mlm"), requires=(_LEARNED,),
+            if_not=_NO_COS_WHY),
     Finding("Random initialisation instead of the teacher's layers makes the student worse",
             metric="token_accuracy", row="random_init", expect="lower",
             paper=_paper("random_init"), requires=(_LEARNED,),
