@@ -35,8 +35,9 @@ def _assert_same_parameters(actual, expected) -> None:
     Not element by element: where a gradient is near zero, Adam divides rounding noise by a
     tiny second moment and turns it into a step of up to the learning rate, so a few values
     differ by ~1e-5 from one order of the sums to another (seen on one CPU: 3e-6 and 1.6e-5, one
-    or two of 2,048; a small bias 2.2e-4 apart in relative norm). A key bias is left out altogether: softmax ignores what it adds (q . b_k
-    is the same for every key of a query), so its whole gradient is such noise. A batch read
+    or two of 2,048; a small bias 2.2e-4 apart in relative norm). A key bias is left out
+    altogether: softmax ignores what it adds (q . b_k is the same for every key of a query), so
+    its whole gradient is such noise. A batch read
     twice or skipped moves every value by about the learning rate (1.5e-3) for each step after
     it, a relative change of 1e-2 or more."""
     assert sorted(_params(actual)) == sorted(_params(expected))
