@@ -38,7 +38,8 @@ def test_help_lists_every_experiment_config_with_its_summary_and_variants(capsys
 
 def test_the_config_list_is_read_from_the_files(tmp_path):
     """A new config file shows up as it is written (its docstring's sentence, its parse_arg
-    names and defaults); a sweep file, a helper and a file that does not parse do not hide it."""
+    names and defaults, a module constant read as its value); a sweep file, a helper and a file
+    that does not parse do not hide it."""
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "mlp.py").write_text('''"""python -m train --config configs/new/mlp.py --workdir w
 
@@ -48,8 +49,10 @@ Variants: ...
 """
 from configs import common
 
+DEFAULT_ACT = "relu"
+
 def get_config(arg=None):
-    args = common.parse_arg(arg, width=64, act="relu", smoke=False)
+    args = common.parse_arg(arg, width=64, act=DEFAULT_ACT, smoke=False)
 ''')
     (tmp_path / "sweep.py").write_text('"""A sweep."""\ndef get_sweep(arg=None):\n    pass\n')
     (tmp_path / "helper.py").write_text('"""Rows."""\ndef apply_row(config, row):\n    pass\n')

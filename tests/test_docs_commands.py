@@ -170,6 +170,7 @@ def test_command_runs_as_written(where, argv, monkeypatch):
         parsed = export_args(args)
         assert parsed.workdir in WORKDIRS, \
             f"{where}: exports {parsed.workdir}, which no command on the pages trains"
+        _check_exportable(where, parsed)
         return
     if module not in ("train", "train.sweep") or "--help" in args:
         return
@@ -204,6 +205,51 @@ def test_command_runs_as_written(where, argv, monkeypatch):
         plan_task(config, None)
     except DataError:  # data not fetched here (a pretrained model's sizes): checked above
         pass
+
+
+def _trained_config(workdir: str):
+    """The config of the first command on the pages that trains `workdir` (variant and
+    overrides applied)."""
+    from train.__main__ import parse_args
+
+    for _, argv in COMMANDS:
+        if argv[0] == "train" and _value(argv, "--workdir") == workdir:
+            parsed, overrides = parse_args(argv[1:])
+            config = load_config_file(str(REPO / parsed.config))
+            for key, value in overrides:
+                apply_override(config, key, value)
+            return config
+    raise AssertionError(f"no command on the pages trains {workdir}")
+
+
+def _check_exportable(where: str, parsed) -> None:
+    """An export command's run has a model its format describes: the ViT that the page trained
+    into the workdir passes the exporter's own check (what `python -m train.export` refuses
+    with, after the run's minutes of training)."""
+    config = _trained_config(parsed.workdir)
+    if config.model.name != "vit":
+        return
+    from models import hf_vit, vit_npz
+    from models.vit import ViTConfig
+    from train.run_config import saved_model
+
+    model = saved_model(ViTConfig, {"model": config.model.to_dict()}, parsed.workdir)
+    npz = parsed.format == "npz" or (parsed.format == "auto" and parsed.out.endswith(".npz"))
+    try:
+        (vit_npz if npz else hf_vit)._check_convertible(model)
+    except Exception as error:  # CheckpointError: what the export would print
+        raise AssertionError(f"{where}: {parsed.workdir} cannot be exported to "
+                             f"{parsed.out}: {error}") from error
+
+
+def test_an_export_of_a_model_the_format_cannot_hold_would_be_caught():
+    """The check has teeth: the default Fashion-MNIST ViT (a conv stem, mean pooling) is not an
+    HF ViT, and exporting it is refused."""
+    from train.export import parse_args as export_args
+
+    parsed = export_args(["workdirs/my_run", "vit_hf"])
+    with pytest.raises(AssertionError, match="pool='mean'"):
+        _check_exportable("README.md:0", parsed)
 
 
 def test_a_misspelt_variant_in_a_page_would_be_caught(monkeypatch):

@@ -129,6 +129,15 @@ def to_dataclass(cls, section: ml_collections.ConfigDict, prefix: str, **extra):
         raise ConfigError(f"config.{prefix}: {error}") from error
 
 
+def check_keys(section: ml_collections.ConfigDict, prefix: str, allowed, reader: str) -> None:
+    """Raises on a key of config.<prefix> that `reader` (the code that reads the section key by
+    key) does not read: a typo in a config file must not be silently ignored."""
+    for key in section.keys():
+        if key not in allowed:
+            raise ConfigError(f"unknown key config.{prefix}.{key}: {reader} reads "
+                              f"{sorted(allowed)}.{_suggest(key, allowed)}")
+
+
 def check_choice(config: ml_collections.ConfigDict, key: str, allowed) -> None:
     """Raises if config.<key> is not one of `allowed`."""
     value = config
@@ -158,19 +167,35 @@ def _summary(docstring: str) -> str:
     return sentence.group(1) if sentence else text
 
 
-def _literal(node: ast.expr) -> Any:
+def _literal(node: ast.expr, constants: dict[str, Any]) -> Any:
+    if isinstance(node, ast.Name) and node.id in constants:  # DEFAULT = "..." in the module
+        return constants[node.id]
     try:
         return ast.literal_eval(node)
     except ValueError:  # an expression: shown as written
         return ast.unparse(node)
 
 
-def _variants(get_config: ast.FunctionDef) -> dict[str, Any]:
-    """The keywords of the `parse_arg(arg, name=default, ...)` call in get_config."""
+def _constants(tree: ast.Module) -> dict[str, Any]:
+    """The module's top-level `NAME = literal` assignments."""
+    found = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return found
+
+
+def _variants(get_config: ast.FunctionDef, constants: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of the `parse_arg(arg, name=default, ...)` call in get_config, a module
+    constant given as a default read as its value."""
     for node in ast.walk(get_config):
         name = getattr(node, "func", None)
         if isinstance(node, ast.Call) and getattr(name, "attr", getattr(name, "id", "")) == "parse_arg":
-            return {k.arg: _literal(k.value) for k in node.keywords}
+            return {k.arg: _literal(k.value, constants) for k in node.keywords}
     return {}
 
 
@@ -188,7 +213,7 @@ def experiment_configs(root: Path) -> list[ConfigFile]:
                            and node.name == "get_config"), None)
         if get_config is not None:
             found.append(ConfigFile(path, _summary(ast.get_docstring(tree) or ""),
-                                    _variants(get_config)))
+                                    _variants(get_config, _constants(tree))))
     return found
 
 

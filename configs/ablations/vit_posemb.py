@@ -20,8 +20,7 @@ disjoint `--rows`. The model is that config's hybrid ViT with 6 blocks, GELU, ba
 
 The first records of this sweep (notebooks/results/vit_table8/) predate the paper's relative
 attention: their `relative_bias_2d` runs were made under the name `relative` (the same
-computation), and have been moved to `relative_bias_2d/`; `relative` and the every-layer rows
-have no runs there yet.
+computation), and have been moved to `relative_bias_2d/`.
 
 Variants (`:arg`, comma-separated):
   steps=N      optimizer updates per run (default 600; warmup min(200, N/6), cosine decay to N)

@@ -36,16 +36,24 @@ from data.pipelines.patch_masking import KEY
 from models import mae
 from models.vit import ViTConfig, patchify
 from train import flops
-from train.config import ConfigError, check_choice, to_dataclass
+from train.config import ConfigError, check_choice, check_keys, to_dataclass
 from train.run_config import Resolution
 from train.tasks.base import Task
 from train.tasks.image_data import ImageData, check_data
+
+
+MODEL_KEYS = ("name", "encoder", "decoder", "mask_ratio", "norm_pix_loss",
+              "mask_token_in_encoder")
 
 
 def model_config(config: ml_collections.ConfigDict) -> mae.MAEConfig:
     """The MAEConfig of config.model; errors name the key."""
     check_choice(config, "model.name", ("mae",))
     model = config.model
+    check_keys(model, "model", MODEL_KEYS, "the MAE task")
+    for key in ("norm_pix_loss", "mask_token_in_encoder"):
+        if not isinstance(model[key], bool):
+            raise ConfigError(f"config.model.{key}={model[key]!r} must be True or False")
     for key in ("num_classes", "head_hidden_size", "probe_norm"):
         if key in model.encoder:
             raise ConfigError(f"config.model.encoder.{key}: the MAE encoder has no classifier "
@@ -54,8 +62,8 @@ def model_config(config: ml_collections.ConfigDict) -> mae.MAEConfig:
     decoder = to_dataclass(mae.MAEDecoderConfig, model.decoder, "model.decoder")
     try:
         return mae.MAEConfig(encoder, decoder, mask_ratio=float(model.mask_ratio),
-                             norm_pix_loss=bool(model.norm_pix_loss),
-                             mask_token_in_encoder=bool(model.mask_token_in_encoder))
+                             norm_pix_loss=model.norm_pix_loss,
+                             mask_token_in_encoder=model.mask_token_in_encoder)
     except ValueError as error:
         raise ConfigError(f"config.model: {error}") from error
 
