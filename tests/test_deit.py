@@ -95,9 +95,14 @@ def _logits(task, params, frozen, images):
 def test_the_loss_is_the_kinds_formula_on_the_heads(teacher, fashion_mnist_env, arg):
     task = _task(teacher, arg)
     params, frozen, batch = _params_and_batch(task)
-    terms, _ = task.loss_fn(params, batch, jax.random.PRNGKey(0), frozen)
+    terms, metrics = task.loss_fn(params, batch, jax.random.PRNGKey(0), frozen)
     student, teacher_logits = _logits(task, params, frozen, batch["image"])
     cls, dist = student if task.token else (student, student)
+    # The training accuracy decides as evaluation does (both heads' softmaxes averaged).
+    probs = (np.asarray(jax.nn.softmax(cls)) + np.asarray(jax.nn.softmax(dist))) / 2
+    labels, mask = np.asarray(batch["label"]), np.asarray(batch["mask"])
+    assert float(metrics["accuracy"][0]) == np.sum((probs.argmax(-1) == labels) * mask)
+    assert float(metrics["class_accuracy"][0]) == np.sum((np.argmax(cls, -1) == labels) * mask)
     targets = one_hot_targets(batch["label"], 10)
     if task.kind == "soft":
         want = deit_soft_distillation(cls, dist, teacher_logits, targets, 0.1, 3.0)
@@ -135,12 +140,25 @@ def test_evaluation_averages_the_two_heads_softmaxes(teacher, fashion_mnist_env)
 
 
 def test_bad_settings_are_refused(teacher, fashion_mnist_env):
+    from train.tasks.deit import DeiTTask
+
     with pytest.raises(ValueError, match="token=false"):
         _student(teacher, "distill=none")
     with pytest.raises(ConfigError, match="learn nothing"):
         _task(teacher, **{"distill.kind": "none"})
     with pytest.raises(ConfigError, match="would be ignored"):
         _task(teacher, **{"distill.kind": "none", "model.distill_token": False})
+    with pytest.raises(ConfigError, match="the distillation head would learn nothing"):
+        _task(teacher, **{"distill.alpha": 0.0})
+    with pytest.raises(ConfigError, match="the teacher would teach nothing"):
+        _task(teacher, **{"distill.alpha": 0.0, "model.distill_token": False})
+    with pytest.raises(ConfigError, match="the class head would learn nothing"):
+        _task(teacher, **{"distill.alpha": 1.0})
+    _task(teacher, **{"distill.alpha": 1.0, "model.distill_token": False})  # teacher alone
+    misspelt = _student(teacher)
+    misspelt.distill.temprature = 1.0  # a config file's typo (an override's is refused earlier)
+    with pytest.raises(ConfigError, match='distill.temprature.*Did you mean "temperature"'):
+        DeiTTask(misspelt)
     with pytest.raises(ConfigError, match="not a run's workdir"):
         _task(teacher.parent / "missing")
     with pytest.raises(ConfigError, match="other images"):

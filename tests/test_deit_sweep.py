@@ -33,6 +33,21 @@ def test_the_rows_are_table3s_distillations_of_one_student():
                 config.distill.alpha) == want[row]
         assert config.seed == 2 and config.model.pool == "cls"
         assert config.model.drop_path_rate == 0.0 and config.train.ema_decay == 0.0
+        assert config.train.num_steps == 1800  # the budget the docstring adds up
+
+
+def test_steps_are_each_rows_budget_and_a_smoke_run_keeps_its_own():
+    sweep = sweep_lib.load_sweep_file(f"{TABLE3}:teacher=/t/convnet,steps=600")
+    (run,) = sweep_lib.plan(sweep, Path("w"), ["hard"], [0], [])
+    assert run_config(run).train.num_steps == 600
+    smoke = sweep_lib.load_sweep_file(f"{TABLE3}:teacher=/t/convnet,smoke")
+    (run,) = sweep_lib.plan(smoke, Path("w"), ["hard"], [0], [])
+    assert run_config(run).train.num_steps == 20
+    smoke = sweep_lib.load_sweep_file(f"{TABLE3}:teacher=/t/convnet,smoke,steps=7")
+    (run,) = sweep_lib.plan(smoke, Path("w"), ["hard"], [0], [])
+    assert run_config(run).train.num_steps == 7
+    with pytest.raises(ValueError, match="steps=0 must be >= 1"):
+        sweep_lib.load_sweep_file(f"{TABLE3}:steps=0")
 
 
 def _seeds(**rows) -> dict:

@@ -15,14 +15,18 @@ trained once before the sweep (`python -m train --config configs/vit/convnet_tea
 --workdir workdirs/convnet_teacher`; every seed of every row reads it). Its findings
 (`FINDINGS`) are judged from the runs as train/findings.py judges every sweep's, paired by seed.
 
-Budget (2-core CPU): each run is the ViT demo's 5900 steps (its recorded runs: about 4 minutes)
-plus the teacher's forward pass in every step, which measured about one more ViT step (the
-convnet's training step is about 3 ViT steps): an estimated 8 minutes a run, 12 runs (4 rows x
-3 seeds) in about 100 minutes, plus the teacher's own run (an estimated 12 minutes).
+Budget (2-core CPU). The ViT's training costs 75 MFLOPs an image (train/flops.py), so the demo's
+5900 steps of 128 images are 57 TFLOPs, about 17 minutes of one core at the ~56 GFLOP/s the ViT
+Table 8 sweep sustained (configs/ablations/mae_stages.py); the teacher's forward pass in every
+step costs about one more ViT step (measured: the convnet's training step is about 3 ViT
+steps). So each row runs STEPS = 1800 steps (3.8 epochs; the schedule's warmup stays 300 and
+its cosine decays to the last step): about 10 minutes a run on one core, 12 runs (4 rows x 3
+seeds) in about an hour as two one-core processes with disjoint `--rows`. The teacher's own run
+(its config's 5900 steps, about 3 ViT steps each) is about 50 minutes of one core, once.
 
 Variants (`:arg`, comma-separated):
   teacher=workdirs/convnet_teacher   the teacher's workdir (a ViT's for Table 2's comparison)
-  steps=N      train steps of each row (0, the default: the ViT config's 5900)
+  steps=N      train steps of each row (default 1800; the ViT demo's are 5900)
   smoke        seconds-long runs on the fixture, 2 seeds, for tests
 """
 
@@ -43,6 +47,7 @@ ROWS = {"none": "distill=none,token=false", "soft": "distill=soft,token=false",
 PAPER = {"none": {"accuracy": 81.8}, "soft": {"accuracy": 81.8}, "hard": {"accuracy": 83.0},
          "hard_token": {"class_accuracy": 83.0, "distill_accuracy": 83.1, "accuracy": 83.4}}
 PAPER_TEACHER = 82.9
+STEPS = 1800  # each row's train steps: the budget above
 
 
 def _paper(row: str, metric: str, against: str, against_metric: str = "accuracy") -> str:
@@ -73,18 +78,18 @@ FINDINGS = (
             expect="higher",
             paper=f"ImageNet top-1 {PAPER['hard_token']['accuracy']:.1f} vs the teacher's "
                   f"{PAPER_TEACHER:.1f} ({PAPER['hard_token']['accuracy'] - PAPER_TEACHER:+.1f})",
-            if_not="a 13-epoch student against a convnet that suits 28 x 28 images; DeiT's "
-                   "students train 300 epochs with the full recipe"),
+            if_not="a 4-epoch student against a 13-epoch convnet that suits 28 x 28 images; "
+                   "DeiT's students train 300 epochs with the full recipe"),
 )
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
-    args = common.parse_arg(arg, teacher="workdirs/convnet_teacher", steps=0, smoke=False)
-    if args.steps < 0:
-        raise ValueError(f"steps={args.steps} must be >= 0 (0: the default)")
+    args = common.parse_arg(arg, teacher="workdirs/convnet_teacher", steps=STEPS, smoke=False)
+    if args.steps < 1:
+        raise ValueError(f"steps={args.steps} must be >= 1 (default {STEPS})")
     teacher = args.teacher if "://" in args.teacher else str(Path(args.teacher).absolute())
     variant = f"teacher={teacher}" + (",smoke" if args.smoke else "") + (
-        f",steps={args.steps}" if args.steps else "")
+        f",steps={args.steps}" if not args.smoke or args.steps != STEPS else "")
     quiet = {"train.progress_bar": False, "train.eval_every": 0}
     return Sweep(
         title="DeiT Table 3: no distillation, soft, hard, hard with the distillation token "

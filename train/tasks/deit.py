@@ -42,8 +42,9 @@ import jax.numpy as jnp
 import ml_collections
 
 from models.vit import ViTConfig
+from train import flops
 from train import teacher as teachers
-from train.config import ConfigError, check_choice
+from train.config import ConfigError, check_choice, check_keys
 from train.distill_init import check_fingerprint, frozen_teacher
 from train.image_models import MODELS
 from train.losses import (averaged_heads, cross_entropy, deit_hard_distillation,
@@ -87,6 +88,9 @@ def _resolution(config, teacher, model_config, notes, pending: bool = False) -> 
                       resume_checks=("distill.teacher_fingerprint",))
 
 
+DISTILL_KEYS = ("teacher", "teacher_step", "teacher_fingerprint", "kind", "alpha",
+                "temperature")
+
 class DeiTTask(ClassificationTask):
     """A ViT (with or without DeiT's distillation token) learning from labels and a teacher."""
 
@@ -99,6 +103,7 @@ class DeiTTask(ClassificationTask):
                               "head untrained: DeiT trains every weight; set probe=False")
         super().__init__(config, saved_vocabulary)
         distill = config.distill
+        check_keys(distill, "distill", DISTILL_KEYS, "DeiT's task")
         check_choice(config, "distill.kind", KINDS)
         if not 0.0 <= distill.alpha <= 1.0:
             raise ConfigError(f"config.distill.alpha={distill.alpha} must be in [0, 1] (the "
@@ -113,6 +118,16 @@ class DeiTTask(ClassificationTask):
             raise ConfigError(f"config.distill.alpha={distill.alpha} with config.distill.kind="
                               "'none': the labels alone train the model, so the teacher's share "
                               "would be ignored; set alpha=0 or kind 'soft' or 'hard'")
+        if distill.kind != "none" and distill.alpha == 0.0:
+            raise ConfigError(f"config.distill.alpha=0 with config.distill.kind={distill.kind!r}"
+                              ": the teacher's share of the loss is nothing, so "
+                              + ("the distillation head would learn nothing" if self.token else
+                                 "the teacher would teach nothing")
+                              + "; set alpha > 0 (DeiT: 0.1 soft, 0.5 hard) or kind 'none'")
+        if self.token and distill.alpha == 1.0:
+            raise ConfigError("config.distill.alpha=1 with config.model.distill_token=True: the "
+                              "labels' share of the loss is nothing, so the class head would "
+                              "learn nothing; set alpha < 1 (DeiT: 0.1 soft, 0.5 hard)")
         self.kind, self.alpha, self.temperature = distill.kind, distill.alpha, distill.temperature
         self.teacher = _load_teacher(config, build=True)
         check_fingerprint(config, self.teacher)
@@ -162,7 +177,7 @@ class DeiTTask(ClassificationTask):
         """The student's training step plus the teacher's forward pass."""
         teacher = MODELS[self.teacher_name].train_flops(self.teacher.model_config,
                                                         self.image_shape[-1])
-        return super().flops_per_example() + teacher / 3
+        return super().flops_per_example() + teacher / flops.TRAIN_FLOPS_FACTOR
 
     # ---- losses and metrics ----------------------------------------------------------------
     def _heads(self, outputs):
@@ -174,7 +189,9 @@ class DeiTTask(ClassificationTask):
 
     def loss_fn(self, params, batch, rng, frozen):
         """({'distillation': the loss of config.distill.kind summed over real examples},
-        metrics of the class head and the teacher on the (mixed) training images)."""
+        metrics on the (mixed) training images: `accuracy` of the prediction evaluation makes
+        (the averaged heads with the token), `class_accuracy` of the class head, and the
+        teacher's)."""
         images, targets, labels = self.mixed(batch, rng)
         if targets is None:
             targets = one_hot_targets(labels, self.model_config.num_classes, self.label_smoothing)
@@ -197,7 +214,8 @@ class DeiTTask(ClassificationTask):
         def right(decided, against):
             return ((decided == against) * weights).sum(), count
 
-        metrics = {"accuracy": right(jnp.argmax(class_logits, -1), labels),
+        metrics = {"accuracy": right(predicted, labels),  # as evaluation decides
+                   "class_accuracy": right(jnp.argmax(class_logits, -1), labels),
                    "teacher_accuracy": right(teacher_says, labels),
                    "teacher_agreement": right(predicted, teacher_says)}
         return {"distillation": (losses * weights).sum()}, metrics
