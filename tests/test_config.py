@@ -206,3 +206,19 @@ def test_smoke_variants_measure_the_peak_their_mfu_is_computed_against():
     assert len(smoke) >= 4
     for path in smoke:
         assert load_config_file(f"{path}:smoke").train.peak_flops == 0.0, path
+
+
+def test_smoke_keeps_the_variants_given_beside_it():
+    """`smoke` shrinks a run to seconds, but an argument given with it is not dropped: the row
+    length of the LM, the MAE's steps, the teacher convnet's widths and blocks."""
+    lm = load_config_file("configs/lm/english.py:smoke,length=24")
+    assert lm.data.max_length == 24 and lm.train.num_steps == 6
+    assert load_config_file("configs/lm/english.py:smoke").data.max_length == 16
+    assert load_config_file("configs/vit/mae.py:smoke,steps=30").train.num_steps == 30
+    assert load_config_file("configs/vit/mae.py:smoke").train.num_steps == 12
+    teacher = load_config_file("configs/vit/convnet_teacher.py:smoke,widths=8-8-16,blocks=3")
+    assert (teacher.model.widths, teacher.model.blocks_per_stage) == ((8, 8, 16), 3)
+    small = load_config_file("configs/vit/convnet_teacher.py:smoke").model
+    assert (small.widths, small.blocks_per_stage) == ((8, 16), 1)
+    with pytest.raises(ValueError, match="widths='16-x' must be channel counts joined by '-'"):
+        load_config_file("configs/vit/convnet_teacher.py:widths=16-x")

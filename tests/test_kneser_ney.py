@@ -40,6 +40,34 @@ def test_bigram_probabilities_equal_the_hand_count():
     assert sum(raw) == 1
 
 
+# The same corpus as a trigram: trigrams (1 2 1) and (2 1 3), once each. The middle level counts
+# continuations, not occurrences: (2 1) and (1 3) each follow one distinct token, and (1 2),
+# seen twice, follows none (it only starts sequences), so history 1 predicts 3, not 2. The
+# lowest level counts the distinct tokens before each middle-level bigram: 1 after 2, 3 after 1.
+# P1(w) = (max(N(.w) - 1/2, 0) + 1/2 * 2 * 1/4) / 2 = 1/8, 3/8, 1/8, 3/8
+# P2(w | 2) = max(N(.2w) - 1/2, 0) + 1/2 P1(w); P2(w | 1) likewise with (1 3); P2(w | 0 or 3) = P1
+# P3(w | h) = max(c(h w) - 1/2, 0) + 1/2 P2(w | last of h) for h = (1 2), (2 1); else P2
+TRI_P1 = [Fraction(1, 8), Fraction(3, 8), Fraction(1, 8), Fraction(3, 8)]
+TRI_P2 = {2: [Fraction(1, 16), Fraction(11, 16), Fraction(1, 16), Fraction(3, 16)],
+          1: [Fraction(1, 16), Fraction(3, 16), Fraction(1, 16), Fraction(11, 16)],
+          0: TRI_P1, 3: TRI_P1}
+TRI_P3 = {(1, 2): [Fraction(1, 32), Fraction(27, 32), Fraction(1, 32), Fraction(3, 32)],
+          (2, 1): [Fraction(1, 32), Fraction(3, 32), Fraction(1, 32), Fraction(27, 32)]}
+
+
+def test_trigram_probabilities_equal_the_hand_count():
+    """Every level of a trigram against the counts above: the middle level's continuation
+    counts are what make P(. | 1) favour 3 although (1 2) occurs twice as often as (1 3)."""
+    model = KneserNey(HAND, order=3, vocab_size=4, discounts=(0.5, 0.5, 0.5))
+    for a in range(4):
+        for b in range(4):
+            expected = TRI_P3.get((a, b), TRI_P2[b])
+            got = model.probabilities(np.tile([a, b], (4, 1)), np.arange(4))
+            np.testing.assert_allclose(got, [float(p) for p in expected], rtol=1e-12,
+                                       err_msg=f"history {a} {b}")
+            assert sum(expected) == 1
+
+
 def test_trigram_distributions_sum_to_one_seen_or_not():
     rng = np.random.default_rng(0)
     zipf = 1.0 / np.arange(1, 201) ** 1.2  # rare tokens: every count of counts is there

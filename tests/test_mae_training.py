@@ -10,6 +10,7 @@ import json
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import traverse_util
@@ -219,3 +220,20 @@ def test_a_fraction_of_the_labels_is_as_many_of_every_class(fashion_mnist_env):
     assert len(indices) == 100 and (np.bincount(labels, minlength=10) == 10).all()
     np.testing.assert_array_equal(chosen(0)[0], indices)
     assert not np.array_equal(chosen(1)[0], indices)
+
+
+def test_a_model_key_the_task_does_not_read_is_refused():
+    """A typo in a config file's model section, or a flag that is not a bool, is an error that
+    names the key, not a setting silently left at its default."""
+    from train.config import ConfigError
+    from train.tasks.mae_pretrain import model_config
+
+    config = load_config_file("configs/vit/mae.py:smoke")
+    model_config(config)
+    config.model.mask_raito = 0.5
+    with pytest.raises(ConfigError, match='config.model.mask_raito.*Did you mean "mask_ratio"'):
+        model_config(config)
+    config = load_config_file("configs/vit/mae.py:smoke")  # a file writing 1 where True goes
+    config.model = ml_collections.ConfigDict({**config.model.to_dict(), "norm_pix_loss": 1})
+    with pytest.raises(ConfigError, match="norm_pix_loss=1 must be True or False"):
+        model_config(config)

@@ -50,7 +50,9 @@ def discounts_from_counts(counts: np.ndarray, kind: str) -> tuple[float, float, 
     needed = (1, 2) if kind == "single" else (1, 2, 3, 4)
     if any(n[r] == 0 for r in needed):
         raise ValueError(f"{kind} Kneser-Ney discounts need n-grams seen {needed} times; "
-                         f"counts of counts {n[1:]} (too little text for this order)")
+                         f"counts of counts {n[1:]}: too little text for this order; use more "
+                         "text, a lower --order, or --discounts single (which needs n-grams "
+                         "seen once and twice only)")
     y = n[1] / (n[1] + 2 * n[2])
     if kind == "single":
         return (y, y, y)
@@ -88,7 +90,7 @@ class KneserNey:
             raise ValueError(f"order={order} must be >= 1")
         if vocab_size ** order >= 2 ** 62:
             raise ValueError(f"vocab_size={vocab_size} ** order={order} n-gram keys do not fit "
-                             "int64")
+                             "int64: use a lower --order or a smaller vocabulary")
         self.order, self.base = order, int(vocab_size)
         self.num_tokens = vocab_size if vocabulary is None else len(vocabulary)
         grams = [self._grams(np.asarray(s, np.int64), order) for s in sequences]

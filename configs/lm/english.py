@@ -49,7 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if args.posemb not in POSEMBS:
         raise ValueError(f"posemb={args.posemb!r} is not one of {list(POSEMBS)}")
     if args.length < 0:
-        raise ValueError(f"length={args.length} must be a positive number of tokens")
+        raise ValueError(f"length={args.length} must be a positive number of tokens (or 0: "
+                         "the size's own)")
     config = ml_collections.ConfigDict()
     config.seed = 0                          # parameter init, dropout and data order
 
@@ -118,9 +119,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.update(num_steps=100_000, eval_every=5000, checkpoint_every=5000,
                             log_every=100)
         config.task.eval_tokens = 1_000_000
-    if args.length:
-        config.data.max_length = args.length
-        config.model.max_length = max(config.model.max_length, args.length)
     if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
         config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=4, max_length=64)
         config.data.update(vocab_size=300, max_length=16, batch_size=4, eval_batch_size=8)
@@ -128,4 +126,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.optimizer.update(warmup_steps=2)
         config.train.update(num_steps=6, log_every=2, eval_every=3, checkpoint_every=3,
                             keep_checkpoints=2, progress_bar=False)
+    if args.length:  # after smoke, which would otherwise set its own 16
+        config.data.max_length = args.length
+        config.model.max_length = max(config.model.max_length, args.length)
     return config

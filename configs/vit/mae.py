@@ -28,7 +28,7 @@ Variants (`:arg`, comma-separated):
                             (Table 1c's other row; about N / K times its compute)
   decoder_layers=2          the decoder's depth (Table 1a)
   steps=2000                pretraining steps (warmup min(200, steps / 10), cosine to steps)
-  smoke                     a seconds-long run for tests
+  smoke                     a seconds-long run for tests (12 steps unless steps= is given)
 """
 
 from __future__ import annotations
@@ -38,9 +38,12 @@ import ml_collections
 from configs import common
 
 
+STEPS = 2000
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     args = common.parse_arg(arg, mask_ratio=0.75, norm_pix=True, mask_token_in_encoder=False,
-                            decoder_layers=2, steps=2000, smoke=False)
+                            decoder_layers=2, steps=STEPS, smoke=False)
     if args.steps < 2:
         raise ValueError(f"steps={args.steps} must be >= 2 (a warmup and a decay)")
     config = ml_collections.ConfigDict()
@@ -119,7 +122,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         decoder.update(hidden_size=16, num_heads=2, mlp_dim=32)
         config.data.batch_size = 32
         config.data.eval_batch_size = 200
-        config.train.update(num_steps=12, log_every=4, eval_every=6, checkpoint_every=6,
+        config.train.update(num_steps=12 if args.steps == STEPS else args.steps, log_every=4,
+                            eval_every=6, checkpoint_every=6,
                             keep_checkpoints=2, progress_bar=False)
         config.optimizer.warmup_steps = 2
     return config
