@@ -39,10 +39,16 @@ def test_every_run_of_the_mae_sweeps_is_defined_as_its_row_says(name):
                 assert run.previous == runs[0].workdir
                 assert configs[run.stage].init == str(runs[0].workdir)
                 assert configs[run.stage].task.name == "classify"
+                steps = configs[run.stage].train.num_steps
+                if row == "scratch_equal_compute" and run.stage == "finetune":
+                    # its own budget: 200 + the pretraining's steps x PRETRAIN_FLOPS_RATIO
+                    assert steps == {"": 370, "steps=300": 302, "smoke": 24}[arg]
+                elif arg != "smoke":
+                    assert steps == 200
                 if arg != "smoke":
-                    assert configs[run.stage].train.num_steps == 200
                     assert configs[run.stage].data.batch_size == 128
-            if row == "untrained":  # one pretraining step that changes nothing
+                    assert configs[run.stage].optimizer.warmup_steps == steps // 10
+            if row in ("untrained", "scratch_equal_compute"):  # a step that changes nothing
                 assert pretrain.train.num_steps == 1 and pretrain.optimizer.learning_rate == 0
             elif arg == "":
                 assert pretrain.train.num_steps == 500 and pretrain.data.batch_size == 128
@@ -53,7 +59,27 @@ def test_every_run_of_the_mae_sweeps_is_defined_as_its_row_says(name):
                 assert not configs["finetune"].task.probe
     masks = sweep_lib.load_sweep_file("configs/ablations/mae_mask_ratio.py")
     assert [_configs(masks, row)[1]["pretrain"].model.mask_ratio for row in masks.rows] == [
-        0.1, 0.5, 0.75, 0.9, 0.75]
+        0.1, 0.5, 0.75, 0.9, 0.75, 0.75]
+
+
+def test_equal_compute_steps_come_from_the_two_steps_flops():
+    """PRETRAIN_FLOPS_RATIO is train/flops.py's count for configs/vit/mae.py (a pretraining step
+    against a fine-tuning step of its encoder, per image), and the smoke constants are the smoke
+    configs' steps and batches."""
+    from configs.ablations import mae_stages
+    from train import flops
+    from train.config import load_config_file
+    from train.tasks.mae_pretrain import model_config
+
+    model = model_config(load_config_file("configs/vit/mae.py"))
+    ratio = (flops.mae_train_flops_per_example(model, 1)
+             / flops.vit_train_flops_per_example(model.encoder, 1))
+    assert mae_stages.PRETRAIN_FLOPS_RATIO == pytest.approx(ratio, abs=5e-4)
+    pre, fine = (load_config_file(f"configs/vit/{name}.py:smoke")
+                 for name in ("mae", "fashion_mnist"))
+    assert (pre.train.num_steps, fine.train.num_steps) == (
+        mae_stages.SMOKE_PRETRAIN_STEPS, mae_stages.SMOKE_DOWNSTREAM_STEPS)
+    assert pre.data.batch_size == fine.data.batch_size
 
 
 def test_the_table1_rows_change_one_thing_each_and_carry_the_papers_numbers():

@@ -76,6 +76,24 @@ def test_plan_builds_one_command_per_row_seed_stage(tmp_path):
     assert config.model.image_size == (28, 28) and config.seed == 0
 
 
+def test_a_stage_may_change_one_rows_run_of_it(tmp_path):
+    """row_overrides: keys for one row's run of a stage the rows do not otherwise change, last;
+    the other rows' runs and the spec of a stage without them stay as they were."""
+    stages = (sweep_spec.Stage("pre", "configs/vit/fashion_mnist.py:smoke"),
+              sweep_spec.Stage("fine", "configs/vit/fashion_mnist.py:smoke",
+                               {"train.num_steps": 5}, apply_rows=False,
+                               row_overrides={"b": {"train.num_steps": 9}}))
+    sweep = sweep_spec.Sweep(title="t", stages=stages, rows={"a": {}, "b": {}},
+                             metrics=(sweep_spec.Metric("accuracy"),))
+    runs = {r.name: r for r in sweep_lib.plan(sweep, tmp_path, ["a", "b"], [0], [])}
+    assert run_config(runs["a/seed_0/fine"]).train.num_steps == 5
+    assert run_config(runs["b/seed_0/fine"]).train.num_steps == 9
+    assert run_config(runs["b/seed_0/pre"]).train.num_steps != 9
+    spec = sweep_lib.run_spec(sweep, [])
+    assert "row_overrides" not in spec["stages"][0]
+    assert spec["stages"][1]["row_overrides"] == {"b": {"train.num_steps": "9"}}
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(stages=()), "at least one stage"),
     (dict(rows={"a/b": {}}), "cannot name a directory"),
@@ -84,6 +102,8 @@ def test_plan_builds_one_command_per_row_seed_stage(tmp_path):
     (dict(paper={"a": {"acc": 1.0}}), "unknown metrics"),
     (dict(metrics=(sweep_spec.Metric("accuracy", stage="x"),)), "stage 'x'"),
     (dict(stages=(sweep_spec.Stage("s", "f.py", previous_workdir_key="k"),)), "no previous stage"),
+    (dict(stages=(sweep_spec.Stage("s", "f.py", row_overrides={"z": {"seed": 1}}),)),
+     "row_overrides for \\['z'\\], not rows"),
     (dict(metrics=(sweep_spec.Metric("loss", "min"), sweep_spec.Metric("loss", stage="s"))),
      "metrics repeat"),
 ])

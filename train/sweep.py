@@ -111,6 +111,7 @@ def plan(sweep: Sweep, sweep_dir: str | os.PathLike, rows: list[str], seeds: lis
                     config = _with_arg(config, definition)
                 elif stage.apply_rows:
                     overrides.update(definition)
+                overrides.update(stage.row_overrides.get(row, {}))
                 argv = ["--config", _resolve(config), "--workdir", str(workdir)]
                 argv += [f"--config.{k}={_format_value(v)}" for k, v in overrides.items()]
                 argv += cli_overrides
@@ -133,7 +134,11 @@ def run_spec(sweep: Sweep, cli_overrides: list[str]) -> dict:
     stages = [{"name": s.name, "config": s.config,
                "overrides": {k: _format_value(v) for k, v in s.overrides.items()},
                "apply_rows": s.apply_rows, "previous_workdir_key": s.previous_workdir_key,
-               "workdir_from": s.workdir_from}
+               "workdir_from": s.workdir_from,
+               # only where declared: the sweeps saved before the field define their runs alike
+               **({"row_overrides": {row: {k: _format_value(v) for k, v in keys.items()}
+                                     for row, keys in s.row_overrides.items()}}
+                  if s.row_overrides else {})}
               for s in sweep.stages]
     return _jsonable({"stages": stages, "overrides": list(cli_overrides), "rows": dict(sweep.rows)})
 

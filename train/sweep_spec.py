@@ -50,6 +50,9 @@ class Stage:
     apply_rows: bool = True    # apply the row's change to this stage
     previous_workdir_key: str = ""  # config key that receives the previous stage's workdir
     workdir_from: str = ""     # ... of this earlier stage instead ('': the one just before)
+    # row -> {key: value} for this stage only, applied last, whether or not apply_rows (a row
+    # that changes a later stage too, e.g. a longer fine-tuning for equal total compute)
+    row_overrides: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 EXPECTATIONS = ("higher", "lower", "level")
@@ -142,6 +145,11 @@ class Sweep:
                                  "(the config key that receives the workdir)")
         if not self.rows:
             raise SweepError("a sweep needs at least one row")
+        for stage in self.stages:
+            unknown = [row for row in stage.row_overrides if row not in self.rows]
+            if unknown:
+                raise SweepError(f"stage {stage.name!r}: row_overrides for {unknown}, not rows "
+                                 f"of this sweep ({list(self.rows)})")
         for row, change in self.rows.items():
             if not isinstance(change, (str, Mapping)):
                 raise SweepError(f"row {row!r}: {change!r} is neither a config `:arg` string nor "

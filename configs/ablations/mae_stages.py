@@ -32,6 +32,13 @@ DOWNSTREAM_STEPS = 200
 BATCH = 128
 # The reference row without pretraining: one step that changes nothing.
 UNTRAINED = {"train.num_steps": 1, "optimizer.warmup_steps": 0, "optimizer.learning_rate": 0.0}
+# Training FLOPs of one image in a pretraining step of configs/vit/mae.py (the encoder on the 12
+# visible patches of 49, the decoder on all) over those of one fine-tuning step of its encoder
+# on all 49: 87.9 / 259.6 MFLOPs (train/flops.py; tests/test_mae_sweeps.py recomputes it).
+PRETRAIN_FLOPS_RATIO = 0.339
+# The smoke runs' steps, both of 32 images (configs/vit/mae.py:smoke, fashion_mnist.py:smoke;
+# a test checks them).
+SMOKE_PRETRAIN_STEPS, SMOKE_DOWNSTREAM_STEPS = 12, 20
 
 # probe_and_finetune's metrics: fine-tuned accuracy (the last stage; it ranks the rows), the
 # probe's, the pretraining's pixel error.
@@ -55,15 +62,33 @@ def pretrain(smoke: bool, steps: int = PRETRAIN_STEPS) -> Stage:
         **_QUIET, "data.batch_size": BATCH, "train.checkpoint_every": max(1, steps // 2)})
 
 
-def downstream(name: str, arg: str, smoke: bool, steps: int = DOWNSTREAM_STEPS) -> Stage:
+def _budget(steps: int) -> dict:
+    return {"train.num_steps": steps, "optimizer.warmup_steps": steps // 10,
+            "data.batch_size": BATCH, "train.checkpoint_every": steps}
+
+
+def downstream(name: str, arg: str, smoke: bool, steps: int = DOWNSTREAM_STEPS,
+               row_steps: dict[str, int] | None = None) -> Stage:
     """A stage of configs/vit/fashion_mnist.py with `arg` ('' fine-tunes all weights, 'probe',
-    'labels=0.01', ...) from the pretraining stage's workdir; rows do not change it."""
+    'labels=0.01', ...) from the pretraining stage's workdir; rows do not change it, except
+    `row_steps`: {row: its own number of steps} (warmup and checkpoints scaled alike)."""
     overrides = dict(_QUIET)
     if not smoke:
-        overrides.update({"train.num_steps": steps, "optimizer.warmup_steps": steps // 10,
-                          "data.batch_size": BATCH, "train.checkpoint_every": steps})
+        overrides.update(_budget(steps))
+    rows = {row: ({"train.num_steps": n} if smoke else _budget(n))
+            for row, n in (row_steps or {}).items()}
     return Stage(name, _arg(CLASSIFY, arg, smoke), overrides, apply_rows=False,
-                 previous_workdir_key="init", workdir_from="pretrain")
+                 previous_workdir_key="init", workdir_from="pretrain", row_overrides=rows)
+
+
+def equal_compute_steps(args) -> int:
+    """Fine-tuning steps of a ViT from scratch that cost as much as the MAE pipeline's
+    pretraining and fine-tuning together: the fine-tuning's own steps plus the pretraining's
+    steps in fine-tuning steps of the same batch, by their FLOPs (PRETRAIN_FLOPS_RATIO; smoke
+    runs: the same ratio on their own step counts)."""
+    if args.smoke:
+        return SMOKE_DOWNSTREAM_STEPS + round(SMOKE_PRETRAIN_STEPS * PRETRAIN_FLOPS_RATIO)
+    return DOWNSTREAM_STEPS + round(args.steps * PRETRAIN_FLOPS_RATIO)
 
 
 def parse(arg: str | None):
@@ -74,8 +99,9 @@ def parse(arg: str | None):
     return args
 
 
-def probe_and_finetune(args) -> tuple[Stage, ...]:
+def probe_and_finetune(args, finetune_steps: dict[str, int] | None = None) -> tuple[Stage, ...]:
     """Pretraining, then a linear probe and fine-tuning of all weights from it (Figure 5's and
-    Table 1's two columns), which PROBE_AND_FINETUNE_METRICS report."""
+    Table 1's two columns), which PROBE_AND_FINETUNE_METRICS report; `finetune_steps`: rows
+    whose fine-tuning runs its own number of steps."""
     return (pretrain(args.smoke, args.steps), downstream("probe", "probe", args.smoke),
-            downstream("finetune", "", args.smoke))
+            downstream("finetune", "", args.smoke, row_steps=finetune_steps))
