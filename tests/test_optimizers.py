@@ -19,6 +19,8 @@ def _cfg(**overrides):
         end_learning_rate=0.0, b1=0.9, b2=0.98, eps=1e-9, momentum=0.0, weight_decay=0.0,
         clip_norm=0.0))
     c.update(overrides)
+    if c.schedule in ("constant", "inverse_sqrt") and "total_steps" not in overrides:
+        c.total_steps = -1  # no decay to end: the key must keep its default
     return c
 
 
@@ -112,9 +114,11 @@ def test_config_schedule_name_selects_its_formula(name):
     and every name in optimizers.SCHEDULES is covered here."""
     assert set(optimizers.SCHEDULES) == {"inverse_sqrt", "linear", "cosine", "constant"}
     peak, warmup, total, end, d_model = 2e-3, 4, 20, 1e-4, 16
+    decays = name in ("linear", "cosine")  # the others refuse an end they would not reach
     tx, schedule = optimizers.make_optimizer(
-        _cfg(schedule=name, learning_rate=peak, warmup_steps=warmup, total_steps=total,
-             end_learning_rate=end), d_model=d_model)
+        _cfg(schedule=name, learning_rate=peak, warmup_steps=warmup,
+             total_steps=total if decays else -1, end_learning_rate=end if decays else 0.0),
+        d_model=d_model)
     steps = [0, 1, warmup - 1, warmup, warmup + 4, 12, total - 1, total, total + 5, 10 * total]
     want = [_recipe_lr(name, peak, warmup, total, end, d_model, s) for s in steps]
     np.testing.assert_allclose(_values(schedule, steps), want, rtol=1e-5, atol=1e-12)
@@ -366,7 +370,23 @@ def test_every_number_out_of_its_range_is_named_with_the_range(overrides, match)
     dict(schedule="linear", warmup_steps=99, total_steps=-1),
 ])
 def test_the_edges_of_the_ranges_are_allowed(overrides):
-    optimizers.make_optimizer(_cfg(**overrides), num_steps=100)
+    _, lr = optimizers.make_optimizer(_cfg(**overrides), num_steps=100)
+    peak = _cfg(**overrides).learning_rate
+    steps = [0, 50, 99, 100]
+    if overrides.get("end_learning_rate") == peak:  # end == peak: flat, warmup aside
+        assert [float(lr(s)) for s in steps] == pytest.approx([peak] * 4)
+    elif peak == 0.0:
+        assert [float(lr(s)) for s in steps] == [0.0] * 4
+    assert all(np.isfinite(float(lr(s))) for s in steps)
+
+
+@pytest.mark.parametrize("schedule", ["constant", "inverse_sqrt"])
+@pytest.mark.parametrize("key, value", [("end_learning_rate", 1e-4), ("total_steps", 500)])
+def test_a_decay_setting_a_schedule_without_decay_would_ignore_is_refused(schedule, key, value):
+    cfg = _cfg(schedule=schedule, warmup_steps=10, **{key: value})
+    with pytest.raises(ValueError, match=f"config.optimizer.{key}={value}: schedule "
+                                         f"'{schedule}' has no decay"):
+        optimizers.make_optimizer(cfg, d_model=64, num_steps=100)
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])

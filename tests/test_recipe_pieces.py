@@ -16,7 +16,7 @@ import pytest
 from data.errors import DataError
 from models.dropout import DropPath, drop_path, quantized_rate, stochastic_depth_rates
 from test_data import IdSource, batches_of
-from train.train_step import TrainState, ema_update, make_train_step
+from train.train_step import TrainState, ema_init, ema_update, make_train_step
 
 
 # ---- stochastic depth ----------------------------------------------------------------------
@@ -65,6 +65,20 @@ def test_ema_update_is_the_exponential_average():
     t = len(thetas) - 1
     want = d ** t * thetas[0] + sum((1 - d) * d ** (t - s) * thetas[s] for s in range(1, t + 1))
     np.testing.assert_allclose(ema["w"], want, rtol=1e-5)
+
+
+def test_the_average_of_bfloat16_parameters_moves():
+    """In bfloat16 an update of (1 - d)(theta - ema) rounds away for d near 1; the average is
+    kept in float32 (ema_init), so it follows the closed form ema_t = theta + d^t (ema_0 - theta)
+    for a constant theta."""
+    start = {"w": jnp.ones((4,), jnp.bfloat16)}
+    ema = ema_init(start)
+    assert ema["w"].dtype == jnp.float32
+    theta = {"w": jnp.full((4,), 2.0, jnp.bfloat16)}
+    update = jax.jit(ema_update, static_argnums=2)
+    for _ in range(2000):
+        ema = update(ema, theta, 0.999)
+    np.testing.assert_allclose(ema["w"], 2.0 - 0.999 ** 2000, rtol=1e-4)
 
 
 class _Quadratic:

@@ -5,8 +5,10 @@ updates already applied (0 for the very first update). This is the `count` optax
 schedule, and the `step` of a train state *before* its update, so the learning rate used to go
 from step k to step k + 1 is `schedule(k)`.
 
-The warmup schedules start at 0: `schedule(0) == 0`, so the first update does not move the
-parameters (as in the original BERT code). Their warmup reaches `peak` at step `warmup_steps`.
+The linear warmups ('linear', 'cosine', 'constant') start at 0: `schedule(0) == 0`, so the
+first update does not move the parameters (as in the original BERT code), and reach `peak` at
+step `warmup_steps`. 'inverse_sqrt' is eq. 3 of Vaswani et al. with steps counted from 1: it
+starts at d^-0.5 w^-1.5 and peaks at step `warmup_steps - 1` (inverse_sqrt_schedule).
 
 `make_optimizer(cfg)` reads exactly the keys of `configs/common.py:optimizer_config`:
 
@@ -365,6 +367,15 @@ def make_optimizer(cfg, *, d_model: int | None = None, num_steps: int | None = N
                          f"config.optimizer.name={c['name']!r} keeps its first moment with b1: "
                          "set momentum=0.")
 
+    if c["schedule"] in ("inverse_sqrt", "constant"):
+        ignored = [f"{key}={c[key]}" for key, unused in (("end_learning_rate", 0.0),
+                                                          ("total_steps", -1))
+                   if float(c[key]) != unused]
+        if ignored:
+            raise ValueError(f"config.optimizer.{' and '.join(ignored)}: schedule "
+                             f"'{c['schedule']}' has no decay to an end, so it would not be "
+                             "used; set end_learning_rate=0 and total_steps=-1, or a decaying "
+                             "schedule ('linear', 'cosine').")
     schedule = _make_schedule(c, d_model, num_steps)
     adam_args = dict(b1=float(c["b1"]), b2=float(c["b2"]), eps=float(c["eps"]))
     if c["name"] == "adam":

@@ -36,14 +36,17 @@ class StepLog:
         self.skipped_total = 0                  # steps whose update was dropped, this run
         self._flags: list = []                  # (step, (finite_loss, finite_grads)) on device
         self._sums = None
+        self._window = 0                        # steps in the sums since the last flush
         self.restart_clock()
 
     def restart_clock(self) -> None:
+        """Times from now: the rates count the steps after it (the metric sums keep theirs)."""
         self._start, self._steps, self._examples, self._flops = time.perf_counter(), 0, 0, 0.0
 
     def add(self, step: int, metrics: dict) -> None:
         self._flags.append((step, tuple(metrics[flag] for flag in FLAGS)))
         self._sums = metrics if self._sums is None else jax.tree.map(jnp.add, self._sums, metrics)
+        self._window += 1
         self._steps += 1
         batch = self.task.global_batch_at(step)
         self._examples += batch
@@ -65,8 +68,8 @@ class StepLog:
 
     def flush(self, train_iterator) -> tuple[dict[str, float], int]:
         """(the means of the metrics since the last flush, the input pipeline's counters summed
-        over the processes, steps/s, examples/s and MFU (model FLOPs / time / peak); how many
-        steps that was)."""
+        over the processes, steps/s, examples/s and MFU (model FLOPs / time / peak) of the steps
+        since the clock last started; how many steps the means are over)."""
         sums = jax.device_get(self._sums)  # waits for the steps to finish
         for flag in FLAGS:
             del sums[flag]
@@ -78,10 +81,10 @@ class StepLog:
         if self.skip_nonfinite:
             values["skipped_steps_total"] = self.skipped_total
         elapsed = time.perf_counter() - self._start
-        steps_per_s = self._steps / elapsed
+        steps_per_s = self._steps / elapsed if self._steps else 0.0
         values.update(steps_per_second=steps_per_s,
                       examples_per_second=self._examples / elapsed,
                       mfu=self._flops / elapsed / self.peak_flops)
-        steps, self._sums = self._steps, None
+        steps, self._sums, self._window = self._window, None, 0
         self.restart_clock()
         return values, steps

@@ -50,9 +50,16 @@ class TrainState:
 # Polyak averaging in its exponential form, the weights' EMA DeiT evaluates (Touvron et al. 2021,
 # Sec. 6, "Exponential Moving Average"; timm's ModelEma): ema_0 = theta_0 and after each update
 #   ema_{t+1} = d ema_t + (1 - d) theta_{t+1},  so ema_t = (1 - d) sum_s d^(t-s) theta_s + d^t theta_0.
+def ema_init(params: Any) -> Any:
+    """ema_0 = theta_0, kept in float32 at least: in bfloat16 (model.param_dtype) an update of
+    (1 - d)(theta - ema) is below the format's resolution for any d near 1, and the average
+    would never leave theta_0. Boxed parameters stay boxed (the same logical axes)."""
+    return jax.tree.map(lambda p: p.astype(jnp.promote_types(p.dtype, jnp.float32)), params)
+
+
 def ema_update(ema: Any, params: Any, decay: float) -> Any:
     """The moving average `ema` moved towards the new `params` with `decay` d (in float32 at
-    least, stored in the parameters' dtype)."""
+    least, stored in the average's own dtype, float32 from ema_init)."""
     def update(average, value):
         wide = jnp.promote_types(average.dtype, jnp.float32)
         new = decay * average.astype(wide) + (1.0 - decay) * value.astype(wide)

@@ -49,7 +49,7 @@ from train.preemption import Preemption
 from train.step_log import StepLog
 from train.tasks import get_task, task_class
 from train.tasks.base import eval_fn_of
-from train.train_step import TrainState, make_train_step
+from train.train_step import TrainState, ema_init, make_train_step
 
 
 def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
@@ -129,7 +129,7 @@ class Trainer:
             params_rng, dropout_rng = jax.random.split(rng)
             inputs = self.task.dummy_inputs(1)
             params = self.task.init_variables(params_rng, inputs)["params"]
-            ema = params if config.train.ema_decay else None  # ema_0 = theta_0, same shardings
+            ema = ema_init(params) if config.train.ema_decay else None  # ema_0 = theta_0
             return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                               opt_state=self.optimizer.init(params), rng=dropout_rng,
                               ema_params=ema)

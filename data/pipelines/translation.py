@@ -20,8 +20,9 @@ Eval batches (train=False) add:
   'mask'                                         float32 [b]   1 real row, 0 padding row
   'index'                                        int32 [b]     example index, -1 on padding
   'source_text', 'target_text'                   object [b]    the raw texts ('' on padding)
-The text arrays cannot go to a device: the trainer drops them (`without_text(batch)`) before
-`jax.make_array_from_process_local_data`, and keeps them for BLEU and printed samples.
+The text arrays cannot go to a device: the trainer keeps only the numeric arrays before
+`jax.make_array_from_process_local_data` (train/trainer.py `_numeric`; `without_text(batch)`
+here does the same for this pipeline's keys), and keeps the texts for BLEU and printed samples.
 
 Length. `max_length` counts tokens including EOS, per side. An example longer than that on
 either side is handled by `long_examples`:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
 import pathlib
 from typing import Callable, Iterable
@@ -137,7 +138,7 @@ def train_bpe(texts: Iterable[str], *, vocab_size: int,
     first = next(texts, None)
     if first is None:
         raise DataError("no text to train a BPE vocabulary on")
-    tok.train_from_iterator((t for t in (first, *texts)), trainer=trainer)
+    tok.train_from_iterator(itertools.chain([first], texts), trainer=trainer)  # streamed
     return BPETokenizer(tok.to_str())
 
 
