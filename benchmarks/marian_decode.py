@@ -242,6 +242,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("beam", "max_new_tokens", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
+    if args.beam < 2:
+        parser.error("--beam must be >= 2: this times beam search (Hugging Face's t2t-style "
+                     "search, forced EOS and all, has no greedy counterpart here)")
     if min(args.batches) < 1:
         parser.error("--batches must be >= 1")
     if args.length_penalty < 0:

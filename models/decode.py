@@ -95,6 +95,10 @@ def predict(model, params, inputs, *, beam_size: int = 4, alpha: float = 0.6,
     if search == "pooled" and (early_stopping is not False or force_eos):
         raise ValueError("early_stopping and force_eos belong to search='t2t' (the pooled "
                          "search stops when every hypothesis has ended)")
+    if beam_size == 1 and (early_stopping is not False or force_eos):
+        raise ValueError("early_stopping and force_eos belong to the t2t beam search: greedy "
+                         "decoding and sampling (beam_size=1) would ignore them; leave them "
+                         "unset or use beam_size > 1")
     if (bos_id == PAD_ID) != (model.config.decoder_start == "pad"):
         raise ValueError(f"bos_id={bos_id} does not start a decoder with decoder_start="
                          f"{model.config.decoder_start!r}; pass model.config.start_id(bos_id)")

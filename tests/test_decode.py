@@ -378,3 +378,7 @@ def test_predict_samples_with_the_shared_library():
     with pytest.raises(ValueError, match="use beam_size=1, not 4"):
         D.predict(model, params, inputs, **{**kwargs, "beam_size": 4}, sampling=Sampling(),
                   rng=jax.random.PRNGKey(0))
+    for t2t_only in ({"force_eos": True}, {"early_stopping": True}):  # would be ignored
+        with pytest.raises(ValueError, match="greedy decoding and sampling .* would ignore"):
+            D.predict(model, params, inputs, **{**kwargs, "beam_size": 1}, search="t2t",
+                      **t2t_only)

@@ -116,6 +116,12 @@ def test_general_distillation_has_bert_pretrainings_phase_2(teachers, brown_env)
             for length in (32, 64)}
     assert [task.flops_per_example_at(step) for step in range(10)] == pytest.approx(
         [cost[32]] * 8 + [cost[64]] * 2)
+    # Without the soft targets (alpha_ce = 0) only the student's head runs, at the masked ones.
+    no_ce = _general(general_config(teachers, **{"distill.alpha_ce": 0.0}))
+    length, predictions = no_ce.config.data.max_seq_length, no_ce.config.data.max_predictions
+    assert no_ce.flops_per_example() == pytest.approx(
+        flops.bert_train_flops_per_example(student, length, predictions)
+        + flops.bert_train_flops_per_example(teacher, length, 0) / 3)
 
 
 # ------------------------------------------------------------------------ the triple loss

@@ -81,8 +81,14 @@ def test_head_losses_match_numpy(kind, data_root):
         assert out.shape == (8, 32, 3)
     elif kind == "span":
         w = batch["answer_weight"] * mask
-        expected = (0.5 * (_nll(out[0], batch["start_positions"])
-                           + _nll(out[1], batch["end_positions"])) * w).sum()
+        # The head's own logits, the softmax over each row's real tokens only.
+        raw = task.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
+                               batch["input_mask"], train=False)
+        real = np.asarray(batch["input_mask"]) > 0
+        assert not real[mask > 0].all()  # rows with padding, which must not count
+        start, end = (np.where(real, np.asarray(x, np.float64), -np.inf) for x in raw)
+        expected = (0.5 * (_nll(start, batch["start_positions"])
+                           + _nll(end, batch["end_positions"])) * w).sum()
         count = w.sum()
         assert count == 6
     else:

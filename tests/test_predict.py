@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -104,6 +105,16 @@ def test_errors_name_the_problem(lm_run, tmp_path, capsys):
     assert predict_cli.main([str(tmp_path / "absent"), "--prompt", "x"]) == 2
     assert "is not the workdir of a run" in capsys.readouterr().err
     run = load_run(lm_run)
+    for argv, message in (  # an option of another decoding would be ignored: refused instead
+            (["--temperature", "0.5", "--top_k", "3"],
+             "--temperature=0.5 --top_k=3 with --decoding greedy: they apply to --decoding "
+             "sample only"),
+            (["--decoding", "sample", "--beam_size", "3"],
+             "--beam_size=3 with --decoding sample: it applies to --decoding beam only"),
+            (["--decoding", "beam", "--length_penalty", "-1"],
+             "--length_penalty=-1.0 must be >= 0")):
+        with pytest.raises(causal_lm.ConfigError, match=re.escape(message)):
+            causal_lm.predict(run, _args("--prompt", "x", *argv), out=len)
     run.tokenizer = None  # a workdir whose vocabulary/ was deleted
     with pytest.raises(causal_lm.ConfigError, match="holds no vocabulary/"):
         causal_lm.predict(run, _args("--prompt", "x"), out=len)

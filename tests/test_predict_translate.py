@@ -118,6 +118,9 @@ def test_errors_name_the_problem(translation_run):
             ([], io.StringIO(""), "no sentence in standard input"),
             (["--sentence", "x", "--decoding", "greedy", "--beam_size", "4"], None,
              "--beam_size=4 with --decoding greedy"),
+            (["--sentence", "x", "--decoding", "greedy", "--alpha", "1.0"], None,
+             "--alpha=1.0 with --decoding greedy"),
+            (["--sentence", "x", "--alpha", "-1"], None, "--alpha=-1.0 must be >= 0"),
             (["--sentence", "x", "--batch_size", "0"], None, "--batch_size=0 must be >= 1")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             translate_predictor.predict(run, predictor_args(translate_predictor, *argv),

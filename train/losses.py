@@ -116,3 +116,14 @@ def averaged_heads(class_logits, distill_logits):
     class where the heads disagree; this follows the paper's text.)"""
     return jnp.logaddexp(jax.nn.log_softmax(class_logits.astype(jnp.float32)),
                          jax.nn.log_softmax(distill_logits.astype(jnp.float32))) - jnp.log(2.0)
+
+
+# A logit that leaves its position out of a softmax: exp underflows to 0 at any temperature a
+# distillation uses, while differences of two such logits stay finite (no 0 x inf = nan in a KL).
+PADDED_LOGIT = -1e9
+
+
+def mask_padding(logits, input_mask):
+    """`logits` [b, l] over the positions of a sequence, PADDED_LOGIT where `input_mask` is 0:
+    a softmax over positions (a span's start or end) then runs over the real tokens only."""
+    return jnp.where(input_mask > 0, logits, PADDED_LOGIT)

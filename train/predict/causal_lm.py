@@ -30,6 +30,9 @@ from models.sampling import Sampling
 from train.config import ConfigError
 
 DECODINGS = ("greedy", "beam", "sample")
+# Each decoding's own options and their defaults: given with another --decoding, one is refused.
+BEAM = {"beam_size": 4, "length_penalty": 0.6}
+SAMPLE = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,13 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--prompts_file", help="a file of prompts, one per line")
     group.add_argument("--max_new_tokens", type=int, default=64)
     group.add_argument("--decoding", choices=DECODINGS, default="greedy")
-    group.add_argument("--beam_size", type=int, default=4, help="beams for --decoding beam")
-    group.add_argument("--length_penalty", type=float, default=0.6,
-                       help="alpha of the beam search's length penalty (Wu et al. 2016)")
-    group.add_argument("--temperature", type=float, default=1.0, help="--decoding sample")
-    group.add_argument("--top_k", type=int, default=0, help="--decoding sample; 0: off")
-    group.add_argument("--top_p", type=float, default=1.0, help="--decoding sample; 1: off")
-    group.add_argument("--seed", type=int, default=0, help="the sampling key")
+    group.add_argument("--beam_size", type=int, default=None,
+                       help=f"--decoding beam: beams (default {BEAM['beam_size']})")
+    group.add_argument("--length_penalty", type=float, default=None,
+                       help="--decoding beam: alpha of the length penalty (Wu et al. 2016; "
+                            f"default {BEAM['length_penalty']})")
+    group.add_argument("--temperature", type=float, default=None,
+                       help=f"--decoding sample (default {SAMPLE['temperature']})")
+    group.add_argument("--top_k", type=int, default=None,
+                       help=f"--decoding sample; 0: off (default {SAMPLE['top_k']})")
+    group.add_argument("--top_p", type=float, default=None,
+                       help=f"--decoding sample; 1: off (default {SAMPLE['top_p']})")
+    group.add_argument("--seed", type=int, default=None,
+                       help=f"--decoding sample: the sampling key (default {SAMPLE['seed']})")
     group.add_argument("--batch_size", type=int, default=8, help="prompts per model call")
 
 
@@ -82,17 +91,29 @@ def _settings(args) -> dict:
         raise ConfigError(f"--max_new_tokens={args.max_new_tokens} must be >= 1")
     if args.batch_size < 1:
         raise ConfigError(f"--batch_size={args.batch_size} must be >= 1")
+    for decoding, options in (("beam", BEAM), ("sample", SAMPLE)):
+        given = [f"--{k}={getattr(args, k)}" for k in options if getattr(args, k) is not None]
+        if given and args.decoding != decoding:
+            raise ConfigError(f"{' '.join(given)} with --decoding {args.decoding}: "
+                              f"{'they apply' if len(given) > 1 else 'it applies'} to "
+                              f"--decoding {decoding} only")
+    value = {k: getattr(args, k) if getattr(args, k) is not None else default
+             for k, default in {**BEAM, **SAMPLE}.items()}
     if args.decoding == "beam":
-        if args.beam_size < 2:
-            raise ConfigError(f"--beam_size={args.beam_size}: a beam search keeps at least 2 "
-                              "(--decoding greedy is one)")
-        return {"beam_size": args.beam_size, "alpha": args.length_penalty}
+        if value["beam_size"] < 2:
+            raise ConfigError(f"--beam_size={value['beam_size']}: a beam search keeps at least "
+                              "2 (--decoding greedy is one)")
+        if value["length_penalty"] < 0:
+            raise ConfigError(f"--length_penalty={value['length_penalty']} must be >= 0 (0: "
+                              "none)")
+        return {"beam_size": value["beam_size"], "alpha": value["length_penalty"]}
     if args.decoding == "sample":
         try:
-            sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+            sampling = Sampling(temperature=value["temperature"], top_k=value["top_k"],
+                                top_p=value["top_p"])
         except ValueError as error:
             raise ConfigError(f"sampling: {error}") from error
-        return {"sampling": sampling, "rng": jax.random.PRNGKey(args.seed)}
+        return {"sampling": sampling, "rng": jax.random.PRNGKey(value["seed"])}
     return {}
 
 

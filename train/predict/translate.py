@@ -56,11 +56,17 @@ def settings(run, args) -> dict:
         if args.beam_size not in (None, 1):
             raise ConfigError(f"--beam_size={args.beam_size} with --decoding greedy: greedy "
                               "keeps one hypothesis (use --decoding beam)")
+        if args.alpha is not None:
+            raise ConfigError(f"--alpha={args.alpha} with --decoding greedy: the length penalty "
+                              "ranks beams, and greedy keeps one hypothesis (use --decoding "
+                              "beam)")
         return {"beam_size": 1, "alpha": task["length_penalty"]}
     beam = task["beam_size"] if args.beam_size is None else args.beam_size
     if beam < 1:
         raise ConfigError(f"--beam_size={beam} must be >= 1")
     alpha = task["length_penalty"] if args.alpha is None else args.alpha
+    if alpha < 0:
+        raise ConfigError(f"--alpha={alpha} must be >= 0 (0: no length penalty)")
     return {"beam_size": int(beam), "alpha": float(alpha)}
 
 

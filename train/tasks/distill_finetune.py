@@ -147,8 +147,9 @@ class TaskDistillationTask(FinetuneTask):
 
     def _both(self, params, frozen, batch, *, train: bool, rng=None):
         outputs = self._apply(params, batch, train=train, rng=rng)
-        teacher_outputs = self.teacher_model.apply(
-            {"params": frozen}, batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+        teacher_outputs = self._real_positions(self.teacher_model.apply(
+            {"params": frozen}, batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+            batch)
         return outputs, jax.lax.stop_gradient(teacher_outputs)
 
     def loss_normalizers(self, batch):

@@ -2,7 +2,8 @@
 half its teacher's layers learns masked-LM on the pretraining corpora from the teacher.
 
 The objective is the paper's triple loss, each term a mean over its positions and weighted from
-the config (`distill.alpha_ce`, `alpha_mlm`, `alpha_cos`; its code's defaults 5, 2, 1):
+the config (`distill.alpha_ce`, `alpha_mlm`, `alpha_cos`; 5, 2, 1 as in the training command
+of its code's README):
 
   distill_ce  T^2 KL(softmax(z_T / T) || softmax(z_S / T)) of the MLM logits (train/losses.py
               soft_target_kl), over `distill.ce_positions`: 'real' every real token (the
@@ -144,11 +145,14 @@ class GeneralDistillationTask(MaskedLMData, Task):
 
     def _flops(self, length: int, predictions: int) -> float:
         """The student's training step plus the teacher's forward pass on sequences of `length`,
-        the MLM heads over the positions they run on (all L with ce_positions='real', else the
-        `predictions` masked ones)."""
-        heads = length if self.config.distill.ce_positions == "real" else predictions
+        the MLM heads over the positions they run on in training (`_outputs`): with the soft
+        targets on, both heads at all L with ce_positions='real', else at the `predictions`
+        masked ones; without them (alpha_ce = 0) the student's at the masked ones and the
+        teacher's not at all."""
+        soft = self.teacher.has_mlm_head and "distill_ce" in self.weights
+        heads = length if soft and self.config.distill.ce_positions == "real" else predictions
         student = flops.bert_train_flops_per_example(self.model_config, length, heads)
-        teacher_heads = heads if self.teacher.has_mlm_head else 0
+        teacher_heads = heads if soft else 0
         teacher = flops.bert_train_flops_per_example(
             dataclasses.replace(self.teacher.model_config, nsp=False), length,
             teacher_heads) / flops.TRAIN_FLOPS_FACTOR

@@ -45,7 +45,7 @@ from models.spans import best_span
 from train import flops, vocabulary
 from train.config import ConfigError, check_choice
 from train.finetune_init import replace_encoder, resolve_init
-from train.losses import cross_entropy
+from train.losses import cross_entropy, mask_padding
 from train.run_config import Resolution
 from train.span_metrics import exact_match_and_f1
 from train.tasks.base import Task
@@ -187,9 +187,17 @@ class FinetuneTask(Task):
 
     # ---- losses and metrics ----------------------------------------------------------------
     def _apply(self, params, batch, *, train: bool, rng=None):
-        return self.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
-                                batch["input_mask"], train=train,
-                                rngs=None if rng is None else {"dropout": rng})
+        return self._real_positions(self.model.apply(
+            {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+            train=train, rngs=None if rng is None else {"dropout": rng}), batch)
+
+    def _real_positions(self, outputs, batch):
+        """A span head's start and end logits with the padding out of their softmaxes (the
+        head scores every position, as HF's does; the loss and the answer are over the real
+        tokens); other heads' outputs as they are."""
+        if self.kind != "span":
+            return outputs
+        return tuple(mask_padding(logits, batch["input_mask"]) for logits in outputs)
 
     def _sums(self, params, batch, *, train: bool, rng=None):
         """(loss sum, weight, {metric: (sum, count)}) of one batch."""
