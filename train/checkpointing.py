@@ -279,7 +279,9 @@ class Checkpointer:
             return json.loads((folder / LEGACY_DATA_FILE).read_text())
         raise FileNotFoundError(f"{folder} holds no data state for process "
                                 f"{jax.process_index()} of {jax.process_count()} "
-                                f"(found: {sorted(names) or 'nothing'})")
+                                f"(found: {sorted(names) or 'nothing'}): this step's checkpoint "
+                                "is incomplete; move its folder out of checkpoints/ to resume "
+                                "from the step before, or start a new --workdir")
 
     def restore_latest_good(self, abstract_state: Any, warn: Callable[[str], None] = print
                             ) -> tuple[Any, dict, int] | None:

@@ -152,7 +152,9 @@ def place(values: Any, abstract_tree: Any, mesh: Mesh, rules=LOGICAL_RULES) -> A
         value = np.asarray(value, dtype=shape.dtype)
         if value.shape != tuple(shape.shape):
             raise ValueError(f"{jax.tree_util.keystr(path[0])}: the values have shape "
-                             f"{value.shape}, the model {tuple(shape.shape)}")
+                             f"{value.shape}, the model {tuple(shape.shape)}: they come from a "
+                             "model of another size; load them into a config of the same "
+                             "sizes")
         placed.append(jax.make_array_from_callback(value.shape, sharding,
                                                    lambda index, v=value: v[index]))
     return tree.unflatten(placed)

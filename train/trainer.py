@@ -120,8 +120,9 @@ class Trainer:
             self.optimizer, self.schedule = make_optimizer(
                 config.optimizer, d_model=self.task.d_model, num_steps=config.train.num_steps)
         except ValueError as error:
-            message = str(error)
-            raise ConfigError(message if message.startswith("config.") else f"config.{message}") from error
+            # optimizers.py names its keys config.optimizer.*; a message about another argument
+            # (e.g. the model's d_model) is passed on as it is, not given a key it does not have
+            raise ConfigError(str(error)) from error
         if self.task.trained_parameters is not None:  # e.g. a linear probe: the rest frozen
             self.optimizer = freeze(self.optimizer, self.task.trained_parameters)
 

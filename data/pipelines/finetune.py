@@ -283,7 +283,8 @@ def finetune_batches(examples: Sequence[dict], encoder: FeatureEncoder, *, batch
     if train:
         if n < batch_size * process_count:
             raise DataError(f"{n} training examples cannot fill one global batch of "
-                            f"{batch_size} x {process_count} processes")
+                            f"{batch_size} x {process_count} processes: lower "
+                            f"config.data.batch_size to {max(1, n // process_count)} or less")
         ds = grain.MapDataset.range(n).shuffle(seed=seeds(seed, 1)[0]).repeat(None)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
