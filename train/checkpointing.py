@@ -410,7 +410,8 @@ def checkpoint_steps(workdir: str | os.PathLike) -> list[int]:
 def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
     """The whole train state of a run's checkpoint (default the latest) as saved, as host NumPy
     arrays: a dict of 'step', 'params', 'opt_state' (the optimizer's state as nested dicts and
-    lists, e.g. Adam's {'count', 'mu', 'nu'}) and 'rng'.
+    lists, e.g. Adam's {'count', 'mu', 'nu'}), 'rng', and 'ema_params' where the run kept a
+    moving average of its weights (train.ema_decay > 0).
 
     `workdir` is a run's workdir (with checkpoints/) or its checkpoints/ folder. No model or
     shardings are needed: this is how fine-tuning and analysis start from a pretraining run,
@@ -440,7 +441,8 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
     state = restored[STATE]
     if not isinstance(state, dict):
         state = {"step": state.step, "params": state.params, "opt_state": state.opt_state,
-                 "rng": state.rng}
+                 "rng": state.rng, **({"ema_params": state.ema_params}
+                                      if getattr(state, "ema_params", None) is not None else {})}
     return jax.tree.map(np.asarray, state)
 
 
