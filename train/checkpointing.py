@@ -277,11 +277,10 @@ class Checkpointer:
             return json.loads((folder / process_file(0, count)).read_text())
         if (folder / LEGACY_DATA_FILE).exists():
             return json.loads((folder / LEGACY_DATA_FILE).read_text())
-        raise FileNotFoundError(f"{folder} holds no data state for process "
-                                f"{jax.process_index()} of {jax.process_count()} "
-                                f"(found: {sorted(names) or 'nothing'}): this step's checkpoint "
-                                "is incomplete; move its folder out of checkpoints/ to resume "
-                                "from the step before, or start a new --workdir")
+        raise FileNotFoundError(
+            f"{folder} holds no data state for process {jax.process_index()} of "
+            f"{jax.process_count()} (found: {sorted(names) or 'nothing'}): this step's checkpoint "
+            "is incomplete; move it out of checkpoints/ to resume from the step before")
 
     def restore_latest_good(self, abstract_state: Any, warn: Callable[[str], None] = print
                             ) -> tuple[Any, dict, int] | None:
@@ -411,16 +410,14 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
     """The whole train state of a run's checkpoint (default the latest) as saved, as host NumPy
     arrays: a dict of 'step', 'params', 'opt_state' (the optimizer's state as nested dicts and
     lists, e.g. Adam's {'count', 'mu', 'nu'}), 'rng', and 'ema_params' where the run kept a
-    moving average of its weights (train.ema_decay > 0).
-
-    `workdir` is a run's workdir (with checkpoints/) or its checkpoints/ folder. No model or
-    shardings are needed: this is how fine-tuning and analysis start from a pretraining run,
-    whatever devices wrote it. (The saved arrays' shardings name the mesh of the run that wrote
-    them, a pod slice's say; orbax restores to them unless told otherwise and refuses where
-    this process has other devices, so the target here is host arrays of the saved shapes.)
-    Nothing in the folder is written or cleaned up: a run may still be writing there.
-    Raises CheckpointError naming the folder when it holds no readable checkpoint.
-    """
+    moving average of its weights (train.ema_decay > 0). `workdir` is a run's workdir (with
+    checkpoints/) or its checkpoints/ folder. No model or shardings are needed: this is how
+    fine-tuning and analysis start from a pretraining run, whatever devices wrote it. (The saved
+    arrays' shardings name the mesh of the run that wrote them, a pod slice's say; orbax
+    restores to them unless told otherwise and refuses where this process has other devices, so
+    the target here is host arrays of the saved shapes.) Nothing in the folder is written or
+    cleaned up: a run may still be writing there. Raises CheckpointError naming the folder when
+    it holds no readable checkpoint."""
     directory = _checkpoints_folder(workdir)
     with ocp.CheckpointManager(directory, item_names=(STATE, DATA), item_handlers={
             STATE: ocp.StandardCheckpointHandler()}) as manager:
@@ -440,9 +437,8 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
                                   f"({type(error).__name__}: {error})") from error
     state = restored[STATE]
     if not isinstance(state, dict):
-        state = {"step": state.step, "params": state.params, "opt_state": state.opt_state,
-                 "rng": state.rng, **({"ema_params": state.ema_params}
-                                      if getattr(state, "ema_params", None) is not None else {})}
+        state = {key: getattr(state, key) for key in ("step", "params", "opt_state", "rng",
+                                                      "ema_params") if hasattr(state, key)}
     return jax.tree.map(np.asarray, state)
 
 
