@@ -280,7 +280,7 @@ def test_a_non_finite_loss_alone_or_gradient_alone_is_skipped(poisoned):
     not only when both are (NaN images poison both): the parameters and Adam's state stay,
     the step counts as non-finite, and the flags say which of the two it was."""
     tx, schedule = make_optimizer(optimizer_config(
-        name="adam", schedule="constant", learning_rate=0.1, warmup_steps=0, total_steps=10,
+        name="adam", schedule="constant", learning_rate=0.1, warmup_steps=0, total_steps=-1,
         end_learning_rate=0.0, clip_norm=0.0))
     step = jax.jit(make_train_step(_PoisonedQuadratic(), tx, schedule,
                                    train_config(nonfinite="skip")))
