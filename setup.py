@@ -27,6 +27,7 @@ setup(
         "grain>=0.2.18",
         "array-record>=0.8",
         "numpy",
+        "scipy",                         # Student's t for the findings' verdicts (train/findings.py)
         "tensorboardX",                  # TensorBoard event files without TensorFlow
         "tqdm",
         "pysword>=0.2.8",                # reads the SWORD Bible modules (bible_en_es)

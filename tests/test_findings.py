@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from train import findings
-from train.sweep_spec import Finding, Levelled, Metric, Reached, Stage, Sweep, SweepError
+from train.sweep_spec import (Finding, Levelled, Metric, Reached, Sensitive, Stage, Sweep,
+                              SweepError)
 
 ROWS = {"ref": "posemb=none", "a": "posemb=learned_1d", "b": "posemb=sincos_2d"}
 
@@ -44,20 +45,31 @@ def _judge(finding, runs, tmp_path=None):
 REF = [0.800, 0.810, 0.790]
 
 
+def test_a_change_is_clear_from_students_t_at_one_sided_95_percent():
+    """The quantiles of a printed t table (one-sided 0.05): 6.314 (1 degree of freedom),
+    2.920 (2), 2.132 (4); a change of 2.5 s.e. over 3 seeds is not clear."""
+    assert [round(findings.critical_t(n), 3) for n in (2, 3, 5)] == [6.314, 2.920, 2.132]
+    with pytest.raises(ValueError, match="at least two seeds"):
+        findings.critical_t(1)
+
+
 @pytest.mark.parametrize("a, expect, verdict", [
     ([0.830, 0.845, 0.818], "higher", "reproduced"),       # +3.1 points, every seed
-    ([0.806, 0.800, 0.800], "higher", "direction only"),   # +0.2 ± 0.6: within 2 s.e.
+    ([0.810, 0.828, 0.794], "higher", "direction only"),   # +1.07 ± 0.41: 2.63 s.e. < 2.92
+    ([0.806, 0.800, 0.800], "higher", "direction only"),   # +0.2 ± 0.6
     ([0.830, 0.845, 0.818], "lower", "not reproduced"),    # the opposite, clearly
-    ([0.806, 0.800, 0.800], "lower", "not reproduced"),    # the opposite, not clearly
+    ([0.806, 0.800, 0.800], "lower", "inconclusive"),      # the opposite, not clearly
 ])
 def test_a_directional_finding_is_judged_by_the_paired_change(a, expect, verdict):
     finding = Finding("a beats ref", metric="accuracy", row="a", expect=expect, paper="p")
     j = _judge(finding, _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5])))
     delta, se = _paired(a, REF)
     assert (j.delta, j.se, j.seeds) == (pytest.approx(delta), pytest.approx(se), 3)
-    clear = abs(delta) >= 2 * se
-    assert clear == (verdict == "reproduced" or (verdict == "not reproduced" and a[0] == 0.830))
+    clear = abs(delta) >= 2.920 * se
+    assert clear == (verdict in ("reproduced", "not reproduced"))
     assert j.verdict == verdict
+    if verdict == "inconclusive":
+        assert "the opposite direction, but within noise" in j.reason
 
 
 def test_perplexity_changes_are_in_percent_of_the_second_rows_mean():
@@ -71,26 +83,66 @@ def test_perplexity_changes_are_in_percent_of_the_second_rows_mean():
     assert j.verdict == "reproduced"
 
 
-@pytest.mark.parametrize("a, verdict", [
-    ([0.802, 0.811, 0.789], "reproduced"),                   # +0.07 ± 0.07: inside ± 1
-    ([0.840, 0.852, 0.829], "not reproduced"),               # +4.0 ± 0.1: all beyond ± 1
-    ([0.790, 0.830, 0.795], "not testable at this scale"),   # +0.5 ± 1.3: straddles ± 1
+@pytest.mark.parametrize("a, verdict, why", [
+    ([0.802, 0.811, 0.789], "reproduced", ""),            # +0.07 ± 0.07: inside ± 1
+    ([0.840, 0.852, 0.829], "not reproduced", ""),        # +4.0 ± 0.1: all beyond ± 1
+    ([0.790, 0.830, 0.795], "inconclusive", "(Δ itself is inside it)"),  # +0.5 ± 1.3: straddles ± 1
+    ([0.8095, 0.8205, 0.800], "inconclusive", "[+0.92, +1.08]"),  # +1.0 ± 0.03
 ])
-def test_a_level_finding_is_an_equivalence_test_within_its_tolerance(a, verdict):
+def test_a_level_finding_is_an_equivalence_test_within_its_tolerance(a, verdict, why):
     finding = Finding("a is level with ref", metric="accuracy", row="a", expect="level",
                       tolerance=1.0, paper="p")
     j = _judge(finding, _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5])))
     delta, se = _paired(a, REF)
-    inside, outside = abs(delta) + 2 * se <= 1.0, abs(delta) - 2 * se > 1.0
+    inside, outside = abs(delta) + 2.920 * se <= 1.0, abs(delta) - 2.920 * se > 1.0
     assert verdict == ("reproduced" if inside else "not reproduced" if outside else
-                       "not testable at this scale")
-    assert j.verdict == verdict
+                       "inconclusive")
+    assert j.verdict == verdict and why in j.reason
 
 
-def test_one_seed_is_never_a_clear_change():
+def test_one_seed_is_never_judged():
     finding = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p")
     j = _judge(finding, _runs(ref=([0.5], [5]), a=([0.9], [5])))
-    assert (j.verdict, j.seeds) == ("direction only", 1) and math.isnan(j.se)
+    assert (j.verdict, j.seeds) == ("not testable at this scale", 1) and math.isnan(j.se)
+    assert "one seed (of the sweep's 3)" in j.reason
+    assert j.delta == pytest.approx(40.0)  # still measured and shown
+
+
+def test_seeds_are_paired_by_the_seed_not_by_position():
+    runs = _runs(ref=(REF, [5, 5, 5]), a=([0.830, 0.845, 0.818], [5, 5, 5]))
+    runs["a"] = {k: v[::-1] for k, v in runs["a"].items()}  # listed as seeds 2, 1, 0
+    finding = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p")
+    delta, se = _paired([0.830, 0.845, 0.818], REF)
+    j = _judge(finding, runs)
+    assert (j.delta, j.se) == (pytest.approx(delta), pytest.approx(se))
+    from train.sweep_compare import change
+    assert change("accuracy", runs["a"], runs["ref"]) == (pytest.approx(delta),
+                                                          pytest.approx(se))
+
+
+def test_a_level_finding_needs_a_metric_that_separates_the_baseline():
+    """Sensitive: 'a within a point of ref' tests nothing when ref itself is within a point of
+    an untrained baseline."""
+    rows = {**ROWS, "untrained": "posemb=none"}
+    need = Sensitive("ref", "untrained", why="pretraining barely matters here")
+    finding = Finding("a is level with ref", metric="accuracy", row="a", expect="level",
+                      tolerance=1.0, paper="p", requires=(need,))
+    sweep = Sweep(title="t", stages=(Stage("train", "configs/vit/fashion_mnist.py"),), rows=rows,
+                  metrics=(Metric("accuracy"),), findings=(finding,))
+    a = [0.802, 0.811, 0.789]
+    for untrained, verdict in (([0.795, 0.806, 0.783], "not testable at this scale"),  # +0.5
+                               ([0.700, 0.712, 0.690], "reproduced")):                # +10
+        runs = _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5]), untrained=(untrained, [5, 5, 5]))
+        j = findings.judge(finding, sweep, runs, "ref", None, "sweep")
+        assert j.verdict == verdict, j.reason
+    assert "`ref` differs from `untrained` by only +0.53 ± 0.09 in accuracy" in findings.judge(
+        finding, sweep, _runs(ref=(REF, [5] * 3), a=(a, [5] * 3),
+                              untrained=([0.795, 0.806, 0.783], [5] * 3)),
+        "ref", None, "sweep").reason
+    with pytest.raises(SweepError, match="Sensitive applies to a 'level' finding"):
+        Sweep(title="t", stages=sweep.stages, rows=rows, metrics=sweep.metrics,
+              findings=(Finding("x", metric="accuracy", row="a", expect="higher", paper="p",
+                                requires=(need,)),))
 
 
 def test_a_comparison_of_two_metrics_of_one_row_pairs_its_seeds():

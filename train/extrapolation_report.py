@@ -7,7 +7,7 @@ Press et al. 2022) from its runs' records in WORKDIR (train/sweep_report.collect
                           paper's lines at its nearest lengths (its Table 3, trained on 1,024)
   DIR/findings.md         each of the paper's findings the sweep declares, judged seed by seed
                           (train/findings.py: reproduced / direction only / not reproduced /
-                          not testable at this scale)
+                          inconclusive / not testable at this scale)
 DIR defaults to WORKDIR. A row or seed without a finished run is left out and named.
 
 The sweep is not among train/sweep_compare.py's committed SWEEPS yet: those render their figures

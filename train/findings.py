@@ -4,18 +4,22 @@ tables of docs/findings.md (`python -m train.tables`).
 A finding (train/sweep_spec.py `Finding`) compares one row's metric with another's (or with
 another metric of the same row) seed by seed, as train/sweep_compare.py compares rows: Δ is the
 mean of the per-seed differences (perplexity: in % of the second's mean) and s.e. its standard
-error s_d / sqrt(n). With n = 3 seeds, a change is called clear when |Δ| >= 2 s.e.
-(`CLEAR`), the threshold the reproduction notes use throughout. The verdicts:
+error s_d / sqrt(n). A change is called clear when |Δ| >= t s.e., t the one-sided 95% quantile
+of Student's t with n - 1 degrees of freedom (`critical_t`: 2.92 with 3 seeds, 6.31 with 2):
+a paired t-test at 5% in the direction tested. The verdicts:
 
   reproduced             the paper's direction, clearly; for a 'level' finding (no
-                         difference), the whole interval Δ ± 2 s.e. within ± its tolerance
-  direction only         the paper's direction, but within 2 s.e. of no change
-  not reproduced         the opposite direction; for 'level', the whole interval beyond the
-                         tolerance
+                         difference), the whole interval Δ ± t s.e. (a 90% interval: two
+                         one-sided tests at 5%) within ± its tolerance
+  direction only         the paper's direction, but not clearly
+  not reproduced         the opposite direction, clearly; for 'level', the whole interval
+                         beyond the tolerance
+  inconclusive           the opposite direction, but not clearly; for 'level', an interval that
+                         straddles the tolerance (the reason gives it, and on which side Δ is)
   not testable at this scale
                          a requirement of the finding does not hold (a row that never left the
-                         plateau, a base row still improving), a row has no runs yet, or (for
-                         'level') the interval straddles the tolerance: too noisy to tell
+                         plateau, a base row still improving, a metric that does not separate
+                         pretrained from untrained), a row has no runs yet, or one seed only
 
 The sentence of the claim, the paper's numbers and the likely reason of a miss are declared
 with the finding in its sweep config; the statistic and the verdict are computed here.
@@ -29,13 +33,24 @@ import math
 from pathlib import Path
 
 import numpy as np
+import scipy.stats
 
-from train.sweep_compare import (RESULTS, SWEEPS, in_percent, load, missing_runs, scale,
-                                 sweep_command)
-from train.sweep_spec import Finding, Levelled, Reached, Sweep, SweepError
+from train.sweep_compare import (RESULTS, SWEEPS, by_seed, in_percent, load, missing_runs,
+                                 paired_change, scale, sweep_command)
+from train.sweep_spec import Finding, Levelled, Reached, Sensitive, Sweep, SweepError
 
-CLEAR = 2.0  # standard errors: a smaller change is not told apart from seed noise
-VERDICTS = ("reproduced", "direction only", "not reproduced", "not testable at this scale")
+CONFIDENCE = 0.95  # one-sided: a clear change is one seed noise makes less than 5% of the time
+VERDICTS = ("reproduced", "direction only", "not reproduced", "inconclusive",
+            "not testable at this scale")
+REPRODUCED, DIRECTION, NOT_REPRODUCED, INCONCLUSIVE, UNTESTABLE = VERDICTS
+
+
+def critical_t(n: int) -> float:
+    """How many standard errors a paired change over n seeds must reach to be clear: Student's
+    t quantile at CONFIDENCE with n - 1 degrees of freedom (2.920 for n = 3)."""
+    if n < 2:
+        raise ValueError(f"n={n}: a standard error needs at least two seeds")
+    return float(scipy.stats.t.ppf(CONFIDENCE, n - 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,25 +62,11 @@ class Judgement:
     reason: str = ""
 
 
-def paired_change(label: str, first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
-    """Mean and standard error of the per-seed differences first - second (both in seed order,
-    the same seeds); accuracies in points, perplexity in % of the second's mean."""
-    a, b = scale(label, np.asarray(first, np.float64)), scale(label, np.asarray(second, np.float64))
-    if "perplexity" in label:
-        a, b = 100 * a / b.mean(), 100 * b / b.mean()
-    d = a - b
-    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
-    return float(d.mean()), se
-
-
 def _pair(runs: dict, finding: Finding, reference: str | None):
     """The two series of the comparison over the seeds both rows have, in seed order."""
     second_row = finding.against or reference
-    first, second = runs[finding.row], runs[second_row]
-    seeds = np.intersect1d(first["seed"], second["seed"])
-    pick = lambda values, metric: np.array(  # noqa: E731
-        [values[metric][list(values["seed"]).index(s)] for s in seeds], np.float64)
-    return pick(first, finding.metric), pick(second, finding.against_metric or finding.metric), seeds
+    return by_seed(runs[finding.row], runs[second_row], finding.metric,
+                   finding.against_metric or finding.metric)
 
 
 def _eval_histories(results: Path, folder: str, row: str, stage: str) -> list[list[dict]] | None:
@@ -121,6 +122,33 @@ def _reached(need: Reached, runs: dict) -> str:
     return ""
 
 
+def _sensitive(need: Sensitive, finding: Finding, runs: dict) -> str:
+    """'' when `need.row` differs from `need.baseline` on the finding's metric by clearly more
+    than the finding's tolerance (the interval's near end beyond it), else the reason."""
+    a, b, seeds = by_seed(runs[need.row], runs[need.baseline], finding.metric)
+    delta, se = paired_change(finding.metric, a, b)
+    near = abs(delta) - (critical_t(len(seeds)) * se if len(seeds) > 1 else math.inf)
+    if near > finding.tolerance:
+        return ""
+    return (f"`{need.row}` differs from `{need.baseline}` by only {delta:+.2f} ± {se:.2f} in "
+            f"{finding.metric}, not clearly more than the tolerance ± {finding.tolerance:g}: "
+            f"{need.why}")
+
+
+def _requirement(need, finding: Finding, sweep: Sweep, runs: dict, results: Path,
+                 folder: str) -> str:
+    """'' when `need` holds, else the reason the finding cannot be tested."""
+    rows = need.rows if isinstance(need, Reached) else \
+        (need.row, need.baseline) if isinstance(need, Sensitive) else (need.row,)
+    if any(r not in runs for r in rows):
+        return f"no finished runs of {', '.join(r for r in rows if r not in runs)} yet"
+    if isinstance(need, Reached):
+        return _reached(need, runs)
+    if isinstance(need, Sensitive):
+        return _sensitive(need, finding, runs)
+    return _levelled(need, sweep, results, folder)
+
+
 def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str | None, results: Path,
           folder: str) -> Judgement:
     """The verdict on one finding from the runs of its sweep (train/sweep_compare.load)."""
@@ -131,46 +159,59 @@ def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str | None, res
                          "SWEEPS): give the Finding `against=ROW`")
     missing = [r for r in (finding.row, second) if r not in runs]
     if missing:
-        return Judgement(VERDICTS[3], reason=f"no finished runs of {', '.join(missing)} yet")
+        return Judgement(UNTESTABLE, reason=f"no finished runs of {', '.join(missing)} yet")
     first, other, seeds = _pair(runs, finding, reference)
     delta, se = paired_change(finding.metric, first, other)
+    n = len(seeds)
     for need in finding.requires:
-        if isinstance(need, Reached):
-            if any(r not in runs for r in need.rows):
-                return Judgement(VERDICTS[3], reason=f"no finished runs of {need.rows} yet")
-            why = _reached(need, runs)
-        else:
-            why = _levelled(need, sweep, results, folder)
+        why = _requirement(need, finding, sweep, runs, results, folder)
         if why:  # the change is shown, measured as it is, but it does not test the paper
-            return Judgement(VERDICTS[3], delta, se, len(seeds), why)
-    if math.isnan(se):     # one seed: no error to measure the change against
-        clear = False
-    else:                  # identical differences in every seed (se 0) are clear unless 0
-        clear = abs(delta) >= CLEAR * se if se > 0 else delta != 0
+            return Judgement(UNTESTABLE, delta, se, n, why)
+    if n < 2:
+        return Judgement(UNTESTABLE, delta, se, n,
+                         f"one seed (of the sweep's {sweep.seeds}): no seed-to-seed spread to "
+                         "tell the change from noise")
+    t = critical_t(n)
     if finding.expect == "level":  # an equivalence test: where does the whole interval lie?
-        half = CLEAR * se if not math.isnan(se) else math.inf
-        if abs(delta) + half <= finding.tolerance:
-            verdict = VERDICTS[0]
-        elif abs(delta) - half > finding.tolerance:
-            verdict = VERDICTS[2]
+        low, high = delta - t * se, delta + t * se
+        if abs(delta) + t * se <= finding.tolerance:
+            verdict = REPRODUCED
+        elif abs(delta) - t * se > finding.tolerance:
+            verdict = NOT_REPRODUCED
         else:
-            return Judgement(VERDICTS[3], delta, se, len(seeds),
-                             f"Δ ± 2 s.e. reaches both inside and beyond the tolerance "
-                             f"± {finding.tolerance:g}: too noisy to tell at this scale")
-    else:
+            where = "inside" if abs(delta) <= finding.tolerance else "beyond"
+            return Judgement(INCONCLUSIVE, delta, se, n,
+                             f"Δ ± {t:.2f} s.e. = [{low:+.2f}, {high:+.2f}] reaches both inside "
+                             f"and beyond the tolerance ± {finding.tolerance:g} (Δ itself is "
+                             f"{where} it)")
+    else:  # identical differences in every seed (se 0) are clear unless 0
+        clear = abs(delta) >= t * se if se > 0 else delta != 0
         agrees = delta > 0 if finding.expect == "higher" else delta < 0
-        verdict = (VERDICTS[0] if clear else VERDICTS[1]) if agrees else VERDICTS[2]
-    reason = "" if verdict == VERDICTS[0] else finding.if_not
-    return Judgement(verdict, delta, se, len(seeds), reason)
+        if agrees:
+            verdict = REPRODUCED if clear else DIRECTION
+        elif clear:
+            verdict = NOT_REPRODUCED
+        else:
+            reason = ("no change at all" if delta == 0 else
+                      f"the opposite direction, but within noise ({abs(delta) / se:.2f} s.e., "
+                      f"clear from {t:.2f})")
+            return Judgement(INCONCLUSIVE, delta, se, n,
+                             reason + (f"; {finding.if_not}" if finding.if_not else ""))
+    return Judgement(verdict, delta, se, n, "" if verdict == REPRODUCED else finding.if_not)
 
 
 def _statistic(finding: Finding, j: Judgement) -> str:
+    """'+1.23 ± 0.40 (n = 3, 3.07 s.e.; clear from 2.92)': the ratio rounded down, so that it
+    never reads as clear where the verdict says it is not."""
     if math.isnan(j.delta):
         return "-"
     unit = "%" if "perplexity" in finding.metric else ""
     digits = 1 if unit else 2
     error = "" if math.isnan(j.se) else f" ± {j.se:.{digits}f}"
-    ratio = "" if math.isnan(j.se) or j.se == 0 else f", {abs(j.delta) / j.se:.1f} s.e."
+    ratio = ""
+    if not math.isnan(j.se) and j.se > 0:
+        ratio = (f", {math.floor(100 * abs(j.delta) / j.se) / 100:.2f} s.e.; clear from "
+                 f"{critical_t(j.seeds):.2f}")
     return f"{j.delta:+.{digits}f}{unit}{error} (n = {j.seeds}{ratio})"
 
 

@@ -117,17 +117,33 @@ def scale(label: str, values):
     return 100 * values if in_percent(label) else values
 
 
-def change(label: str, row: dict, base: dict) -> tuple[float, float]:
-    """The row's change from the reference row over the seeds both have, paired by seed, and
-    its standard error (nan with one seed); perplexity in % of the reference's mean."""
-    common = np.intersect1d(row["seed"], base["seed"])
-    a = scale(label, row[label][np.isin(row["seed"], common)])
-    b = scale(label, base[label][np.isin(base["seed"], common)])
+def by_seed(row: dict, base: dict, label: str, base_label: str | None = None):
+    """`label` of `row` and `base_label` (default: the same) of `base` over the seeds both
+    have, each in seed order (paired by the seed itself, not by position), and those seeds."""
+    seeds = np.intersect1d(row["seed"], base["seed"])
+
+    def pick(runs: dict, key: str) -> np.ndarray:
+        index = {int(s): i for i, s in enumerate(runs["seed"])}
+        return np.array([runs[key][index[int(s)]] for s in seeds], np.float64)
+    return pick(row, label), pick(base, base_label or label), seeds
+
+
+def paired_change(label: str, first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error of the per-seed differences first - second (both in seed order,
+    the same seeds; nan error with one seed); accuracies in points, perplexity in % of the
+    second's mean."""
+    a, b = scale(label, np.asarray(first, np.float64)), scale(label, np.asarray(second, np.float64))
     if "perplexity" in label:
         a, b = 100 * a / b.mean(), 100 * b / b.mean()
     d = a - b
-    se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else math.nan
-    return float(d.mean()), float(se)
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
+    return float(d.mean()), se
+
+
+def change(label: str, row: dict, base: dict) -> tuple[float, float]:
+    """The row's change from the reference row over the seeds both have, paired by seed, and
+    its standard error (`paired_change`)."""
+    return paired_change(label, *by_seed(row, base, label)[:2])
 
 
 def paper_change(label: str, paper: dict, row: str, base: str) -> float:

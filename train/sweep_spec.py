@@ -85,14 +85,27 @@ class Levelled:
 
 
 @dataclasses.dataclass(frozen=True)
+class Sensitive:
+    """A 'level' finding is testable only where its metric tells `row` from `baseline` by
+    clearly more than the finding's tolerance (paired by seed, train/findings.py): e.g. BERT's
+    masking strategies are 'within a point' of each other only if pretraining itself is worth
+    clearly more than a point there; else the test cannot tell a strategy from none."""
+
+    row: str
+    baseline: str
+    why: str                  # what a metric this insensitive means, for the verdict's reason
+
+
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """One finding of the paper, stated in a sentence, and the paired comparison that tests it:
     `metric` of `row` against `against_metric` (default: the same) of `against` (default: the
     sweep's reference row), seed by seed. `expect`: what the paper found of the first relative
     to the second ('higher', 'lower' or 'level': no difference larger than `tolerance`, in the
-    units of the comparison). `paper`: the paper's own numbers for it, from its table. `if_not`: the likely reason, shown when ours does not
-    reproduce it. `requires`: what must hold of the runs for the comparison to test the paper
-    at all (`Reached`, `Levelled`)."""
+    units of the comparison). `paper`: the paper's own numbers for it, from its table.
+    `if_not`: the likely reason, shown when ours does not reproduce it. `requires`: what must
+    hold of the runs for the comparison to test the paper at all (`Reached`, `Levelled`,
+    `Sensitive`)."""
 
     claim: str
     metric: str
@@ -103,7 +116,7 @@ class Finding:
     against_metric: str = ""
     tolerance: float = 0.0
     if_not: str = ""
-    requires: tuple[Reached | Levelled, ...] = ()
+    requires: tuple[Reached | Levelled | Sensitive, ...] = ()
 
     def __post_init__(self):
         if self.expect not in EXPECTATIONS:
@@ -183,6 +196,12 @@ class Sweep:
         rows = [finding.row, *([finding.against] if finding.against else [])]
         metrics = [finding.metric, *([finding.against_metric] if finding.against_metric else [])]
         for need in finding.requires:
+            if isinstance(need, Sensitive):
+                if finding.expect != "level":
+                    raise SweepError(f"Finding {finding.claim!r}: Sensitive applies to a 'level' "
+                                     "finding (it compares a separation with its tolerance)")
+                rows += [need.row, need.baseline]
+                continue
             rows += list(need.rows) if isinstance(need, Reached) else [need.row]
             metrics.append(need.metric)
         for row in rows:

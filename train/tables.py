@@ -9,7 +9,7 @@ notebooks/**/*.md) from the committed records under notebooks/results/:
 
 so that no number in the docs is typed by hand. The tables (TABLES below): single runs from
 notebooks/results/runs/NAME/record.json (train/result_tables.py; a run not recorded yet renders
-as the commands that make and save its record), the three sweeps from their runs' result.json
+as the commands that make and save its record), the sweeps from their runs' result.json
 (train/sweep_compare.py), the verdicts on the papers' findings they test (train/findings.py),
 the diagnosis of BERT Table 8's collapsed encoders (train/diagnosis_tables.py), and
 docs/launch.md's cost estimates from the recipes' configs (train/recipe_costs.py).

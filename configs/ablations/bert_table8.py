@@ -44,7 +44,7 @@ from __future__ import annotations
 from configs import common
 from configs.bert import pretrain as pretrain_config
 from configs.bert.pretrain import TABLE8_MASKS
-from train.sweep_spec import Finding, Metric, Reached, Stage, Sweep
+from train.sweep_spec import Finding, Metric, Reached, Sensitive, Stage, Sweep
 
 PRETRAIN = "configs/bert/pretrain.py"
 FINETUNE = "configs/bert/finetune.py"
@@ -84,10 +84,19 @@ def _left_plateau(*rows: str) -> Reached:
                        "downstream numbers measure that collapse, not a masking strategy")
 
 
+# "Within a point" tells masking strategies apart only where pretraining itself is worth clearly
+# more than a point: the reference row against the encoder that was never pretrained.
+PRETRAINING_MATTERS = Sensitive("80-10-10", "untrained",
+                                why="pretraining itself moves this metric less than the "
+                                    "tolerance, so 'within a point' cannot tell a masking "
+                                    "strategy from no pretraining at all")
+
+
 def _robust(row: str, metric: str, column: int) -> Finding:
     return Finding(f"Fine-tuning is robust to the masking strategy: {row} is within a point "
                    "of 80-10-10", metric=metric, row=row, expect="level", tolerance=1.0,
-                   paper=_paper(row, column), requires=(_left_plateau(row),),
+                   paper=_paper(row, column),
+                   requires=(_left_plateau(row), PRETRAINING_MATTERS),
                    if_not="seed-to-seed spread larger than the paper's differences"
                    if metric == "classify.accuracy" else "")
 
@@ -100,7 +109,10 @@ FINDINGS = (
             "which fine-tuning never shows, hurts most when the encoder is frozen",
             metric="features.token_accuracy", row="100-0-0", expect="lower",
             paper=_paper("100-0-0", 2), requires=(_left_plateau("100-0-0"),)),
-    Finding("Random replacement only (0-0-100) is much worse than 80-10-10, fine-tuned",
+    # The paper's "much worse" rests on gaps of 0.5-0.6 (NER, MNLI), as large as 100-0-0's
+    # fine-tuned NER gap, which it counts as robust; ours tests the direction only.
+    Finding("Random replacement only (0-0-100) is worse than 80-10-10, fine-tuned (the "
+            "paper: 'much worse')",
             metric="token_accuracy", row="0-0-100", expect="lower", paper=_paper("0-0-100", 1),
             requires=(_left_plateau("0-0-100"),)),
     Finding("Random replacement only (0-0-100) is worse than 80-10-10, feature-based",
