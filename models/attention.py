@@ -167,7 +167,10 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
         (cuDNN where it can compute the call, else the 'xla' einsums, logged once per reason: a
         warning on a GPU, info elsewhere).
       dtype: compute dtype of the matmuls; default: the promoted dtype of query/key/value.
-        The softmax is always computed in float32.
+        The softmax is always computed in float32. The 'xla' path adds ``bias`` in float32;
+        the cuDNN kernel takes it in the compute dtype, so there a bias (ALiBi, T5, relative)
+        is rounded to bf16/fp16 first (ALiBi at distance 300 with slope 0.5 is -150, where bf16
+        steps by 1: neighbouring keys get the same bias).
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f'Unknown attention implementation {implementation!r}; allowed values: '

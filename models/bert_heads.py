@@ -71,11 +71,20 @@ class BiLSTM(nn.Module):
 
     hidden: int
 
+    def _cell(self, name: str) -> nn.OptimizedLSTMCell:
+        """flax's LSTM cell with its own initialisers, given logical axis names (a gate's input
+        kernel [d, hidden], recurrent kernel [hidden, hidden], bias [hidden]) so it shards by the
+        same rules as every other parameter (train/partitioning.py)."""
+        named = nn.with_logical_partitioning
+        return nn.OptimizedLSTMCell(
+            self.hidden, kernel_init=named(nn.initializers.lecun_normal(), ("embed", "mlp")),
+            recurrent_kernel_init=named(nn.initializers.orthogonal(), (None, "mlp")),
+            bias_init=named(nn.initializers.zeros_init(), ("mlp",)), name=name)
+
     @nn.compact
     def __call__(self, x, lengths):
-        forward = nn.RNN(nn.OptimizedLSTMCell(self.hidden, name="forward_cell"), name="forward")
-        backward = nn.RNN(nn.OptimizedLSTMCell(self.hidden, name="backward_cell"),
-                          name="backward")
+        forward = nn.RNN(self._cell("forward_cell"), name="forward")
+        backward = nn.RNN(self._cell("backward_cell"), name="backward")
         return nn.Bidirectional(forward, backward)(x, seq_lengths=lengths)
 
 

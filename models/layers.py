@@ -33,9 +33,9 @@ Initializer = Callable[..., Any]
 ACTIVATIONS = {
     'relu': jax.nn.relu,                                        # Vaswani et al. 2017, eq. 2
     # Hendrycks & Gimpel 2016: GELU(x) = x * Phi(x), Phi the standard normal CDF (via erf).
-    'gelu': lambda x: jax.nn.gelu(x, approximate=False),        # BERT, ViT
+    'gelu': lambda x: jax.nn.gelu(x, approximate=False),        # BERT, HF's ViT
     # Hendrycks & Gimpel 2016: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-    'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),    # GPT-2, original BERT TF code
+    'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),    # GPT-2, BERT's and ViT's own code
     # Ramachandran et al. 2017 (Swish, beta = 1), Elfwing et al. 2018 (SiLU): x * sigmoid(x).
     'swish': jax.nn.silu,                                       # Marian (the OPUS-MT models)
 }

@@ -125,7 +125,10 @@ class LearnedPositionEmbedding(nn.Module):
     """A trained table ``'embedding'`` of shape ``[max_length, features]`` (BERT, GPT, ViT).
 
     ``__call__(positions [b, l] int) -> [b, l, features]``. Cannot extrapolate: positions
-    ``>= max_length`` have no row, so a longer static sequence is an error.
+    ``>= max_length`` have no row, so a longer static sequence is an error. Position *values*
+    are traced under jit and cannot be checked here: one past the table reads a row of NaN
+    (``mode='fill'``), never another row silently; callers that choose positions check them
+    (``models/lm_decode.generate``).
     """
 
     max_length: int
@@ -143,7 +146,8 @@ class LearnedPositionEmbedding(nn.Module):
         table = self.param(
             'embedding', nn.with_logical_partitioning(self.embedding_init, ('length', 'embed')),
             (self.max_length, self.features), self.param_dtype)
-        return jnp.take(table, positions, axis=0).astype(self.dtype)
+        return jnp.take(table, positions, axis=0, mode='fill',
+                        fill_value=jnp.nan).astype(self.dtype)
 
 
 # ----------------------------------------------------------------------------------------------

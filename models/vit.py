@@ -28,7 +28,9 @@ Three later relative encodings, not in the paper's table:
                 Liu et al. 2021, which learns one per layer).
   'rope_2d'     axial 2-D rotary embedding (Heo et al. 2024, RoPE-Axial): in every layer, the first
                 half of each query/key head is rotated by the patch's row, the second half by its
-                column (`position.apply_rope` with [batch, tokens, 2] positions, base 10000), so
+                column (`position.apply_rope` with [batch, tokens, 2] positions, base 10000;
+                Heo et al.'s axial code uses base 100, which turns every frequency further over
+                a small grid: at 10000 the lowest few barely turn across 14 patches), so
                 logits depend on the 2-D offset only. Patch (r, c) sits at (r + 1, c + 1) and the
                 class token at (0, 0), i.e. it is not rotated and acts as a virtual patch one step
                 above and left of the grid, never at the place of a real patch (Heo et al.'s code
@@ -248,7 +250,7 @@ class ViT(nn.Module):
         elif cfg.posemb == "relative_bias_2d":
             attention_bias = position_2d.RelativePositionBias2D(
                 cfg.num_heads, grid_h, grid_w, num_prefix_tokens=prefix,
-                param_dtype=param_dtype, name="relative_bias")().astype(dtype)
+                param_dtype=param_dtype, name="relative_bias")()  # float32: as the logits
         elif cfg.posemb == "alibi_2d":  # a constant; the logits are summed in float32 anyway
             attention_bias = jnp.asarray(position.alibi_2d_bias(
                 cfg.num_heads, grid_h, grid_w, prefix))[None]

@@ -90,3 +90,17 @@ def test_feature_based_token_head_mlp_is_one_gelu_layer_per_token():
     expected = hidden @ params["classifier"]["kernel"] + params["classifier"]["bias"]
     assert logits.shape == (2, 6, 3)
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_bilstm_parameters_carry_logical_axis_names():
+    """Every parameter of the feature-based BiLSTM is named for the mesh rules (an unnamed one
+    would be replicated silently, even under FSDP)."""
+    from models.bert_heads import BiLSTM
+    x, lengths = jnp.ones((2, 5, 12)), jnp.array([5, 3])
+    variables = BiLSTM(8).init(jax.random.PRNGKey(0), x, lengths)
+    boxes = jax.tree.leaves(variables, is_leaf=lambda v: isinstance(v, nn.Partitioned))
+    assert boxes and all(isinstance(b, nn.Partitioned) for b in boxes)
+    names = {b.names for b in boxes}
+    assert names == {("embed", "mlp"), (None, "mlp"), ("mlp",)}
+    out = BiLSTM(8).apply(nn.meta.unbox(variables), x, lengths)
+    assert out.shape == (2, 5, 16) and bool(jnp.isfinite(out).all())

@@ -43,6 +43,7 @@ LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
     ("length", None),
     ("relpos_buckets", None),
     ("classes", None),
+    ("type_vocab", None),  # BERT's token-type (segment) embeddings: two rows
     ("patch", None),
     ("layers", None),   # the stacked axis of scanned blocks (models/stack.py)
 )
