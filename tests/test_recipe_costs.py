@@ -77,6 +77,22 @@ def _gpu_record(mfu, device_kind="NVIDIA H100 80GB HBM3"):
                         "device_memory": [{"peak_bytes_in_use": 3 * 2**30}]}}
 
 
+def test_a_measurement_set_up_unlike_its_recipe_says_how():
+    """BERT's recipe has dropout 0.1 in attention too; a step measured without it, with cuDNN
+    attention and on another jax, is shown with each difference (a planted mismatch)."""
+    import importlib.metadata
+    config = load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia")
+    assert config.model.attention_dropout_rate == 0.1
+    report = {"dropout": 0.1, "attention_dropout": 0.0, "attention": "auto",
+              "dtype": "bfloat16", "jax": "0.0.1"}
+    assert rc.differences(config, report) == [
+        "attention dropout 0 (recipe 0.1)",
+        "cuDNN attention where the recipe, with attention dropout, falls back to XLA's",
+        f"jax 0.0.1 (this checkout pins {importlib.metadata.version('jax')})"]
+    report.update(attention_dropout=0.1, jax=importlib.metadata.version("jax"))
+    assert rc.differences(config, report) == []
+
+
 def _measured_rows(table: str) -> dict[str, list[str]]:
     rows = [[cell.strip() for cell in line.strip("|").split("|")]
             for line in table.splitlines()[2:]]
@@ -96,17 +112,18 @@ def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
     rows = _measured_rows(table)
     cells = rows["ViT-B/16, ImageNet, from scratch"]
     assert "224x224, 197 tokens, batch 256" in cells[1]
-    assert cells[2:5] == ["114 ms", "20.0%", "3.0 GiB"]
-    assert cells[5] == rc._duration(total / (8 * 989e12 * 0.2))
-    assert cells[6] == rc._duration(total / (8 * 989e12 * 0.4))
-    assert cells[5] != cells[6]
+    assert cells[2] == "nothing"  # the test record gives no dropout or jax version to compare
+    assert cells[3:6] == ["114 ms", "20.0%", "3.0 GiB"]
+    assert cells[6] == rc._duration(total / (8 * 989e12 * 0.2))
+    assert cells[7] == rc._duration(total / (8 * 989e12 * 0.4))
+    assert cells[6] != cells[7]
     assert "not recorded yet" in rows["BERT-base, Wikipedia"][1]
     bert = rc.phases(load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia"))
     assert len(bert) == 2
     bert_total = sum(p.steps * p.batch * p.flops_per_example for p in bert)
     both = _measured_rows(rc.measured_table(_Records(**{vit_name: _gpu_record(0.2),
                                                         bert_name: _gpu_record(0.1)})))
-    assert both["BERT-base, Wikipedia"][5] == rc._duration(bert_total / (8 * 989e12 * 0.1))
+    assert both["BERT-base, Wikipedia"][6] == rc._duration(bert_total / (8 * 989e12 * 0.1))
     assert "not recorded yet" in rc.measured_table(_Records())
     with pytest.raises(ValueError, match=r"ran on 'NVIDIA A100-SXM4-80GB', not the 'NVIDIA "
                                          r"H100 80GB HBM3'"):

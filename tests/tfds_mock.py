@@ -4,7 +4,7 @@ imagenet2012, wikipedia), which cannot be downloaded here.
 `tfds.testing.mock_data` (what flax's wmt example tests itself with) keeps TFDS's own builders,
 with their feature names, dtypes and splits, and replaces their examples by random ones made
 from the feature specs: images of random sizes, labels below the class count, strings. The
-recipes' tests run the real pipelines and trainer on them, so two things are mended here:
+recipes' tests run the real pipelines and trainer on them, so three things are mended here:
 
   - TFDS 4.9.10's mocked array_record source cannot `__getitems__` (a batched read: the
     pipelines read a batch's examples at once): its mock binds the function without the
@@ -16,19 +16,26 @@ recipes' tests run the real pipelines and trainer on them, so two things are men
     prose of such words: a heading line, then one to three paragraphs of two to five
     sentences of 4-12 words, each capitalised and ending with a full stop. The same
     generator (seeded per example) makes the same text.
-
-Everything else is TFDS's: tfds.data_source(name, split) returns its ArrayRecordDataSource over
-the builder's real DatasetInfo. Split slicing ('train[:-2000]') is not applied by the mock:
-every split has `num_examples` examples.
+  - TFDS's mock ignores the split string: every split, and every slice of one ('train[:-2000]'),
+    is the same `num_examples` examples, seeded by their index alone, so a recipe that holds
+    out the end of a split (Wikipedia's only split, 'train') would evaluate on its training
+    articles without any test noticing. Here each split holds `num_examples` examples of its
+    own (split S's example i is the generator's example crc32(S) + i), and a split string is
+    read as TFDS reads it: `tfds.core.ReadInstruction.from_spec(spec).to_absolute(...)`, TFDS's
+    own parser (absolute, negative and percent boundaries, 'a+b'; a slice past the split's
+    size raises TFDS's ValueError). `READS[spec]` records the (split, index) pairs read through
+    each split string, for tests that check what was trained and evaluated on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import zlib
 
 import numpy as np
 
 LETTERS = np.array(list("abcdefghij"))
+READS: dict[str, set[tuple[str, int]]] = {}  # split string -> (split, index) read through it
 
 
 def _word(rng: np.random.Generator) -> str:
@@ -45,6 +52,54 @@ def prose(rng: np.random.Generator) -> str:
     paragraphs = [" ".join(_sentence(rng) for _ in range(int(rng.integers(2, 6))))
                   for _ in range(int(rng.integers(1, 4)))]
     return "\n\n".join([_word(rng).capitalize(), *paragraphs])
+
+
+def split_rows(spec: str, num_examples: int) -> list[tuple[str, int]]:
+    """The (split, index) rows a TFDS split string selects when every split has `num_examples`
+    examples, in TFDS's order: 'train[-2:]' of 5 -> [('train', 3), ('train', 4)]."""
+    import tensorflow_datasets as tfds
+
+    class EverySplit(dict):  # the mocked builders declare no split sizes: all have num_examples
+        def __contains__(self, name):
+            return True
+
+        def __missing__(self, name):
+            return tfds.core.SplitInfo(name=name, shard_lengths=[num_examples], num_bytes=0,
+                                       filename_template=None)
+
+    instructions = tfds.core.ReadInstruction.from_spec(spec).to_absolute(EverySplit())
+    return [(i.splitname, index) for i in instructions
+            for index in range(i.from_ or 0, num_examples if i.to is None else i.to)]
+
+
+class SlicedRecords:
+    """The records of one split string (what the mocked ArrayRecordDataSource reads)."""
+
+    def __init__(self, spec: str, generator, num_examples: int):
+        self.spec, self.generator = spec, generator
+        self.rows = split_rows(spec, num_examples)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: int):
+        split, index = self.rows[key]
+        READS.setdefault(self.spec, set()).add((split, index))
+        return self.generator[zlib.crc32(split.encode()) + index]
+
+    def __getitems__(self, keys):
+        return [self[int(key)] for key in keys]
+
+
+def _sliced(as_data_source, num_examples: int):
+    """The mocked `DatasetBuilder.as_data_source`, its string splits read as TFDS reads them."""
+    def sliced(self, split=None, *args, **kwargs):
+        source = as_data_source(self, split, *args, **kwargs)
+        if isinstance(split, str):
+            source.data_source = SlicedRecords(split, source.data_source._generator,
+                                               num_examples)
+        return source
+    return sliced
 
 
 @contextlib.contextmanager
@@ -68,6 +123,9 @@ def mock_tfds(num_examples: int):
                                        "_generate_random_string_array", strings))
         stack.enter_context(tfds.testing.mock_data(num_examples=num_examples,
                                                    policy=tfds.testing.MockPolicy.USE_CODE))
+        builder = tfds.core.DatasetBuilder
+        stack.enter_context(mock_patch(builder, "as_data_source",
+                                       _sliced(builder.as_data_source, num_examples)))
         yield
 
 

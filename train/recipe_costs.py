@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import math
 import sys
 
@@ -219,23 +220,48 @@ MEASURED = {"BERT-base, Wikipedia": "bench_gpu_bert_base_128",
             "ViT-B/16, ImageNet, from scratch": "bench_gpu_vit_b16"}
 
 
+def differences(config, report: dict) -> list[str]:
+    """How a measured step (a benchmarks/train_step.py report) was set up differently from the
+    recipe `config` it stands for: dropout rates, the compute dtype the launch page gives
+    (bfloat16), and the jax version beside this checkout's. Attention-probability dropout
+    matters twice: cuDNN's fused attention cannot apply it, so under `auto` the recipe's
+    attention runs XLA's einsums where the measurement may have had cuDNN."""
+    out = []
+    for key, name in (("dropout", "dropout_rate"), ("attention_dropout",
+                                                    "attention_dropout_rate")):
+        if key in report and float(report[key]) != float(config.model[name]):
+            out.append(f"{key.replace('_', ' ')} {report[key]:g} (recipe "
+                       f"{config.model[name]:g})")
+    if report.get("dtype", "bfloat16") != "bfloat16":
+        out.append(f"{report['dtype']} (launched in bfloat16)")
+    if float(config.model.get("attention_dropout_rate", 0.0)) > 0 and report.get(
+            "attention") in ("auto", "cudnn") and not float(report.get("attention_dropout", 0)):
+        out.append("cuDNN attention where the recipe, with attention dropout, falls back to XLA's")
+    here = importlib.metadata.version("jax")
+    if report.get("jax") and report["jax"] != here:
+        out.append(f"jax {report['jax']} (this checkout pins {here})")
+    return out
+
+
 def measured_table(records) -> str:
     """Each recipe of MEASURED: what its record measured (the step, its MFU, the device memory
-    at its peak) and the recipe's total time on one 8-GPU node at that MFU beside the estimate
-    at DEFAULT_MFU. `records.get(name)` gives a record or None (train/result_tables.Records)."""
+    at its peak), how its setup differs from the recipe's (`differences`), and the recipe's
+    total time on one 8-GPU node at that MFU beside the estimate at DEFAULT_MFU.
+    `records.get(name)` gives a record or None (train/result_tables.Records)."""
     node = TARGETS[0]
-    lines = ["| recipe | measured (record) | step | MFU | device memory at peak | total time on "
-             f"{node.name} at the measured MFU | at {DEFAULT_MFU:.0%} (estimate) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| recipe | measured (record) | differs from the recipe | step | MFU | device memory "
+             f"at peak | total time on {node.name} at the measured MFU | at {DEFAULT_MFU:.0%} "
+             "(estimate) |", "|---|---|---|---|---|---|---|---|"]
     for recipe in RECIPES:
         name = MEASURED.get(recipe.name)
         if name is None:
             continue
-        run = phases(load_config_file(recipe.config))
+        config = load_config_file(recipe.config)
+        run = phases(config)
         estimate = _duration(run_seconds(run, node, DEFAULT_MFU))
         record = records.get(name)
         if record is None:
-            lines.append(f"| {recipe.name} | `{name}`: not recorded yet | - | - | - | - | "
+            lines.append(f"| {recipe.name} | `{name}`: not recorded yet | - | - | - | - | - | "
                          f"{estimate} |")
             continue
         report, machine = record["metrics"], record["machine"]
@@ -248,7 +274,7 @@ def measured_table(records) -> str:
         lines.append(
             f"| {recipe.name} | `{name}`: {report['model']} {report['size']}, {report['shape']}, "
             f"batch {report['batch']} on one device, {report['dtype']}, attention "
-            f"{report['attention']} "
+            f"{report['attention']} | {'; '.join(differences(config, report)) or 'nothing'} "
             f"| {_duration(ours['step_s'])} | {ours['mfu']:.1%} | {memory} | "
             f"{_duration(run_seconds(run, node, ours['mfu']))} | {estimate} |")
     return "\n".join(lines)
