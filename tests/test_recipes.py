@@ -3,7 +3,10 @@
 TFDS's mock data for the real dataset (tests/tfds_mock.py: the builder's features and splits,
 random examples) on 4 forced CPU devices with data=2 x fsdp=2 (the real mesh rules: batch split
 over both axes, parameters sharded on fsdp), with the recipe's settings but for a tiny model and
-a few steps (each config's `smoke` variant)."""
+a few steps (each config's `smoke` variant). tests/scripts/recipe_probe.py reports what the
+run's train state and batches were: the parameters' shardings and the batch shapes per device
+(checked here), and which mock examples each split string read (tests/tfds_mock.py honours
+TFDS's slices, so a held-out slice is disjoint from the training one)."""
 
 from __future__ import annotations
 
@@ -16,12 +19,40 @@ from conftest import json_report, run_python
 MESH = ["--config.mesh.data=2", "--config.mesh.fsdp=2"]
 
 
-def _train(tmp_path, num_examples: int, config: str, workdir, *more) -> tuple[int, str]:
-    """(exit status of python -m train, its stderr) for `config` on mocked TFDS data."""
-    result = run_python(["tests/scripts/recipe_run.py", str(num_examples), "--config", config,
+def _train(tmp_path, num_examples: int, config: str, workdir, *more) -> tuple[int, str, dict]:
+    """(exit status of python -m train, its stderr, recipe_probe's report) for `config` on
+    mocked TFDS data."""
+    result = run_python(["tests/scripts/recipe_probe.py", str(num_examples), "--config", config,
                          "--workdir", str(workdir), *MESH, *more],
                         env={"PAPERS_JAX_DATA": str(tmp_path / "data")}, devices=4)
-    return json_report(result.stdout)["code"], result.stderr
+    code = json.loads(next(line for line in result.stdout.splitlines()
+                           if line.startswith('{"code"')))["code"]
+    return code, result.stderr, json_report(result.stdout)["probe"]
+
+
+def _assert_fsdp_sharded(params: dict) -> None:
+    """Every weight matrix (kernels, embedding tables) of the trained state is split over the
+    mesh's fsdp axis (size 2) along its 'embed' dimension, and every parameter whose sharding
+    names fsdp holds half of that dimension on a device; nothing is split over `data`."""
+    assert params, "the trained state's parameters were not reported"
+    matrices = [path for path in params if path.endswith(("kernel", "embedding"))]
+    assert len(matrices) >= 5, sorted(params)
+    for path, param in params.items():
+        assert "data" not in str(param["spec"]), (path, param)
+        if path in matrices:
+            assert "fsdp" in param["spec"], (path, param)
+        if "fsdp" in param["spec"]:
+            axis = param["spec"].index("fsdp")
+            half = [size // 2 if i == axis else size for i, size in enumerate(param["shape"])]
+            assert param["shape"][axis] % 2 == 0 and param["device_shape"] == half, (path, param)
+
+
+def _batches(probe: dict, field: str) -> list[tuple[list, list]]:
+    """(global shape, per-device shape) of `field` in each train step's batch, checking that
+    the batch is split over both batch axes (data x fsdp: 4 devices)."""
+    steps = [step[field] for step in probe["steps"]]
+    assert all(array["spec"][0] == ["data", "fsdp"] for array in steps), steps
+    return [(array["shape"], array["device_shape"]) for array in steps]
 
 
 def _log(workdir, split: str) -> list[dict]:
@@ -36,10 +67,14 @@ def _config(workdir) -> dict:
 def test_bert_pretrains_on_wikipedia_through_the_stream_and_both_phases(tmp_path):
     """size=base,data=wikipedia: articles streamed, split into passages and sentences in the
     pipeline, a WordPiece vocabulary trained on a sample of them, App. A.2's optimizer and
-    schedule, and the last 10% of the steps in phase 2 (longer rows, its own batch)."""
+    schedule, and the last 10% of the steps in phase 2 (longer rows, its own batch). The recipe
+    holds out Wikipedia's last 2,000 articles (train[-2000:], pinned in
+    test_recipe_hyperparameters.py), more than the 40 mock articles: here the last 8, read
+    through TFDS's slicing, and never trained on."""
     workdir = tmp_path / "bert"
-    code, stderr = _train(tmp_path, 40, "configs/bert/pretrain.py:size=base,data=wikipedia,smoke",
-                          workdir)
+    code, stderr, probe = _train(
+        tmp_path, 40, "configs/bert/pretrain.py:size=base,data=wikipedia,smoke", workdir,
+        "--config.data.train_split=train[:-8]", "--config.data.eval_split=train[-8:]")
     assert code == 0, stderr[-3000:]
     config = _config(workdir)
     assert config["data"]["source"] == "tfds"
@@ -48,13 +83,27 @@ def test_bert_pretrains_on_wikipedia_through_the_stream_and_both_phases(tmp_path
     assert (optimizer["name"], optimizer["schedule"], optimizer["learning_rate"],
             optimizer["b2"], optimizer["weight_decay"]) == ("adamw", "linear", 1e-4, 0.999, 0.01)
     assert config["data"]["phase2_fraction"] == 0.1 and config["model"]["posemb"] == "learned"
-    # Phase 2 ran: the last step drew from the second pipeline (PhasedIterator's state).
+    # Phase 2 ran: the last step drew from the second pipeline (PhasedIterator's state) ...
     state = json.loads((workdir / "checkpoints" / "12" / "data" /
                         "process_0-of-1.json").read_text())["train_iterator"]
     assert state["batches"] == 12 and state["second"] is not None
-    assert [e["step"] for e in _log(workdir, "train")] == [4, 8, 12]
+    # ... and the jitted step got its rows: 11 steps of 8 x 32 tokens (2 rows a device), then
+    # 10% of 12 steps, one, of phase 2's 4 x 64 (one row a device), 10 predictions a row.
+    phase1, phase2 = ([8, 32], [2, 32]), ([4, 64], [1, 64])
+    assert _batches(probe, "input_ids") == [phase1] * 11 + [phase2]
+    assert _batches(probe, "masked_positions")[-1] == ([4, 10], [1, 10])
+    train = _log(workdir, "train")
+    assert [e["step"] for e in train] == [4, 8, 12]
+    assert all(np.isfinite([e["loss"], e["mlm_loss"], e["nsp_loss"]]).all() for e in train)
     final = _log(workdir, "eval")[-1]
     assert final["step"] == 12 and 0 <= final["mlm_accuracy"] <= 1 and "nsp_accuracy" in final
+    assert np.isfinite(final["mlm_loss"]) and np.isfinite(final["nsp_loss"])
+    _assert_fsdp_sharded(probe["params"])
+    # Trained on articles 0-31 (the vocabulary's sample among them), evaluated on 32-39 alone.
+    reads = {spec: {tuple(row) for row in rows} for spec, rows in probe["reads"].items()}
+    assert set(reads) == {"train[:-8]", "train[-8:]"}
+    assert reads["train[-8:]"] == {("train", i) for i in range(32, 40)}
+    assert reads["train[:-8]"] and reads["train[:-8]"] <= {("train", i) for i in range(32)}
     cached = list((tmp_path / "data" / "vocab").glob("wikipedia*sample20*.json"))
     assert cached, "the vocabulary was trained on the sample of 20 articles"
 
@@ -65,7 +114,7 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution
     with momentum, a new zero head, the rest from the pretraining run's last checkpoint, its
     position embeddings resampled from the 4 x 4 patch grid to 6 x 6)."""
     pretrain = tmp_path / "vit"
-    code, stderr = _train(tmp_path, 48, "configs/vit/imagenet.py:smoke", pretrain)
+    code, stderr, probe = _train(tmp_path, 48, "configs/vit/imagenet.py:smoke", pretrain)
     assert code == 0, stderr[-3000:]
     config = _config(pretrain)
     assert (config["optimizer"]["name"], config["optimizer"]["weight_decay"],
@@ -75,9 +124,12 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution
                                                                           "center_crop")
     assert config["model"]["head_hidden_size"] == 32 and config["model"]["dropout_rate"] == 0.1
     assert _log(pretrain, "eval")[-1]["step"] == 6
+    # 16 images of 32 x 32 a step, 4 a device; the weights sharded over fsdp.
+    assert _batches(probe, "image") == [([16, 32, 32, 3], [4, 32, 32, 3])] * 6
+    _assert_fsdp_sharded(probe["params"])
 
     finetune = tmp_path / "vit_ft"
-    code, stderr = _train(tmp_path, 48, f"configs/vit/imagenet.py:stage=finetune,init={pretrain},"
+    code, stderr, probe = _train(tmp_path, 48, f"configs/vit/imagenet.py:stage=finetune,init={pretrain},"
                           "smoke", finetune)
     assert code == 0, stderr[-3000:]
     assert f"weights: the run in {pretrain}, its latest checkpoint" in stderr
@@ -91,6 +143,10 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution
     assert config["model"]["image_size"] == [48, 48] and config["model"]["head_hidden_size"] == 0
     assert config["data"]["eval_resize"] == "resize"
     assert 0 <= _log(finetune, "eval")[-1]["accuracy"] <= 1
+    # The weights read from the checkpoint are placed sharded like trained ones; 48 px crops.
+    assert _batches(probe, "image") == [([16, 48, 48, 3], [4, 48, 48, 3])] * 6
+    _assert_fsdp_sharded(probe["params"])
+    assert probe["params"]["posemb/embedding"]["shape"] == [1 + 6 * 6, 32]
 
     # What the fine-tuning run started from, read here on one device from the checkpoint that 4
     # wrote: the pretraining run's last weights, the position table resampled (the class
@@ -118,7 +174,7 @@ def test_transformer_trains_on_wmt14_and_scores_the_averaged_checkpoints(tmp_pat
     beam search and BLEU on the test split (newstest2014), the final eval of the average of the
     last checkpoints (3 in the smoke run, 5 at base)."""
     workdir = tmp_path / "wmt"
-    code, stderr = _train(tmp_path, 48, "configs/transformer/translate.py:size=base,data=wmt14,"
+    code, stderr, probe = _train(tmp_path, 48, "configs/transformer/translate.py:size=base,data=wmt14,"
                           "smoke", workdir)
     assert code == 0, stderr[-3000:]
     config = _config(workdir)
@@ -131,6 +187,14 @@ def test_transformer_trains_on_wmt14_and_scores_the_averaged_checkpoints(tmp_pat
     assert final["averaged_checkpoints"] == 3 and "averaged_checkpoints" not in evals[0]
     assert final["decoded"] == 48 and 0 <= final["bleu"] <= 100
     assert "the average of the last 3 checkpoints, steps 4, 8, 12" in stderr
+    # Packed rows of 32 tokens, 8 a step, 2 a device; the weights sharded over fsdp.
+    assert _batches(probe, "inputs") == [([8, 32], [2, 32])] * 12
+    assert _batches(probe, "targets") == [([8, 32], [2, 32])] * 12
+    _assert_fsdp_sharded(probe["params"])
+    assert all(np.isfinite(e["loss"]) for e in _log(workdir, "train"))
+    # Scored on the test split, newstest2014's stand-in: its own examples, not training ones.
+    reads = {spec: {tuple(row) for row in rows} for spec, rows in probe["reads"].items()}
+    assert reads["test"] == {("test", i) for i in range(48)} and not reads["test"] & reads["train"]
 
 
 def test_the_wmt14_test_split_is_newstest2014():
