@@ -341,18 +341,23 @@ def test_mha_params_have_logical_names():
 @pytest.mark.parametrize('kv_heads', [4, 2])
 def test_attention_weights_are_float32_for_bfloat16_inputs(kv_heads):
     """The logits accumulate in float32 and the softmax runs in float32 whatever the compute
-    dtype (in bfloat16 each probability would keep 8 significant bits), masked or not, multi-head
-    and grouped-query."""
-    q = jnp.asarray(_normal(1, 3, 4, 8), jnp.bfloat16)
-    k = jnp.asarray(_normal(1, 8, kv_heads, 8), jnp.bfloat16)
+    dtype, masked or not, multi-head and grouped-query. With head_dim 16 the scale 1/4 is exact
+    in bfloat16 and every product of two bfloat16 numbers is exact in float32, so the weights
+    equal a float64 softmax of the very bfloat16 inputs to float32 rounding (a softmax computed
+    in bfloat16 keeps 8 significant bits: errors near 1e-3)."""
+    q = jnp.asarray(_normal(1, 3, 4, 16), jnp.bfloat16)
+    k = jnp.asarray(_normal(1, 8, kv_heads, 16), jnp.bfloat16)
     mask = np.tril(np.ones((3, 8), bool), k=4)[None, None]
-    one_hot = np.broadcast_to(np.eye(8)[None, :, None, :], (1, 8, kv_heads, 8))  # out = probs
+    q64, k64 = np.asarray(q, np.float64), np.asarray(k, np.float64)  # the inputs, exactly
+    k64 = np.repeat(k64, 4 // kv_heads, axis=2)  # query head i reads key head i // g
+    logits = np.einsum('bqhd,bkhd->bhqk', q64, k64) / 4.0
     for m in (None, mask):
         weights = A.attention_weights(q, k, mask=m)
         assert weights.dtype == jnp.float32
-        reference = np_attention(np.asarray(q, np.float32), np.asarray(k, np.float32), one_hot,
-                                 mask=m).transpose(0, 2, 1, 3)
-        np.testing.assert_allclose(weights, reference, atol=1e-2)  # q / sqrt(d) is rounded
+        allowed = np.ones(logits.shape, bool) if m is None else np.broadcast_to(m, logits.shape)
+        e = np.where(allowed, np.exp(logits - logits.max(-1, keepdims=True)), 0.0)
+        reference = e / e.sum(-1, keepdims=True)
+        np.testing.assert_allclose(weights, reference, rtol=0, atol=1e-6)
 
 
 def test_mha_bfloat16_compute():

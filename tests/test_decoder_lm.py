@@ -154,6 +154,19 @@ def test_learned_positions_past_the_table_raise_and_the_others_extrapolate():
         assert logits.shape == (1, 9, VOCAB) and np.all(np.isfinite(logits)), posemb
 
 
+@pytest.mark.parametrize("posemb", ["sinusoidal", "rope", "alibi", "t5", "none"])
+def test_positions_past_max_length_are_the_positions_themselves(posemb):
+    """max_length bounds only the learned table: 16 tokens under max_length=8 give the logits
+    they give under max_length=16 and 32, where every position has its own encoding, so
+    positions 8..15 are neither clamped to 7 nor wrapped."""
+    x = tokens(np.random.default_rng(8), 2, 16)
+    params = random_params(tiny(posemb=posemb, max_length=16), seed=3)
+    short, long, longer = (DecoderLM(tiny(posemb=posemb, max_length=n)).apply(
+        {"params": params}, x) for n in (8, 16, 32))
+    np.testing.assert_allclose(short, long, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(short, longer, rtol=1e-6, atol=1e-6)
+
+
 def test_tied_output_layer_and_post_ln():
     """Tied: logits = h E^T with the token embeddings (no 'logits' parameter); post-LN has no
     final norm; both change the function."""

@@ -68,6 +68,49 @@ def test_trigram_probabilities_equal_the_hand_count():
             assert sum(expected) == 1
 
 
+# Distinct discounts D(1), D(2), D(3+) = 3/10, 1/2, 7/10 (Chen & Goodman's modified KN), on a
+# corpus of bigrams, vocab_size 5 (P0 = 1/5): (1 2) once, (1 3) twice, (1 4) four times, (2 3),
+# (2 4), (3 4) once each; so history 1 reaches every discount at the top level:
+#   c(1 .) = 7, N1 = N2 = N3+ = 1; gamma(1) = (3/10 + 1/2 + 7/10) / 7 = (3/2) / 7.
+# Continuation counts N1+(. w): 2 after {1}: 1; 3 after {1, 2}: 2; 4 after {1, 2, 3}: 3 (and 4,
+# not 3, at the top: count 3+ covers every count >= 3); 0 and 1: 0. Sum 6, N1 = N2 = N3+ = 1.
+#   P1(w) = (max(N(. w) - D, 0) + (3/10 + 1/2 + 7/10) * 1/5) / 6 = (max(..) + 3/10) / 6:
+#   w 0, 1: (3/10) / 6 = 1/20; 2: (7/10 + 3/10) / 6 = 1/6; 3: (3/2 + 3/10) / 6 = 3/10;
+#   4: (23/10 + 3/10) / 6 = 13/30.
+# P2(w | 1) = (max(c(1 w) - D, 0) + 3/2 P1(w)) / 7:
+#   0, 1: (3/40) / 7 = 3/280; 2: (7/10 + 1/4) / 7 = 19/140; 3: (3/2 + 9/20) / 7 = 39/140;
+#   4: (33/10 + 13/20) / 7 = 79/140.
+# P2(w | 2) = (max(c(2 w) - D, 0) + 2 * 3/10 P1(w)) / 2   (c(2 .) = 2, N1 = 2):
+#   0, 1: 3/200; 2: 1/20; 3: (7/10 + 9/50) / 2 = 11/25; 4: (7/10 + 13/50) / 2 = 12/25.
+# P2(w | 3) = max(c(3 w) - D, 0) + 3/10 P1(w)   (c(3 .) = 1):
+#   0, 1: 3/200; 2: 1/20; 3: 9/100; 4: 7/10 + 13/100 = 83/100. History 0 or 4: unseen, P1.
+MODIFIED_CORPUS = [[1, 2]] + [[1, 3]] * 2 + [[1, 4]] * 4 + [[2, 3], [2, 4], [3, 4]]
+MOD_P1 = [Fraction(1, 20), Fraction(1, 20), Fraction(1, 6), Fraction(3, 10), Fraction(13, 30)]
+MOD_P2 = {1: [Fraction(3, 280), Fraction(3, 280), Fraction(19, 140), Fraction(39, 140),
+              Fraction(79, 140)],
+          2: [Fraction(3, 200), Fraction(3, 200), Fraction(1, 20), Fraction(11, 25),
+              Fraction(12, 25)],
+          3: [Fraction(3, 200), Fraction(3, 200), Fraction(1, 20), Fraction(9, 100),
+              Fraction(83, 100)],
+          0: MOD_P1, 4: MOD_P1}
+
+
+def test_distinct_discounts_for_counts_one_two_and_three_plus_equal_the_hand_count():
+    """Each count meets its own discount, in the numerator and in gamma, at the top level
+    (raw counts) and the lower one (continuation counts): a swapped count -> discount mapping
+    keeps every sum at 1 but not these values."""
+    model = KneserNey(MODIFIED_CORPUS, order=2, vocab_size=5, discounts=(0.3, 0.5, 0.7))
+    assert model.levels[0].discounts == model.levels[1].discounts == (0.3, 0.5, 0.7)
+    unigram = model.probabilities(np.zeros((5, 1), np.int64), np.arange(5))  # via history 0
+    np.testing.assert_allclose(unigram, [float(p) for p in MOD_P1], rtol=1e-12)
+    assert sum(MOD_P1) == 1
+    for history, expected in MOD_P2.items():
+        got = model.probabilities(np.full((5, 1), history), np.arange(5))
+        np.testing.assert_allclose(got, [float(p) for p in expected], rtol=1e-12,
+                                   err_msg=f"history {history}")
+        assert sum(expected) == 1
+
+
 def test_trigram_distributions_sum_to_one_seen_or_not():
     rng = np.random.default_rng(0)
     zipf = 1.0 / np.arange(1, 201) ** 1.2  # rare tokens: every count of counts is there

@@ -222,6 +222,41 @@ def test_a_fraction_of_the_labels_is_as_many_of_every_class(fashion_mnist_env):
     assert not np.array_equal(chosen(1)[0], indices)
 
 
+@pytest.mark.parametrize("spec", ["configs/vit/mae.py:smoke",
+                                  "configs/vit/fashion_mnist.py:smoke,labels=0.05"],
+                         ids=["mae", "classify"])
+def test_a_random_fraction_is_the_seeded_draw_without_replacement(fashion_mnist_env, spec):
+    """data.train_subset='random' (the MAE config's default) through the task: round(f N) =
+    100 of the 2,000 training images, the seed's uniform draw without replacement
+    (data/pipelines/subsets.py: NumPy's default_rng(config.seed), sorted), in whatever class
+    proportions it gives; another seed draws others."""
+    from train.tasks.classify import ClassificationTask
+    from train.tasks.mae_pretrain import MAEPretrainingTask
+
+    task_class = MAEPretrainingTask if "mae.py" in spec else ClassificationTask
+
+    def chosen(seed):
+        config = _config(spec, seed=seed, **{"data.train_fraction": 0.05,
+                                             "data.train_subset": "random"})
+        source = task_class(config).train_source()
+        return np.asarray(source.indices), source
+
+    if task_class is MAEPretrainingTask:
+        assert load_config_file(spec).data.train_subset == "random"  # the default there
+    indices, source = chosen(0)
+    total = len(source.source)
+    assert total == 2000
+    expected = np.sort(np.random.default_rng(0).choice(total, size=100, replace=False))
+    np.testing.assert_array_equal(indices, expected)
+    labels = np.array([source[i]["label"] for i in range(len(source))])
+    np.testing.assert_array_equal(labels, [source.source[int(i)]["label"] for i in expected])
+    assert not (np.bincount(labels, minlength=10) == 10).all()  # not the balanced draw
+    other, _ = chosen(3)
+    np.testing.assert_array_equal(
+        other, np.sort(np.random.default_rng(3).choice(total, size=100, replace=False)))
+    assert not np.array_equal(other, indices)
+
+
 def test_a_model_key_the_task_does_not_read_is_refused():
     """A typo in a config file's model section, or a flag that is not a bool, is an error that
     names the key, not a setting silently left at its default."""

@@ -370,14 +370,38 @@ def test_every_number_out_of_its_range_is_named_with_the_range(overrides, match)
     dict(schedule="linear", warmup_steps=99, total_steps=-1),
 ])
 def test_the_edges_of_the_ranges_are_allowed(overrides):
-    _, lr = optimizers.make_optimizer(_cfg(**overrides), num_steps=100)
-    peak = _cfg(**overrides).learning_rate
-    steps = [0, 50, 99, 100]
+    """Each edge builds, its schedule is the recipe's (total_steps=-1: the run's 100 steps;
+    warmup 99 of 100: the ramp, the peak at step 99, the end at 100), and Adam's updates are
+    plain Adam's (NumPy, float64) with that lr: with b1 = b2 = 0, m_t = g_t and v_t = g_t^2, no
+    memory of earlier gradients and no bias correction left, so each update is -lr g / (|g| +
+    eps)."""
+    tx, lr = optimizers.make_optimizer(_cfg(**overrides), num_steps=100)
+    c = _cfg(**overrides)
+    peak = c.learning_rate
+    total = 100 if c.total_steps == -1 else c.total_steps
+    steps = [0, 1, 50, 98, 99, 100, 150]
     if overrides.get("end_learning_rate") == peak:  # end == peak: flat, warmup aside
-        assert [float(lr(s)) for s in steps] == pytest.approx([peak] * 4)
+        assert [float(lr(s)) for s in steps] == pytest.approx([peak] * len(steps))
     elif peak == 0.0:
-        assert [float(lr(s)) for s in steps] == [0.0] * 4
-    assert all(np.isfinite(float(lr(s))) for s in steps)
+        assert [float(lr(s)) for s in steps] == [0.0] * len(steps)
+    want = [_recipe_lr(c.schedule, peak, c.warmup_steps, total, c.end_learning_rate, None, s)
+            for s in steps]
+    np.testing.assert_allclose(_values(lr, steps), want, rtol=1e-5, atol=1e-12)
+    if c.warmup_steps == 99:  # the edge: a one-step decay after the ramp
+        assert float(lr(98)) == pytest.approx(peak * 98 / 99, rel=1e-6)
+        assert float(lr(99)) == pytest.approx(peak, rel=1e-6)
+        assert float(lr(100)) == 0.0
+
+    grads = np.random.default_rng(0).normal(size=(4, 5))  # a different gradient each step
+    lrs = [_recipe_lr(c.schedule, peak, c.warmup_steps, total, c.end_learning_rate, None, s)
+           for s in range(len(grads))]
+    want = [rate * update for rate, update in zip(lrs, _np_adam(grads, 1.0, c.b1, c.b2, c.eps))]
+    p = jnp.zeros((5,))
+    state = tx.init(p)
+    for step, g in enumerate(grads):
+        updates, state = tx.update(jnp.asarray(g, jnp.float32), state, p)
+        np.testing.assert_allclose(updates, want[step], rtol=1e-5, atol=1e-12,
+                                   err_msg=f"step {step}")
 
 
 @pytest.mark.parametrize("schedule", ["constant", "inverse_sqrt"])

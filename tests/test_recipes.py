@@ -30,12 +30,15 @@ def _train(tmp_path, num_examples: int, config: str, workdir, *more) -> tuple[in
     return code, result.stderr, json_report(result.stdout)["probe"]
 
 
-def _assert_fsdp_sharded(params: dict) -> None:
-    """Every weight matrix (kernels, embedding tables) of the trained state is split over the
-    mesh's fsdp axis (size 2) along its 'embed' dimension, and every parameter whose sharding
-    names fsdp holds half of that dimension on a device; nothing is split over `data`."""
+def _assert_fsdp_sharded(params: dict, without_embed: tuple[str, ...] = ()) -> None:
+    """Every weight matrix (kernels, embedding tables) of the trained state but those of
+    `without_embed` (no 'embed' dimension) is split over the mesh's fsdp axis (size 2) along
+    its 'embed' dimension, and every parameter whose sharding names fsdp holds half of that
+    dimension on a device; nothing is split over `data`."""
     assert params, "the trained state's parameters were not reported"
-    matrices = [path for path in params if path.endswith(("kernel", "embedding"))]
+    assert set(without_embed) <= set(params), sorted(params)
+    matrices = [path for path in params if path.endswith(("kernel", "embedding"))
+                and path not in without_embed]
     assert len(matrices) >= 5, sorted(params)
     for path, param in params.items():
         assert "data" not in str(param["spec"]), (path, param)
@@ -55,6 +58,16 @@ def _batches(probe: dict, field: str) -> list[tuple[list, list]]:
     return [(array["shape"], array["device_shape"]) for array in steps]
 
 
+def _reads(probe: dict) -> dict[str, set[tuple[str, int, int]]]:
+    """Split string -> the (split, index, seed) of each mock example read through it."""
+    return {spec: {tuple(row) for row in rows} for spec, rows in probe["reads"].items()}
+
+
+def _examples(reads: dict, spec: str) -> set[int]:
+    """The mock examples (their generator seeds: a seed is an example) read through `spec`."""
+    return {seed for _, _, seed in reads[spec]}
+
+
 def _log(workdir, split: str) -> list[dict]:
     return [entry for line in (workdir / "metrics.jsonl").read_text().splitlines()
             if (entry := json.loads(line))["split"] == split]
@@ -69,12 +82,11 @@ def test_bert_pretrains_on_wikipedia_through_the_stream_and_both_phases(tmp_path
     pipeline, a WordPiece vocabulary trained on a sample of them, App. A.2's optimizer and
     schedule, and the last 10% of the steps in phase 2 (longer rows, its own batch). The recipe
     holds out Wikipedia's last 2,000 articles (train[-2000:], pinned in
-    test_recipe_hyperparameters.py), more than the 40 mock articles: here the last 8, read
-    through TFDS's slicing, and never trained on."""
+    test_recipe_hyperparameters.py), more than the 40 mock articles: its smoke variant the last
+    8, read through TFDS's slicing, and never trained on."""
     workdir = tmp_path / "bert"
     code, stderr, probe = _train(
-        tmp_path, 40, "configs/bert/pretrain.py:size=base,data=wikipedia,smoke", workdir,
-        "--config.data.train_split=train[:-8]", "--config.data.eval_split=train[-8:]")
+        tmp_path, 40, "configs/bert/pretrain.py:size=base,data=wikipedia,smoke", workdir)
     assert code == 0, stderr[-3000:]
     config = _config(workdir)
     assert config["data"]["source"] == "tfds"
@@ -100,10 +112,12 @@ def test_bert_pretrains_on_wikipedia_through_the_stream_and_both_phases(tmp_path
     assert np.isfinite(final["mlm_loss"]) and np.isfinite(final["nsp_loss"])
     _assert_fsdp_sharded(probe["params"])
     # Trained on articles 0-31 (the vocabulary's sample among them), evaluated on 32-39 alone.
-    reads = {spec: {tuple(row) for row in rows} for spec, rows in probe["reads"].items()}
+    reads = _reads(probe)
     assert set(reads) == {"train[:-8]", "train[-8:]"}
-    assert reads["train[-8:]"] == {("train", i) for i in range(32, 40)}
-    assert reads["train[:-8]"] and reads["train[:-8]"] <= {("train", i) for i in range(32)}
+    assert {row[:2] for row in reads["train[-8:]"]} == {("train", i) for i in range(32, 40)}
+    assert {row[:2] for row in reads["train[:-8]"]} <= {("train", i) for i in range(32)}
+    assert _examples(reads, "train[:-8]") and not (_examples(reads, "train[:-8]") &
+                                                   _examples(reads, "train[-8:]"))
     cached = list((tmp_path / "data" / "vocab").glob("wikipedia*sample20*.json"))
     assert cached, "the vocabulary was trained on the sample of 20 articles"
 
@@ -126,11 +140,14 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution
     assert _log(pretrain, "eval")[-1]["step"] == 6
     # 16 images of 32 x 32 a step, 4 a device; the weights sharded over fsdp.
     assert _batches(probe, "image") == [([16, 32, 32, 3], [4, 32, 32, 3])] * 6
-    _assert_fsdp_sharded(probe["params"])
+    _assert_fsdp_sharded(probe["params"], without_embed=("head/kernel",))  # (mlp, classes)
+    reads = _reads(probe)  # evaluated on the validation split's own images
+    assert _examples(reads, "validation") and not (_examples(reads, "validation") &
+                                                   _examples(reads, "train"))
 
     finetune = tmp_path / "vit_ft"
-    code, stderr, probe = _train(tmp_path, 48, f"configs/vit/imagenet.py:stage=finetune,init={pretrain},"
-                          "smoke", finetune)
+    code, stderr, probe = _train(
+        tmp_path, 48, f"configs/vit/imagenet.py:stage=finetune,init={pretrain},smoke", finetune)
     assert code == 0, stderr[-3000:]
     assert f"weights: the run in {pretrain}, its latest checkpoint" in stderr
     assert ("position embeddings resampled bilinearly (image 32x32 -> 48x48, patch grid 4x4 -> "
@@ -174,8 +191,8 @@ def test_transformer_trains_on_wmt14_and_scores_the_averaged_checkpoints(tmp_pat
     beam search and BLEU on the test split (newstest2014), the final eval of the average of the
     last checkpoints (3 in the smoke run, 5 at base)."""
     workdir = tmp_path / "wmt"
-    code, stderr, probe = _train(tmp_path, 48, "configs/transformer/translate.py:size=base,data=wmt14,"
-                          "smoke", workdir)
+    code, stderr, probe = _train(
+        tmp_path, 48, "configs/transformer/translate.py:size=base,data=wmt14,smoke", workdir)
     assert code == 0, stderr[-3000:]
     config = _config(workdir)
     assert config["data"]["name"] == "wmt14_translate/de-en"
@@ -193,8 +210,9 @@ def test_transformer_trains_on_wmt14_and_scores_the_averaged_checkpoints(tmp_pat
     _assert_fsdp_sharded(probe["params"])
     assert all(np.isfinite(e["loss"]) for e in _log(workdir, "train"))
     # Scored on the test split, newstest2014's stand-in: its own examples, not training ones.
-    reads = {spec: {tuple(row) for row in rows} for spec, rows in probe["reads"].items()}
-    assert reads["test"] == {("test", i) for i in range(48)} and not reads["test"] & reads["train"]
+    reads = _reads(probe)
+    assert {row[:2] for row in reads["test"]} == {("test", i) for i in range(48)}
+    assert _examples(reads, "train") and not _examples(reads, "test") & _examples(reads, "train")
 
 
 def test_the_wmt14_test_split_is_newstest2014():

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from conftest import run_python, run_two_processes
 
 from data.testing import install_fashion_mnist_fixture
@@ -248,3 +249,34 @@ def test_cli_end_to_end_on_real_fixture(tmp_path):
     assert "resumed from" in resumed.stderr and "at step 20" in resumed.stderr
     assert _warnings(resumed.stderr) == []
     assert json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 25
+
+
+def test_mfu_divides_by_the_per_device_peak_times_the_devices(fixture_data_root, tmp_path,
+                                                              monkeypatch):
+    """On a mesh of 2 forced CPU devices with train.peak_flops = 1e12 (per device), the logged
+    mfu is examples_per_second x flops_per_example / (2 x 1e12): the model FLOPs of a step over
+    the peak of all the devices (the clock's time cancels out of the ratio), and the start-up
+    line names that 2e12 peak."""
+    from train.tasks.classify import ClassificationTask
+
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    overrides = {"mesh.data": 2, "train.peak_flops": 1e12, "train.num_steps": 6,
+                 "train.log_every": 3, "train.eval_every": 0, "train.checkpoint_every": 6}
+    result = run_python(["tests/scripts/train_steps.py", str(tmp_path / "out.npz"),
+                         f"--workdir={tmp_path / 'run'}",
+                         *[f"--config.{k}={v}" for k, v in overrides.items()]], env=env,
+                        devices=2)
+    assert int(np.load(tmp_path / "out.npz")["devices"]) == 2
+    assert "peak 2e+03 GFLOP/s (config.train.peak_flops)" in result.stdout + result.stderr
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+               .splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train] == [3, 6]
+    monkeypatch.setenv("PAPERS_JAX_DATA", env["PAPERS_JAX_DATA"])
+    flops_per_example = ClassificationTask(smoke_config(**overrides)).flops_per_example()
+    assert flops_per_example > 0
+    for record in train:
+        assert record["examples_per_second"] == pytest.approx(
+            smoke_config().data.batch_size * record["steps_per_second"], rel=1e-9)
+        assert record["mfu"] == pytest.approx(
+            record["examples_per_second"] * flops_per_example / (2 * 1e12), rel=1e-9)

@@ -10,6 +10,8 @@ from collections import Counter
 import jax
 import numpy as np
 import pytest
+from flax import linen as nn
+from random_params import perturbed
 
 from data.pipelines import translation as text_data
 from models import decode as decoding
@@ -184,3 +186,49 @@ def test_bleu_is_sacrebleus_corpus_bleu():
     sentence_mean = np.mean([sacrebleu.sentence_bleu(h, [r]).score for h, r in zip(hyps, refs)])
     assert abs(bleu(hyps, refs) - sentence_mean) > 1.0
     assert abs(bleu(hyps, refs) - _np_corpus_bleu(refs, hyps)) > 1.0
+
+
+def _np_log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = np.asarray(logits, np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_loss_fn_smooths_with_the_tasks_label_smoothing(bible_env):
+    """Through `loss_fn` (the trainer's objective), with the config's task.label_smoothing = 0.1:
+    the `cross_entropy` term is the sum over real target tokens of -sum_k q(k) log p(k) with
+    q = (1 - eps) onehot + eps / V (Szegedy et al. Sec. 7, over all V pieces, the true one
+    included; train/losses.py), and the `nll` metric the plain -log p(y) sum, both in NumPy
+    from the model's logits. The two differ, so neither can stand in for the other."""
+    config = smoke_config(**{"data.max_length": 128})  # verses shorter than a row: padding
+    assert config.task.label_smoothing == 0.1
+    task = TranslationTask(config)
+    assert task.label_smoothing == 0.1
+    params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
+    params = perturbed(nn.meta.unbox(params), scale=0.5)  # peaked, not near-uniform, predictions
+    examples = [task._source("train")[i] for i in range(8)]
+    batch = next(text_data.translation_batches(
+        examples, tokenizer=task.tokenizer, source_key="en", target_key="es", batch_size=4,
+        max_length=task.max_length, train=True, seed=0, pack=False, process_index=0,
+        process_count=1))  # one pair per row: padding after each
+    batch = text_data.without_text(batch)
+    targets = np.asarray(batch["targets"])
+    real = targets != 0
+    assert 0 < real.sum() < real.size, "the batch should hold padding to leave out"
+    rng = jax.random.PRNGKey(3)
+    terms, metrics = task.loss_fn(params, batch, rng)
+    # The same logits loss_fn saw (same dropout key); the loss itself in NumPy.
+    log_p = _np_log_softmax(task._logits(params, batch, train=True, rng=rng))
+    eps, vocab = 0.1, log_p.shape[-1]
+    assert vocab == task.tokenizer.vocab_size
+    q = (1 - eps) * np.eye(vocab)[targets] + eps / vocab
+    smoothed = -(q * log_p).sum(-1)
+    nll = -np.take_along_axis(log_p, targets[..., None], -1)[..., 0]
+    assert set(terms) == {"cross_entropy"}
+    np.testing.assert_allclose(float(terms["cross_entropy"]), smoothed[real].sum(), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["nll"][0]), nll[real].sum(), rtol=1e-5)
+    assert float(metrics["nll"][1]) == real.sum()
+    # Apart by over 100 times the tolerance above (the sums: 2526 and 2535 here).
+    assert abs(smoothed[real].sum() - nll[real].sum()) > 1e-3 * nll[real].sum()
+    np.testing.assert_allclose(float(metrics["accuracy"][0]),
+                               (log_p.argmax(-1) == targets)[real].sum())

@@ -20,11 +20,12 @@ recipes' tests run the real pipelines and trainer on them, so three things are m
     is the same `num_examples` examples, seeded by their index alone, so a recipe that holds
     out the end of a split (Wikipedia's only split, 'train') would evaluate on its training
     articles without any test noticing. Here each split holds `num_examples` examples of its
-    own (split S's example i is the generator's example crc32(S) + i), and a split string is
-    read as TFDS reads it: `tfds.core.ReadInstruction.from_spec(spec).to_absolute(...)`, TFDS's
-    own parser (absolute, negative and percent boundaries, 'a+b'; a slice past the split's
-    size raises TFDS's ValueError). `READS[spec]` records the (split, index) pairs read through
-    each split string, for tests that check what was trained and evaluated on.
+    own (split S's example i is the generator's example seeded crc32(S) + i), and a split
+    string is read as TFDS reads it: `tfds.core.ReadInstruction.from_spec(spec).to_absolute()`,
+    TFDS's own parser (absolute, negative and percent boundaries, 'a+b'; a slice past the
+    split's size raises TFDS's ValueError). `READS[spec]` records the (split, index, seed) of
+    each example read through each split string, for tests that check what was trained and
+    evaluated on (examples of different seeds differ).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import zlib
 import numpy as np
 
 LETTERS = np.array(list("abcdefghij"))
-READS: dict[str, set[tuple[str, int]]] = {}  # split string -> (split, index) read through it
+READS: dict[str, set[tuple[str, int, int]]] = {}  # split string -> (split, index, seed) read
 
 
 def _word(rng: np.random.Generator) -> str:
@@ -84,8 +85,9 @@ class SlicedRecords:
 
     def __getitem__(self, key: int):
         split, index = self.rows[key]
-        READS.setdefault(self.spec, set()).add((split, index))
-        return self.generator[zlib.crc32(split.encode()) + index]
+        seed = zlib.crc32(split.encode()) + index
+        READS.setdefault(self.spec, set()).add((split, index, seed))
+        return self.generator[seed]
 
     def __getitems__(self, keys):
         return [self[int(key)] for key in keys]

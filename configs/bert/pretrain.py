@@ -56,6 +56,7 @@ INPUT_FORMATS = ("segment_pair", "full_sentences", "doc_sentences")
 DATA = ("local", "wikipedia")
 WIKIPEDIA = "wikipedia/20230601.en"   # the newest English dump in TFDS 4.9.10's catalog
 WIKIPEDIA_EVAL_ARTICLES = 2000        # held out at the end of its only split, 'train'
+SMOKE_EVAL_ARTICLES = 8               # smoke: of the few dozen articles of TFDS's mock data
 
 
 def parse_mask(spec: str) -> tuple[float, float, float]:
@@ -188,8 +189,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.data.update(vocab_size=400, max_seq_length=32, max_predictions=5, batch_size=8,
                            eval_batch_size=16, phase2_max_seq_length=64,
                            phase2_max_predictions=10, phase2_batch_size=4)
-        if args.data == "wikipedia":  # a few dozen mock articles
-            config.data.update(vocab_sample_documents=20, shuffle_window=16)
+        if args.data == "wikipedia":  # a few dozen mock articles, the last 8 held out
+            config.data.update(vocab_sample_documents=20, shuffle_window=16,
+                               train_split=f"train[:-{SMOKE_EVAL_ARTICLES}]",
+                               eval_split=f"train[-{SMOKE_EVAL_ARTICLES}:]")
         config.optimizer.warmup_steps = 5
         config.train.update(num_steps=12, log_every=4, eval_every=6, checkpoint_every=6,
                             keep_checkpoints=2, progress_bar=False)

@@ -9,8 +9,8 @@ Prints recipe_run's {"code": N} line, then one more JSON line, {"probe": {...}}:
            them per dimension) and the shape of the shard on the first device
   steps    for each train step, each field of the batch handed to the jitted train step: its
            global shape, PartitionSpec and per-device shard shape
-  reads    for each TFDS split string the run read, the (split, index) examples read through
-           it (tests/tfds_mock.py READS)
+  reads    for each TFDS split string the run read, the (split, index, seed) of each mock
+           example read through it (tests/tfds_mock.py READS)
 """
 
 from __future__ import annotations
