@@ -113,6 +113,42 @@ def test_the_loss_is_the_kinds_formula_on_the_heads(teacher, fashion_mnist_env, 
     np.testing.assert_allclose(terms["distillation"], np.sum(want), rtol=1e-5)
 
 
+def _log_softmax(x):
+    x = np.asarray(x, np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("arg", ["distill=soft", "distill=hard", "distill=soft,token=false",
+                                 "distill=hard,token=false"])
+def test_the_loss_takes_alpha_tau_and_smoothing_from_the_config_and_skips_padding(
+        teacher, fashion_mnist_env, arg):
+    """Away from the defaults (alpha 0.3, tau 2, label smoothing 0.1, two padded rows), against
+    NumPy: soft (eq. 2) (1 - a) CE(class, y_smoothed) + a tau^2 KL(p_T || p_S) at tau on the
+    distillation head; hard (eq. 3) (1 - a) CE(class, y_smoothed) + a CE(dist, argmax teacher),
+    the teacher's label unsmoothed; summed over the rows whose mask is 1."""
+    task = _task(teacher, arg, **{"distill.alpha": 0.3, "distill.temperature": 2.0,
+                                  "task.label_smoothing": 0.1})
+    params, frozen, batch = _params_and_batch(task)
+    mask = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    batch["mask"] = jnp.asarray(mask)
+    terms, _ = task.loss_fn(params, batch, jax.random.PRNGKey(0), frozen)
+    student, teacher_logits = _logits(task, params, frozen, batch["image"])
+    cls, dist = student if task.token else (student, student)
+    labels = np.asarray(batch["label"])
+    targets = np.full((6, 10), 0.1 / 10) + 0.9 * np.eye(10)[labels]
+    gold = -(targets * _log_softmax(cls)).sum(-1)
+    if "soft" in arg:
+        log_t, log_s = _log_softmax(np.asarray(teacher_logits) / 2.0), _log_softmax(
+            np.asarray(dist) / 2.0)
+        taught = 2.0 ** 2 * (np.exp(log_t) * (log_t - log_s)).sum(-1)
+    else:
+        taught = -_log_softmax(dist)[np.arange(6), np.argmax(teacher_logits, -1)]
+    want = ((0.7 * gold + 0.3 * taught) * mask).sum()
+    np.testing.assert_allclose(float(terms["distillation"]), want, rtol=1e-5)
+    assert task.loss_normalizers(batch)["distillation"] == 4
+
+
 def test_the_teacher_gets_no_gradient(teacher, fashion_mnist_env):
     task = _task(teacher, "distill=soft")
     params, frozen, batch = _params_and_batch(task)

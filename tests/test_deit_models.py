@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from models.convnet import ConvNet, ConvNetConfig
+from models.dropout import DropPath
+from models.layers import EncoderBlock
 from models.vit import ViT, ViTConfig
 from train.flops import TRAIN_FLOPS_FACTOR, convnet_train_flops_per_example
 
@@ -84,6 +86,37 @@ def test_stochastic_depth_changes_training_only():
     assert not np.allclose(trained, plain)
     with pytest.raises(ValueError, match="scan_layers"):
         ViTConfig(**TINY, drop_path_rate=0.1, scan_layers=True)
+
+
+@pytest.mark.parametrize("rate,depth", [(0.3, 4), (0.1, 12), (0.0, 3)])
+def test_each_block_drops_its_paths_at_the_linear_rule_rate(rate, depth):
+    """Huang et al.'s linear decay rule (models/dropout.py): block l of L (1-based) drops at
+    r l / L, the last at r. Read where it acts, in training: the rate each block is built with
+    and the rate of every DropPath module it calls (one per residual branch, two per block)."""
+    cfg = ViTConfig(**{**TINY, "num_layers": depth}, drop_path_rate=rate)
+    model, images = ViT(cfg), _images(batch=4)
+    params = _init(model, images)
+    blocks, paths = {}, {}
+
+    def record(next_fun, args, kwargs, context):
+        module = context.module
+        if isinstance(module, EncoderBlock) and context.method_name == "__call__":
+            blocks[module.name] = module.drop_path_rate
+        if isinstance(module, DropPath) and context.method_name == "__call__":
+            paths.setdefault(module.path[0], []).append(module.rate)
+        return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(record):
+        model.apply({"params": params}, images, train=True,
+                    rngs={"dropout": jax.random.PRNGKey(0)})
+    want = {f"block_{i}": rate * (i + 1) / depth for i in range(depth)}  # l = i + 1
+    assert blocks == pytest.approx(want, rel=1e-12, abs=0)
+    if rate == 0:  # no stochastic depth: no DropPath at all
+        assert paths == {}
+    else:
+        assert set(paths) == set(want)
+        for name, rates in paths.items():
+            assert rates == pytest.approx([want[name]] * 2, rel=1e-12, abs=0), name
 
 
 # ---- the convnet teacher -------------------------------------------------------------------

@@ -136,15 +136,37 @@ def _padded_batch(task):
     return batch
 
 
-@pytest.mark.parametrize("ce_positions", ["real", "masked"])
+# The paper's code's weights 5 / 2 / 1 and T = 2 (the config's defaults), and others.
+DEFAULTS = {"alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0, "temperature": 2.0}
+OTHERS = {"alpha_ce": 0.7, "alpha_mlm": 1.3, "alpha_cos": 0.4, "temperature": 3.0}
+
+
+def _spread(frozen, seed=0):
+    """The teacher with a random MLM output bias (std 4): a 4-step teacher's logits are nearly
+    uniform and its student's close to them, where T^2 KL hardly depends on T (0.1% from T = 2
+    to 3 on this batch); spread logits tell the temperatures apart."""
+    bias = frozen["predictions"]["bias"]
+    noise = np.random.default_rng(seed).normal(scale=4.0, size=bias.shape)
+    return {**frozen, "predictions": {**frozen["predictions"],
+                                      "bias": jnp.asarray(bias + noise, bias.dtype)}}
+
+
+@pytest.mark.parametrize("ce_positions, chosen", [("real", {}), ("masked", {}),
+                                                  ("real", OTHERS)],
+                         ids=["real", "masked", "other_weights"])
 def test_the_triple_loss_is_the_papers_terms_on_the_right_positions(teachers, brown_env,
-                                                                    ce_positions):
+                                                                    ce_positions, chosen):
     """Soft targets (T^2 KL) over the real tokens (or the masked ones), MLM over the masked
-    positions, cosine of the last states over the real tokens, each a mean, weighted 5 / 2 / 1."""
+    positions, cosine of the last states over the real tokens, each a mean, weighted by
+    distill.alpha_ce / alpha_mlm / alpha_cos (5 / 2 / 1 by default) at distill.temperature."""
     from models.bert_pretraining import BertForPreTraining
 
-    task = _general(general_config(teachers, f"ce_positions={ce_positions}"))
+    task = _general(general_config(teachers, f"ce_positions={ce_positions}",
+                                   **{f"distill.{k}": v for k, v in chosen.items()}))
+    w = {**DEFAULTS, **chosen}
     params, frozen, batch = _init(task), task.teacher.params, _padded_batch(task)
+    if chosen:
+        frozen = _spread(frozen)
     terms, metrics = task.loss_fn(params, batch, jax.random.PRNGKey(0), frozen)
     normalizers = task.loss_normalizers(batch)
 
@@ -158,7 +180,7 @@ def test_the_triple_loss_is_the_papers_terms_on_the_right_positions(teachers, br
     rows, cols = np.nonzero(batch["masked_weights"])
     masked[rows, batch["masked_positions"][rows, cols]] = True
     where = real if ce_positions == "real" else masked
-    kl = numpy_kl(logits[where], t_logits[where], 2.0).mean()
+    kl = numpy_kl(logits[where], t_logits[where], w["temperature"]).mean()
     s, t = hidden[real].astype(np.float64), t_hidden[real].astype(np.float64)
     cosine = (1 - (s * t).sum(-1) / np.linalg.norm(s, axis=-1) / np.linalg.norm(t, axis=-1)).mean()
     log_p = _log_softmax(logits[rows, batch["masked_positions"][rows, cols]])
@@ -167,10 +189,11 @@ def test_the_triple_loss_is_the_papers_terms_on_the_right_positions(teachers, br
     means = {k: float(terms[k] / normalizers[k]) for k in terms}
     # The KL of two close distributions is a small difference of float32 sums (about 0.002
     # here): its rounding is a few 1e-6, which is over 2e-4 of it on some CPUs.
-    assert means == pytest.approx({"distill_ce": 5.0 * kl, "mlm": 2.0 * mlm,
-                                   "cosine": 1.0 * cosine}, rel=2e-4, abs=1e-5)
+    assert means == pytest.approx({"distill_ce": w["alpha_ce"] * kl,
+                                   "mlm": w["alpha_mlm"] * mlm,
+                                   "cosine": w["alpha_cos"] * cosine}, rel=2e-4, abs=1e-5)
     assert float(batch_objective(terms, normalizers)) == pytest.approx(
-        5.0 * kl + 2.0 * mlm + cosine, rel=2e-4)
+        w["alpha_ce"] * kl + w["alpha_mlm"] * mlm + w["alpha_cos"] * cosine, rel=2e-4)
     assert float(metrics["cosine_loss"][1]) == real.sum()
     assert float(metrics["distill_kl"][1]) == where.sum()
 
@@ -302,6 +325,36 @@ def test_task_distillation_learns_from_soft_and_gold_labels(teachers, brown_env,
     assert final["score"] == final["token_accuracy"]
     assert final["teacher_score"] == final["teacher_token_accuracy"] > 0
     assert final["score_of_teacher"] == pytest.approx(final["score"] / final["teacher_score"])
+
+
+def test_task_distillation_weighs_soft_and_gold_labels_as_configured(teachers, brown_env):
+    """Away from the defaults (alpha_ce 0.7, alpha_gold 0.3, T 3; dropout 0; a padded row),
+    against NumPy on both models' logits, summed over the tagged words of the real rows:
+    distill_ce = alpha_ce T^2 KL(p_T || p_S) at T, cross_entropy = alpha_gold x the gold
+    labels' negative log-likelihood; both normalised by the count of those words."""
+    task = _task(task_config(teachers, "init=random", **{
+        "distill.alpha_ce": 0.7, "distill.alpha_gold": 0.3, "distill.temperature": 3.0,
+        "model.dropout_rate": 0.0, "model.attention_dropout_rate": 0.0}))
+    params, frozen = _init(task), task.teacher.params
+    # a 4-step teacher's tags are nearly uniform, where T^2 KL hardly depends on T: spread them
+    bias = frozen["classifier"]["bias"]
+    frozen = {**frozen, "classifier": {**frozen["classifier"], "bias": jnp.asarray(
+        bias + np.random.default_rng(0).normal(scale=4.0, size=bias.shape), bias.dtype)}}
+    batch = next(task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1))
+    batch = {k: np.array(v) for k, v in batch.items()}
+    batch["mask"][1] = 0.0
+    assert batch["label_weights"][1].any()  # the padded row has tagged words to leave out
+    terms, _ = task.loss_fn(params, batch, jax.random.PRNGKey(0), frozen)
+    normalizers = task.loss_normalizers(batch)
+    inputs = (batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+    logits = np.asarray(task.model.apply({"params": params}, *inputs))
+    t_logits = np.asarray(task.teacher_model.apply({"params": frozen}, *inputs))
+    words = (batch["label_weights"] > 0) & (batch["mask"][:, None] > 0)
+    kl = numpy_kl(logits[words], t_logits[words], 3.0).sum()
+    nll = -_log_softmax(logits[words])[np.arange(words.sum()), batch["labels"][words]].sum()
+    assert {k: float(v) for k, v in terms.items()} == pytest.approx(
+        {"distill_ce": 0.7 * kl, "cross_entropy": 0.3 * nll}, rel=2e-4)
+    assert float(normalizers["distill_ce"]) == float(normalizers["cross_entropy"]) == words.sum()
 
 
 # ------------------------------------------------------------------------------- bad input

@@ -161,3 +161,54 @@ def test_bad_configs_name_the_problem():
     # 10 x (1 - 0.8).
     assert [mae.num_visible(49, r) for r in (0.1, 0.5, 0.75, 0.8, 0.9)] == [44, 24, 12, 9, 4]
     assert mae.num_visible(10, 0.8) == 2 and mae.num_visible(16, 0.75) == 4
+
+
+def test_the_tasks_loss_ignores_the_predictions_of_visible_patches_and_padded_rows():
+    """Through the task's own loss_fn (train/tasks/mae_pretrain.py), with an offset added to
+    the decoder's output: the gradient with respect to the predictions is exactly zero at the
+    visible patches and at the padded rows (mask 0), and not at the masked patches of the real
+    rows; moving those ignored predictions anywhere leaves the loss and pixel_mse as they were,
+    moving one masked patch of a real row does not."""
+    from train.config import load_config_file
+    from train.tasks.mae_pretrain import MAEPretrainingTask
+
+    task = MAEPretrainingTask(load_config_file("configs/vit/mae.py:smoke"))
+    cfg = task.model_config
+    rng = np.random.default_rng(5)
+    n, pixels = cfg.num_patches, cfg.encoder.patch_size ** 2 * task.image_shape[-1]
+    batch = {"image": jnp.asarray(rng.normal(size=(4, *task.image_shape)), jnp.float32),
+             "patch_order": jnp.asarray(_orders(5, 4, n)),
+             "mask": jnp.asarray([1.0, 0.0, 1.0, 0.0])}
+    params = task.init_variables(jax.random.PRNGKey(0), task.dummy_inputs(1))["params"]
+
+    @jax.jit
+    def loss(offset):
+        def shift(next_fun, args, kwargs, context):
+            out = next_fun(*args, **kwargs)
+            if isinstance(context.module, mae.MAEDecoder) and context.method_name == "__call__":
+                out = out + offset
+            return out
+
+        with nn.intercept_methods(shift):
+            terms, metrics = task.loss_fn(params, batch, jax.random.PRNGKey(1))
+        return terms["mse"], metrics["pixel_mse"][0]
+
+    zero = jnp.zeros((4, n, pixels), jnp.float32)
+    grad = np.asarray(jax.grad(lambda o: loss(o)[0])(zero))
+    # masked: the patches after the first K of each row's order (NumPy, not the model's mask)
+    masked = np.zeros((4, n), bool)
+    for row, order in enumerate(np.asarray(batch["patch_order"])):
+        masked[row, order[cfg.num_visible:]] = True
+    counted = masked & (np.asarray(batch["mask"])[:, None] > 0)
+    assert masked.sum() == 4 * cfg.num_masked and 0 < counted.sum() < masked.sum()
+    assert np.all(grad[~counted] == 0)
+    assert np.all(np.abs(grad[counted]).sum(-1) > 0)
+
+    before = [float(x) for x in loss(zero)]
+    ignored = np.where(~counted[..., None], rng.normal(scale=10.0, size=zero.shape), 0.0)
+    assert [float(x) for x in loss(jnp.asarray(ignored, jnp.float32))] == before
+    row, patch = np.argwhere(counted)[0]
+    one = np.zeros(zero.shape, np.float32)
+    one[row, patch] = 1.0
+    changed = [float(x) for x in loss(jnp.asarray(one))]
+    assert changed[0] != before[0] and changed[1] != before[1]
