@@ -205,7 +205,12 @@ def load_or_train_for_dataset(name: str, split: str = "train", *, vocab_size: in
     def texts():
         data = get_data_source(name, split, source=source)
         for i in range(len(data)):
-            yield as_text(data[i][key])
+            example = data[i]
+            if key not in example:
+                raise DataError(f"{name} ({split}): examples have no field {key!r} (fields: "
+                                f"{sorted(example)}): set the config's data.text_key to the "
+                                "field that holds the text")
+            yield as_text(example[key])
 
     return load_or_train(cache_name(name, source), split, texts, vocab_size=vocab_size,
                          cache_dir=cache_dir, verbose=verbose)
