@@ -11,6 +11,7 @@ observed outside the code that reads it.
                            vocabulary is trained on
   train.async_checkpoint   the trainer's orbax checkpoint manager saves in the background or not
   task.num_samples         translation: sample translations written to the log at a BLEU eval
+  data.worker_count        image and translation tasks: the training pipeline's worker processes
 """
 
 from __future__ import annotations
@@ -295,3 +296,35 @@ def test_async_checkpoint_chooses_background_or_blocking_saves(fashion_mnist_env
         trainer_module.Trainer(config, tmp_path).run()
     assert len(managers) == 1
     assert issubclass(managers[0], ocp.AsyncCheckpointer) == async_checkpoint
+
+
+# ---------------------------------------------------------------- data.worker_count
+
+
+@pytest.mark.parametrize("spec, module, function, data", [
+    ("configs/vit/fashion_mnist.py:smoke", "train.tasks.image_data", "image_batches",
+     "fashion_mnist_env"),
+    ("configs/vit/mae.py:smoke", "train.tasks.image_data", "image_batches", "fashion_mnist_env"),
+    ("configs/transformer/translate.py:smoke", "train.tasks.translate", "translation_batches",
+     "bible_env")])
+def test_worker_count_reaches_the_training_pipeline(request, monkeypatch, spec, module, function,
+                                                    data):
+    """data.worker_count is what the task's training pipeline is given (the pipelines' own
+    tests, test_data.py and test_text_pipeline.py, show what the workers do), and evaluation
+    is left in this process."""
+    import importlib
+
+    from train.tasks import get_task
+
+    request.getfixturevalue(data)
+
+    pipelines = importlib.import_module(module)
+    data_module = next(m for m in vars(pipelines).values()
+                       if getattr(m, function, None) is not None and hasattr(m, "__file__"))
+    calls = []
+    monkeypatch.setattr(data_module, function, lambda *a, **kw: calls.append(kw))
+    task = get_task(_config(spec, **{"data.worker_count": 3}))
+    task.train_iterator(batch_size=4, seed=0, process_index=0, process_count=1)
+    task.eval_batches(batch_size=4, process_index=0, process_count=1)
+    assert calls[0]["worker_count"] == 3 and calls[0]["train"] is True
+    assert calls[1].get("worker_count", 0) == 0 and calls[1]["train"] is False

@@ -412,3 +412,25 @@ def test_data_imports_neither_train_nor_models():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('train', 'models')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_worker_processes_make_the_same_batches_and_resume():
+    """worker_count=2 (data/pipelines/workers.py): the same batches as in this process, the
+    augmentation being seeded by batch index; their state resumes exactly; evaluation and a
+    negative count are refused."""
+    source = IdSource(50)
+    kw = dict(batch_size=4, train=True, augment="crop_flip", seed=3)
+    expected = take(batches_of(source, **kw), 9)
+    it = batches_of(source, worker_count=2, **kw)
+    assert_batches_equal(take(it, 6), expected[:6])
+    state = it.get_state()
+    assert state != {"next_index": 6}  # the state of the workers' slices, not this process's
+    it.close()
+    resumed = batches_of(source, worker_count=2, **kw)
+    resumed.set_state(state)
+    assert_batches_equal(take(resumed, 3), expected[6:])
+    resumed.close()
+    with pytest.raises(DataError, match="worker processes are for training"):
+        batches_of(source, batch_size=4, train=False, worker_count=2)
+    with pytest.raises(DataError, match="non-negative integer"):
+        batches_of(source, worker_count=-1, **kw)

@@ -192,6 +192,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.max_length = 96              # tokens per side of a row, EOS included
     config.data.long_examples = "truncate"   # longer pairs: truncate | drop (training only)
     config.data.pack = True                  # several pairs per training row
+    config.data.worker_count = 0             # processes making the training batches (0: this
+                                             # one; data/pipelines/workers.py)
     config.data.batch_size = 48              # rows per step (global; ~2.5 verse pairs per row)
     config.data.eval_batch_size = 64         # eval rows, one pair each (last batch padded)
 

@@ -123,6 +123,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # minus_one_to_one: x / 127.5 - 1 (ViT's)
     config.data.repeated_augment = 1         # r > 1: each image r times per batch, each copy
                                              # augmented anew (Hoffer et al. 2020; DeiT: 3)
+    config.data.worker_count = 0             # processes making the training batches (0: this
+                                             # one; data/pipelines/workers.py)
     config.data.batch_size = 128             # global batch, split over processes and devices
     config.data.eval_batch_size = 500        # global eval batch (last one padded and masked)
 

@@ -137,6 +137,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.normalize = "minus_one_to_one"  # x / 127.5 - 1, the paper's input range
     config.data.repeated_augment = 1         # r > 1: each image r times per batch, each copy
                                              # augmented anew (Hoffer et al. 2020; DeiT: 3)
+    config.data.worker_count = 0             # processes making the training batches (0: this
+                                             # one; data/pipelines/workers.py)
     config.data.batch_size = FINETUNE_BATCH if finetune else PRETRAIN_BATCH
     config.data.eval_batch_size = 1024       # the last batch padded and masked
 

@@ -106,6 +106,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.eval_resize = "none"         # every image is image_shape
     config.data.normalize = "dataset"        # dataset: its per-channel mean/std |
                                              # minus_one_to_one: x / 127.5 - 1
+    config.data.worker_count = 0             # processes making the training batches (0: this
+                                             # one; data/pipelines/workers.py)
     config.data.batch_size = 256             # global batch, split over processes and devices
     config.data.eval_batch_size = 500        # global eval batch (last one padded and masked)
 

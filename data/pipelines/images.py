@@ -72,6 +72,7 @@ from data.pipelines import image_crops
 from data.pipelines.patch_masking import KEY as PATCH_ORDER
 from data.pipelines.patch_masking import AddPatchOrder, ExamplePatchOrder
 from data.pipelines.sharding import check_sharding, dataset_name, describe, padded_size, seeds
+from data.pipelines.workers import check_worker_count, in_workers
 
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
 
@@ -244,8 +245,11 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   num_epochs: int | None = None, patch_order: int = 0,
                   repeated_augment: int = 1,
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                  worker_count: int = 0,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
-    """Iterator over this process's batches of `source` (see the module docstring)."""
+    """Iterator over this process's batches of `source` (see the module docstring);
+    `worker_count` > 0 (training) makes them in that many processes, the same batches
+    (data/pipelines/workers.py)."""
     image_shape = tuple(int(d) for d in image_shape)
     name = dataset_name(source)
     if augment not in AUGMENTATIONS:
@@ -260,6 +264,9 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
             "crop that brings them to image_shape; images of one size (eval_resize='none') "
             "with 'none', 'flip' or 'crop_flip'")
     check_sharding(batch_size, process_index, process_count)
+    if check_worker_count(worker_count) and not train:
+        raise DataError(f"worker_count={worker_count}: evaluation batches are made in this "
+                        "process (one pass, in order); worker processes are for training")
     if repeated_augment < 1 or batch_size % repeated_augment:
         raise DataError(f"repeated_augment={repeated_augment} must be >= 1 and divide the "
                         f"per-process batch_size={batch_size} (each batch holds its examples "
@@ -308,5 +315,5 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
     if len(ds) == 0:
         raise DataError(f"{describe(source)}: {n} examples x {num_epochs} epochs give no batch "
                         f"of {batch_size} for each of {process_count} processes")
-    ds = ds.map(_Normalize(mean, std))
-    return iter(ds.to_iter_dataset(read_options or _DEFAULT_READ))
+    ds = ds.map(_Normalize(mean, std)).to_iter_dataset(read_options or _DEFAULT_READ)
+    return iter(in_workers(ds, worker_count))

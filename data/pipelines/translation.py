@@ -68,13 +68,13 @@ from typing import Any
 
 import grain
 import numpy as np
-from absl import flags as absl_flags
 from grain.experimental import FirstFitPackIterDataset
 
 from data.builders.examples import as_text, read_examples
 from data.errors import DataError
 from data.pipelines.counts import STAT_KEYS, CountingIterator
 from data.pipelines.sharding import check_sharding, describe, padded_size, seeds
+from data.pipelines.workers import check_worker_count, in_workers
 from data.vocab.sentencepiece import EOS_ID, PAD_ID, Tokenizer
 
 LONG_EXAMPLE_POLICIES = ("truncate", "drop")
@@ -242,8 +242,7 @@ def translation_batches(source, tokenizer: Tokenizer, *, source_key: str, target
     """
     n = _check(source, tokenizer, source_key, target_key, batch_size, max_length, process_index,
                process_count)
-    if not isinstance(worker_count, (int, np.integer)) or worker_count < 0:
-        raise DataError(f"worker_count must be a non-negative integer, got {worker_count!r}")
+    worker_count = check_worker_count(worker_count)
     if long_examples not in LONG_EXAMPLE_POLICIES:
         raise DataError(f"long_examples={long_examples!r} is not one of "
                         f"{list(LONG_EXAMPLE_POLICIES)}")
@@ -276,11 +275,7 @@ def _train_iterator(source, n, tokenizer, source_key, target_key, batch_size, ma
     else:
         ds = ds.map(_UnpackedRow(max_length))
     ds = ds.batch(batch_size, drop_remainder=True)
-    if worker_count > 0:
-        if not absl_flags.FLAGS.is_parsed():  # grain reads its absl flags; outside absl.app.run
-            absl_flags.FLAGS.mark_as_parsed()  # nobody parsed them: use their defaults
-        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
-    return CountingIterator(iter(ds))
+    return CountingIterator(iter(in_workers(ds, worker_count)))
 
 
 class _LoadEvalBatch:

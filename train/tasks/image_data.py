@@ -94,7 +94,7 @@ class ImageData:
             self.train_source(), batch_size=batch_size, train=True, seed=seed,
             process_index=process_index, process_count=process_count,
             augment=self.config.data.augment, repeated_augment=self.repeated_augment,
-            **self._pixels())
+            worker_count=self.config.data.worker_count, **self._pixels())
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         """(iterator over this process's eval batches, number of batches every process runs)."""

@@ -279,7 +279,7 @@ class TranslationTask(Task):
         return text_data.translation_batches(
             self._source(data.train_split), batch_size=batch_size, train=True, seed=seed,
             pack=data.pack, long_examples=data.long_examples, process_index=process_index,
-            process_count=process_count, **self._pipeline_args())
+            process_count=process_count, worker_count=data.worker_count, **self._pipeline_args())
 
     def data_metrics(self, train_iterator) -> dict[str, int]:
         return counts.long_example_counts(train_iterator)
