@@ -141,3 +141,12 @@ def test_each_row_is_a_distinct_key_of_its_recipe():
     """No row is pinned twice (the second would silently shadow a typo in the first)."""
     keys = [(spec, key) for spec, key, _ in ROWS]
     assert len(keys) == len(set(keys))
+
+
+def test_the_minival_variant_holds_out_one_percent_of_train_to_choose_the_lr():
+    """App. B.1.1: learning rates are chosen on 1% of ImageNet's training images, trained on the
+    other 99%; the final fine-tuning run trains on all of train and scores validation."""
+    chosen = _config(f"{VIT_FT},minival")
+    assert (chosen.data.train_split, chosen.data.eval_split) == ("train[:99%]", "train[99%:]")
+    final = _config(VIT_FT)
+    assert (final.data.train_split, final.data.eval_split) == ("train", "validation")

@@ -28,6 +28,9 @@ Variants (`:arg`, comma-separated):
   resolution=N              images of N x N pixels (default 224 pretrain, 384 finetune)
   lr=X                      peak learning rate; finetune default 0.03 (Table 4's ImageNet grid:
                             0.003, 0.01, 0.03, 0.06)
+  minival                   train on 99% of the training images and evaluate on the other 1%,
+                            the paper's held-out split for choosing the learning rate (App.
+                            B.1.1); the final run trains on all and evaluates on validation
   smoke                     a seconds-long run for tests: a tiny model on 32 px images (48 px
                             when fine-tuning: the position embeddings resampled) with the
                             recipe's optimizer, schedule shape, crops and heads
@@ -57,6 +60,7 @@ PRETRAIN_EPOCHS = 300             # Table 3, ImageNet row
 PRETRAIN_BATCH = 4096             # Table 3 caption
 FINETUNE_STEPS = 20_000           # Table 4, ImageNet
 FINETUNE_BATCH = 512              # Table 4 caption
+MINIVAL_PERCENT = 1               # App. B.1.1: the share of train held out to choose the lr
 STAGES = ("pretrain", "finetune")
 
 
@@ -68,7 +72,7 @@ def pretrain_steps(epochs: int = PRETRAIN_EPOCHS, batch: int = PRETRAIN_BATCH) -
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     args = common.parse_arg(arg, stage="pretrain", init="", size="B/16", resolution=0, lr=0.0,
-                            smoke=False)
+                            minival=False, smoke=False)
     if args.stage not in STAGES:
         raise ValueError(f"stage={args.stage!r} is not one of {list(STAGES)}")
     finetune = args.stage == "finetune"
@@ -128,6 +132,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.resize = False               # the pipeline's crops are at the model's size
     config.data.train_split = "train"
     config.data.eval_split = "validation"    # the 50,000 validation images (Table 5's ImageNet)
+    if args.minival:  # App. B.1.1: the learning rate is chosen on 1% of train, trained on 99%
+        config.data.update(train_split=f"train[:{100 - MINIVAL_PERCENT}%]",
+                           eval_split=f"train[{100 - MINIVAL_PERCENT}%:]")
     config.data.train_fraction = 1.0         # the share of the training split used
     config.data.train_subset = "random"      # how a fraction is drawn: random | balanced
     config.data.augment = "inception_crop"   # Inception crop of 8-100% of the area, then flip
