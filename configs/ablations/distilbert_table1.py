@@ -17,8 +17,9 @@ Each run evaluates student and teacher on the same test batches: `score` (the ta
 `teacher_score`, and `score_of_teacher`, their ratio, the paper's "97%". The finding it tests,
 per task: the student's score within 3 points of its teacher's (`_keeps_the_score`, judged by
 train/findings.py on the per-seed differences). Every seed's student reads the same teacher, so
-the standard error covers the students' seed-to-seed spread only, not the teacher's. The parameters and the inference speed of
-both (the paper's 40% fewer, 60% faster) are not a sweep's: they come from `python -m
+the standard error covers the students' seed-to-seed spread only, not the teacher's. The
+parameters and the inference speed of both (the paper's 40% fewer, 60% faster) are not a
+sweep's: they come from `python -m
 benchmarks.distill_speed --task spam` and `--task tweets` (benchmarks.md; headline runs
 bench_distil_spam / bench_distil_tweets).
 

@@ -91,7 +91,7 @@ FINDINGS = (
              "about 0.1 of the paper's 4.92)", "E", "level", "the learned table's far rows "
              "barely train on verses of a few dozen tokens, and the model over-fits a little "
              "(test perplexity turns up after step 2,250 in every seed); even at its best it is "
-             "17% to 19% above base", metric="perplexity", tolerance=2.0),
+             "18% to 20% above base", metric="perplexity", tolerance=2.0),
 )
 
 

@@ -1,4 +1,4 @@
-"""Running the training batches of a grain pipeline in worker processes (`config.data.worker_count`).
+"""Making the training batches of a grain pipeline in worker processes (`data.worker_count`).
 
 A host that must feed several accelerators makes its examples in Python: decoding and cropping
 JPEGs, tokenizing and packing sentence pairs. One process's threads share one interpreter lock,
