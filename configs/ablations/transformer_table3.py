@@ -72,12 +72,21 @@ FINDINGS = (
              "lower", "the paper's drop is 0.4 BLEU, inside our seed-to-seed spread"),
     _finding("A smaller key size d_k hurts (B)", "B1", "lower",
              "keys of width 6 may still suffice to match the few positions a verse has"),
+    _finding("A smaller key size d_k hurts perplexity too (B)", "B1", "higher",
+             "keys of width 6 may still suffice to match the few positions a verse has",
+             metric="perplexity"),
     _finding("Bigger models are better: 1 layer instead of 3 is worse (C)", "C1", "lower",
              "one layer learns faster (BLEU 12 to 13 at step 750, base 7) and base is still "
              "closing in at the end; in perplexity the deeper model is the better (5% lower)"),
+    _finding("Bigger models are better in perplexity too: 1 layer instead of 3 is higher (C)",
+             "C1", "higher", "one layer learns faster, and 3,000 steps may end before the "
+             "deeper model's advantage shows", metric="perplexity"),
     _finding("Dropout helps against over-fitting: none is worse (D)", "D1", "lower",
-             "label smoothing, kept in D1, may already hold back the over-fitting that D3 and "
-             "E show at this budget"),
+             "BLEU scores only each step's most likely token, which over-fitting can leave in "
+             "place while it ruins the probabilities (the perplexity finding below)"),
+    _finding("Without dropout the model over-fits: its test perplexity is higher (D)", "D1",
+             "higher", "label smoothing, kept in D1, may already hold back the over-fitting "
+             "that D3 and E show at this budget", metric="perplexity"),
     _finding("Label smoothing hurts perplexity: none gives a lower one (Sec. 5.4, D)", "D3",
              "lower", "without smoothing the model over-fits a tenth of the pairs: its test "
              "perplexity turns up after step 1,500 or 2,250 while its training perplexity "
