@@ -280,3 +280,21 @@ def test_mfu_divides_by_the_per_device_peak_times_the_devices(fixture_data_root,
             smoke_config().data.batch_size * record["steps_per_second"], rel=1e-9)
         assert record["mfu"] == pytest.approx(
             record["examples_per_second"] * flops_per_example / (2 * 1e12), rel=1e-9)
+
+
+def test_a_run_with_worker_processes_trains_as_one_without(fixture_data_root, tmp_path):
+    """data.worker_count=2: the smoke run's batches made in two grain processes give the same
+    training losses as in this process (the image pipeline seeds by batch), and nothing warns
+    on the way, the workers' exit included."""
+    env = {"PAPERS_JAX_DATA": str(fixture_data_root)}
+    losses = {}
+    for workers in (0, 2):
+        workdir = tmp_path / f"run_{workers}"
+        result = run_python(["-m", "train", "--config", "configs/vit/fashion_mnist.py:smoke",
+                             "--workdir", str(workdir), f"--config.data.worker_count={workers}"],
+                            env=env)
+        assert _warnings(result.stderr) == [] and "Exception ignored" not in result.stderr
+        records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text()
+                   .splitlines()]
+        losses[workers] = [r["loss"] for r in records if r["split"] == "train"]
+    assert len(losses[0]) == 4 and losses[2] == pytest.approx(losses[0], rel=1e-6)
