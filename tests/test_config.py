@@ -214,6 +214,11 @@ def test_smoke_keeps_the_variants_given_beside_it():
     lm = load_config_file("configs/lm/english.py:smoke,length=24")
     assert lm.data.max_length == 24 and lm.train.num_steps == 6
     assert load_config_file("configs/lm/english.py:smoke").data.max_length == 16
+    assert load_config_file("configs/lm/english.py:smoke,vocab=400").data.vocab_size == 400
+    assert load_config_file("configs/lm/english.py:vocab=1024").data.vocab_size == 1024
+    assert load_config_file("configs/lm/english.py").data.vocab_size == 4096
+    with pytest.raises(ConfigError, match="vocab=-2 must be a positive number of BPE tokens"):
+        load_config_file("configs/lm/english.py:vocab=-2")
     assert load_config_file("configs/vit/mae.py:smoke,steps=30").train.num_steps == 30
     assert load_config_file("configs/vit/mae.py:smoke").train.num_steps == 12
     teacher = load_config_file("configs/vit/convnet_teacher.py:smoke,widths=8-8-16,blocks=3")

@@ -100,10 +100,18 @@ RUNS = {run.name: run for run in (
                               "perplexity and bits per byte, time, MFU",
                 "python -m train --config configs/lm/english.py --workdir workdirs/lm_english",
                 fetch="english_lm"),
+    HeadlineRun("lm_english_v1024", "the same LM on a 1,024-token BPE, its steps filling "
+                                    "30 minutes of the 2-core CPU",
+                "python -m train --config configs/lm/english.py:vocab=1024 "
+                "--config.train.num_steps=3600 --workdir workdirs/lm_english_v1024",
+                fetch="english_lm"),
     HeadlineRun("lm_kneser_ney", "the interpolated Kneser-Ney trigram on the same BPE tokens: "
                                  "validation perplexity and bits per byte",
                 "python -m train.kneser_ney --config configs/lm/english.py "
                 "--workdir workdirs/lm_kneser_ney", fetch="english_lm"),
+    HeadlineRun("lm_kneser_ney_v1024", "the same trigram on the tokens of a 1,024-token BPE",
+                "python -m train.kneser_ney --config configs/lm/english.py:vocab=1024 "
+                "--workdir workdirs/lm_kneser_ney_v1024", fetch="english_lm"),
     HeadlineRun("bench_lm_decode", "decoding speed: our cached generate beside Hugging Face's "
                                    "FlaxGPT2LMHeadModel.generate on the same weights, greedy "
                                    "and sampling, batch 1 and 8, with the memory-bandwidth "

@@ -185,30 +185,34 @@ def bert_pretraining(records: Records) -> str:
     return _compose(table, {"bert_pretrain": record}, [])
 
 
+# The LM and the trigram on the same tokens, one pair per BPE vocabulary size.
+LANGUAGE_MODEL = ("lm_english", "lm_kneser_ney", "lm_english_v1024", "lm_kneser_ney_v1024")
+
+
 def language_model(records: Records) -> str:
-    """The CPU LM beside the Kneser-Ney trigram on the same tokens (train/kneser_ney.py)."""
-    found, missing = _gather(records, ("lm_english", "lm_kneser_ney"))
+    """The CPU LM beside the Kneser-Ney trigram on the same tokens (train/kneser_ney.py), at
+    each vocabulary size recorded: perplexity compares within a size, bits per byte across."""
+    found, missing = _gather(records, LANGUAGE_MODEL)
     rows = []
-    lm, kn = found.get("lm_english"), found.get("lm_kneser_ney")
-    if lm is not None:
-        m, config = lm["metrics"], lm["config"]
-        ev, train = m["eval"], m["train"]
-        data = config["data"]
-        steps = f"{m['eval_step']:,} x {data['batch_size']} x {data['max_length']}"
-        rows.append(["decoder-only Transformer (`configs/lm/english.py`)",
-                     f"{m['parameters']:,}", steps, clock(lm["total_wall_s"]),
-                     f"{ev['perplexity']:.2f}", f"{ev['bits_per_byte']:.4f}",
-                     percent(train["mfu"], 1)])
-    if kn is not None:
-        ev = kn["metrics"]["eval"]
-        rows.append([f"interpolated Kneser-Ney {ev['order']}-gram ({ev['discounts']} discounts)",
-                     "-", f"{ev['train_tokens']:,} training tokens counted",
-                     clock(kn["wall_s"]), f"{ev['perplexity']:.2f}",
-                     f"{ev['bits_per_byte']:.4f}", "-"])
+    for name, record in found.items():
+        m, data = record["metrics"], record["config"]["data"]
+        ev = m["eval"]
+        if record["kind"] == "baselines":
+            rows.append([f"interpolated Kneser-Ney {ev['order']}-gram ({ev['discounts']} "
+                         "discounts)", f"{data['vocab_size']:,}", "-",
+                         f"{ev['train_tokens']:,} training tokens counted",
+                         clock(record["wall_s"]), f"{ev['perplexity']:.2f}",
+                         f"{ev['bits_per_byte']:.4f}", "-"])
+        else:
+            steps = f"{m['eval_step']:,} x {data['batch_size']} x {data['max_length']}"
+            rows.append([f"decoder-only Transformer (`{_spec(record)}`)",
+                         f"{data['vocab_size']:,}", f"{m['parameters']:,}", steps,
+                         clock(record["total_wall_s"]), f"{ev['perplexity']:.2f}",
+                         f"{ev['bits_per_byte']:.4f}", percent(m["train"]["mfu"], 1)])
     split = next((r["metrics"]["eval_split"] for r in found.values()), "validation")
-    table = _table(["model", "parameters", "steps x rows x tokens", "wall clock",
-                    f"{split} perplexity (per BPE token)", "bits per byte", "MFU (last log)"],
-                   rows)
+    table = _table(["model", "BPE vocabulary", "parameters", "steps x rows x tokens",
+                    "wall clock", f"{split} perplexity (per BPE token)", "bits per byte",
+                    "MFU (last log)"], rows)
     return _compose(table, found, missing)
 
 

@@ -25,6 +25,9 @@ Variants (`:arg`, comma-separated):
                   the position encoding (default learned, GPT-2's); the ablation of Press et al.
                   2022 compares them (configs/ablations/lm_extrapolation.py)
   length=N        training row length in tokens (default 128; GPT sizes 1024)
+  vocab=N         BPE vocabulary size (default 4,096; GPT sizes 50,257): a smaller one makes
+                  the output layer cheaper and each token fewer bytes; the trigram baseline is
+                  scored on the same tokens (docs/lm.md compares the two sizes in bits per byte)
   smoke           a seconds-long run for tests
 e.g. `--config configs/lm/english.py:posemb=alibi` or `...:size=small`. Evaluation at longer
 lengths: `--config.task.eval_lengths=(128,256,512,1024)`; with posemb=learned the table must
@@ -43,13 +46,16 @@ POSEMBS = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    args = common.parse_arg(arg, size="cpu", posemb="learned", length=0, smoke=False)
+    args = common.parse_arg(arg, size="cpu", posemb="learned", length=0, vocab=0, smoke=False)
     if args.size not in ("cpu", *GPT2_SIZES):
         raise ValueError(f"size={args.size!r} is not one of {['cpu', *GPT2_SIZES]}")
     if args.posemb not in POSEMBS:
         raise ValueError(f"posemb={args.posemb!r} is not one of {list(POSEMBS)}")
     if args.length < 0:
         raise ValueError(f"length={args.length} must be a positive number of tokens (or 0: "
+                         "the size's own)")
+    if args.vocab < 0:
+        raise ValueError(f"vocab={args.vocab} must be a positive number of BPE tokens (or 0: "
                          "the size's own)")
     config = ml_collections.ConfigDict()
     config.seed = 0                          # parameter init, dropout and data order
@@ -129,4 +135,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if args.length:  # after smoke, which would otherwise set its own 16
         config.data.max_length = args.length
         config.model.max_length = max(config.model.max_length, args.length)
+    if args.vocab:  # after smoke too, like length
+        config.data.vocab_size = args.vocab
     return config
