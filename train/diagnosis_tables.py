@@ -32,6 +32,8 @@ COLLAPSE_ROWS = (
     ("0-0-100_seed0_lr5e-4", "0-0-100, peak lr 5e-4", 100),
     ("0-0-100_seed0_lr5e-4", "0-0-100, peak lr 5e-4", 200),
     ("0-0-100_seed0_lr5e-4", "0-0-100, peak lr 5e-4", 357),
+    ("0-0-100_seed0_steps4200", "0-0-100, 4,200 steps", 2100),
+    ("0-0-100_seed0_steps4200", "0-0-100, 4,200 steps", 4200),
 )
 # (label, diagnosis file, step, fine-tuning records with dropout 0.1 / without dropout, as paths
 # under notebooks/results/): the rows of finetune_table. Our fine-tuning runs started from the
@@ -47,6 +49,8 @@ FINETUNE_ROWS = (
     ("0-0-100 after 1,000 steps", "0-0-100_seed0", 1000,
      f"{_OURS}/0-0-100_seed0_step1000/record.json",
      f"{_OURS}/0-0-100_seed0_step1000_nodropout/record.json"),
+    ("0-0-100 after 4,200 steps", "0-0-100_seed0_steps4200", 4200,
+     "bert_table8_steps4200/0-0-100/seed_0/finetune/result.json", ""),
 )
 
 

@@ -103,7 +103,7 @@ RUNS = {run.name: run for run in (
     HeadlineRun("lm_english_v1024", "the same LM on a 1,024-token BPE, its steps filling "
                                     "30 minutes of the 2-core CPU",
                 "python -m train --config configs/lm/english.py:vocab=1024 "
-                "--config.train.num_steps=3600 --workdir workdirs/lm_english_v1024",
+                "--config.train.num_steps=3800 --workdir workdirs/lm_english_v1024",
                 fetch="english_lm"),
     HeadlineRun("lm_kneser_ney", "the interpolated Kneser-Ney trigram on the same BPE tokens: "
                                  "validation perplexity and bits per byte",
