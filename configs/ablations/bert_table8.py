@@ -17,9 +17,10 @@ NSP at chance), while with 300 its MLM accuracy was rising by step 400 (9.1%). T
 random replacements and no kept tokens, 0-0-100 (every seed) and 80-0-20 (2 of 3), stay on it
 collapsed (measured on 0-0-100 seed 0 and 80-0-20 seed 1): every position's final vector becomes
 the same one and the input tokens can no longer be read from it. A 4x lower peak learning rate
-(in the warmup, the same as a 4x longer warmup) delays that and does not prevent it, so every
-row keeps the one schedule; `steps=N` gives every row a longer budget (docs/reproductions.md,
-measured by `python -m train.diagnose_encoder`).
+(in the warmup, the same as a 4x longer warmup) delays that and does not prevent it, nor does
+a 4.2x longer budget (`steps=4200`: 0-0-100 seed 0 ends at 5.24%), so every row keeps the one
+schedule and budget; `steps=N` gives every row a longer one (docs/reproductions.md, measured by
+`python -m train.diagnose_encoder`).
 
 The downstream stages keep configs/bert/finetune.py's 240-step CPU budgets (0.16 epochs of the
 POS data, 0.25 of the tweets). Fine-tuning runs at peak learning rates of 2e-3 (POS) and 1e-3
