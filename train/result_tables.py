@@ -194,7 +194,7 @@ def language_model(records: Records) -> str:
     each vocabulary size recorded: perplexity compares within a size, bits per byte across."""
     found, missing = _gather(records, LANGUAGE_MODEL)
     rows = []
-    for name, record in found.items():
+    for record in found.values():
         m, data = record["metrics"], record["config"]["data"]
         ev = m["eval"]
         if record["kind"] == "baselines":
