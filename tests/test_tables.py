@@ -270,12 +270,15 @@ def test_the_committed_sweep_reports_are_their_runs_records(folder, tmp_path):
 
 
 def test_the_language_model_table_sets_the_lm_beside_kneser_ney(tmp_path):
-    """One LM and one trigram per vocabulary size, each row naming its own size, read from its
-    own record (a v1024 row showing v4096's numbers would pass a table without the column)."""
-    for name, vocab, ppl, bpb, mfu, wall in (("lm_english", 4096, 41.237, 1.40213, 0.2351, 1750),
-                                             ("lm_english_v1024", 1024, 17.5, 1.3877, 0.301, 1790)):
+    """One LM and one trigram per vocabulary size, each row naming its own size and peak
+    learning rate, read from its own record (a v1024 row showing v4096's numbers would pass a
+    table without the column)."""
+    for name, vocab, lr, ppl, bpb, mfu, wall in (
+            ("lm_english", 4096, 3e-3, 41.237, 1.40213, 0.2351, 1750),
+            ("lm_english_v1024", 1024, 1.5e-3, 17.5, 1.3877, 0.301, 1790)):
         _save(tmp_path, name, "train", {"data": {"batch_size": 32, "max_length": 128,
-                                                 "vocab_size": vocab}},
+                                                 "vocab_size": vocab},
+                                        "optimizer": {"learning_rate": lr}},
               _train({"perplexity": ppl, "bits_per_byte": bpb}, 2000, split="validation",
                      train={"mfu": mfu}, params=1_334_016 - (4096 - vocab) * 128), wall)
     for name, vocab, tokens, ppl, bpb in (("lm_kneser_ney", 4096, 6_300_000, 59.82, 1.5373),
@@ -286,13 +289,13 @@ def test_the_language_model_table_sets_the_lm_beside_kneser_ney(tmp_path):
                                                  "bits_per_byte": bpb}}, 42)
     text = tables.TABLES["language_model"](Records(tmp_path))
     assert ("| decoder-only Transformer (`configs/lm/english.py`) | 4,096 | 1,334,016 | "
-            "2,000 x 32 x 128 | 29:10 | 41.24 | 1.4021 | 23.5% |") in text
+            "2,000 x 32 x 128 | 0.003 | 29:10 | 41.24 | 1.4021 | 23.5% |") in text
     assert ("| interpolated Kneser-Ney 3-gram (modified discounts) | 4,096 | - | 6,300,000 "
-            "training tokens counted | 0:42 | 59.82 | 1.5373 | - |") in text
+            "training tokens counted | - | 0:42 | 59.82 | 1.5373 | - |") in text
     assert ("| decoder-only Transformer (`configs/lm/english.py:vocab=1024`) | 1,024 | 940,800 "
-            "| 2,000 x 32 x 128 | 29:50 | 17.50 | 1.3877 | 30.1% |") in text
+            "| 2,000 x 32 x 128 | 0.0015 | 29:50 | 17.50 | 1.3877 | 30.1% |") in text
     assert ("| interpolated Kneser-Ney 3-gram (modified discounts) | 1,024 | - | 8,700,000 "
-            "training tokens counted | 0:42 | 23.69 | 1.6380 | - |") in text
+            "training tokens counted | - | 0:42 | 23.69 | 1.6380 | - |") in text
     assert "validation perplexity (per BPE token)" in text and "not recorded yet" not in text
 
 

@@ -105,6 +105,12 @@ RUNS = {run.name: run for run in (
                 "python -m train --config configs/lm/english.py:vocab=1024 "
                 "--config.train.num_steps=3800 --workdir workdirs/lm_english_v1024",
                 fetch="english_lm"),
+    *(HeadlineRun(f"lm_probe_lr{lr}", f"the 1,024-token LM for 1,000 steps at peak learning "
+                                      f"rate {lr} (the probe of the peak learning rate)",
+                  f"python -m train --config configs/lm/english.py:vocab=1024 "
+                  f"--config.train.num_steps=1000 --config.optimizer.learning_rate={lr} "
+                  f"--config.optimizer.end_learning_rate={end} --workdir workdirs/lm_probe_lr{lr}",
+                  fetch="english_lm") for lr, end in (("1.5e-3", "1.5e-4"), ("3e-3", "3e-4"))),
     HeadlineRun("lm_kneser_ney", "the interpolated Kneser-Ney trigram on the same BPE tokens: "
                                  "validation perplexity and bits per byte",
                 "python -m train.kneser_ney --config configs/lm/english.py "

@@ -187,12 +187,14 @@ def bert_pretraining(records: Records) -> str:
 
 # The LM and the trigram on the same tokens, one pair per BPE vocabulary size.
 LANGUAGE_MODEL = ("lm_english", "lm_kneser_ney", "lm_english_v1024", "lm_kneser_ney_v1024")
+# The 1,024-token LM's peak learning rate, probed with 1,000-step runs (docs/lm.md).
+LM_LEARNING_RATE = ("lm_probe_lr1.5e-3", "lm_probe_lr3e-3")
 
 
-def language_model(records: Records) -> str:
+def language_model(records: Records, names: tuple[str, ...] = LANGUAGE_MODEL) -> str:
     """The CPU LM beside the Kneser-Ney trigram on the same tokens (train/kneser_ney.py), at
     each vocabulary size recorded: perplexity compares within a size, bits per byte across."""
-    found, missing = _gather(records, LANGUAGE_MODEL)
+    found, missing = _gather(records, names)
     rows = []
     for record in found.values():
         m, data = record["metrics"], record["config"]["data"]
@@ -200,19 +202,21 @@ def language_model(records: Records) -> str:
         if record["kind"] == "baselines":
             rows.append([f"interpolated Kneser-Ney {ev['order']}-gram ({ev['discounts']} "
                          "discounts)", f"{data['vocab_size']:,}", "-",
-                         f"{ev['train_tokens']:,} training tokens counted",
+                         f"{ev['train_tokens']:,} training tokens counted", "-",
                          clock(record["wall_s"]), f"{ev['perplexity']:.2f}",
                          f"{ev['bits_per_byte']:.4f}", "-"])
         else:
             steps = f"{m['eval_step']:,} x {data['batch_size']} x {data['max_length']}"
             rows.append([f"decoder-only Transformer (`{_spec(record)}`)",
                          f"{data['vocab_size']:,}", f"{m['parameters']:,}", steps,
+                         f"{record['config']['optimizer']['learning_rate']:g}",
                          clock(record["total_wall_s"]), f"{ev['perplexity']:.2f}",
                          f"{ev['bits_per_byte']:.4f}", percent(m["train"]["mfu"], 1)])
     split = next((r["metrics"]["eval_split"] for r in found.values()), "validation")
     table = _table(["model", "BPE vocabulary", "parameters", "steps x rows x tokens",
-                    "wall clock", f"{split} perplexity (per BPE token)", "bits per byte",
-                    "MFU (last log)"], rows)
+                    "peak learning rate", "wall clock",
+                    f"{split} perplexity (per BPE token)", "bits per byte", "MFU (last log)"],
+                   rows)
     return _compose(table, found, missing)
 
 

@@ -77,6 +77,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_distil_spam": rt.benchmark("bench_distil_spam"),
     "bench_distil_tweets": rt.benchmark("bench_distil_tweets"),
     "language_model": rt.language_model,
+    "lm_learning_rate": lambda records: rt.language_model(records, rt.LM_LEARNING_RATE),
     "bench_lm_decode": rt.benchmark("bench_lm_decode"),
     "bench_marian_decode": rt.benchmark("bench_marian_decode"),
     "headline_runs": rt.headline_runs,
