@@ -44,7 +44,7 @@ def _train(eval_values: dict, step: int, evals=None, train=None, split="test", p
 
 def test_single_run_tables_show_their_records_numbers(tmp_path):
     fast = {"steps_per_second": 7.04, "mfu": 0.4123}
-    _save(tmp_path, "demo", "train", {"data": {"batch_size": 128}},
+    _save(tmp_path, "demo", "train", {"data": {"batch_size": 128}, "model": {"name": "vit"}},
           _train({"accuracy": 0.90453, "loss": 0.2812}, 5900, train=fast, evals=[
               {"step": s, "time": T0 + s / 7, "accuracy": 0.9, "loss": 0.3}
               for s in (2000, 4000, 5900)]), 857.4)
@@ -297,6 +297,23 @@ def test_the_language_model_table_sets_the_lm_beside_kneser_ney(tmp_path):
     assert ("| interpolated Kneser-Ney 3-gram (modified discounts) | 1,024 | - | 8,700,000 "
             "training tokens counted | - | 0:42 | 23.69 | 1.6380 | - |") in text
     assert "validation perplexity (per BPE token)" in text and "not recorded yet" not in text
+
+
+def test_the_image_classifier_table_reads_each_row_from_its_own_record(tmp_path):
+    """The demo's ViT beside DeiT's convnet teacher: each row's model, size and accuracy are its
+    record's (a teacher row showing the demo's numbers would pass a table of one row)."""
+    for name, model, params, acc, loss, wall in (("demo", "vit", 766_634, 0.9058, 0.2661, 2903),
+                                                 ("convnet_teacher", "convnet", 175_000, 0.9212,
+                                                  0.2204, 3000)):
+        _save(tmp_path, name, "train", {"data": {"batch_size": 128}, "model": {"name": model}},
+              _train({"accuracy": acc, "loss": loss}, 5900, params=params,
+                     train={"steps_per_second": 2.0, "mfu": 0.33}), wall)
+    text = tables.TABLES["image_classifiers"](Records(tmp_path))
+    assert ("| `demo` | `configs/vit/fashion_mnist.py` | vit | 766,634 | 5,900 x 128 | 90.58% | "
+            "0.2661 | 48:23 | 2.00 | 33.0% |") in text
+    assert ("| `convnet_teacher` | `configs/vit/convnet_teacher.py` | convnet | 175,000 | "
+            "5,900 x 128 | 92.12% | 0.2204 | 50:00 | 2.00 | 33.0% |") in text
+    assert "test accuracy" in text and "not recorded yet" not in text
 
 
 def test_provenance_names_a_data_sheet_peak_as_such():

@@ -73,6 +73,10 @@ RUNS = {run.name: run for run in (
     HeadlineRun("demo", "`make demo`: the default ViT on Fashion-MNIST, test accuracy and time",
                 "python -m train --config configs/vit/fashion_mnist.py "
                 "--workdir workdirs/vit_fashion_mnist", fetch="fashion_mnist"),
+    HeadlineRun("convnet_teacher", "DeiT's teacher: a small residual convnet on Fashion-MNIST, "
+                                   "test accuracy (DeiT Table 3's teacher row)",
+                "python -m train --config configs/vit/convnet_teacher.py "
+                "--workdir workdirs/convnet_teacher", fetch="fashion_mnist"),
     HeadlineRun("translate", "the CPU Transformer, English -> Spanish Bible verses: test BLEU, "
                              "perplexity, token accuracy",
                 "python -m train --config configs/transformer/translate.py "

@@ -127,27 +127,52 @@ def _elapsed(record: dict, unix_time: float) -> str:
 
 
 # ---- the tables ------------------------------------------------------------------------------
+IMAGE_CLASSIFIERS = ("demo", "convnet_teacher")  # Fashion-MNIST, trained from scratch
+_CLASSIFIER_HEAD = ["steps x batch", "accuracy", "loss", "wall clock", "steps/s (last log)",
+                    "MFU (last log)"]
+
+
+def _classifier_cells(record: dict) -> list[str]:
+    m, config = record["metrics"], record["config"]
+    ev, train = m["eval"], m["train"]
+    return [f"{m['eval_step']:,} x {config['data']['batch_size']}", percent(ev["accuracy"]),
+            f"{ev['loss']:.4f}", clock(record["total_wall_s"]),
+            f"{train['steps_per_second']:.2f}", percent(train["mfu"], 1)]
+
+
+def _split_head(found: dict, head: list[str]) -> list[str]:
+    """`accuracy` and `loss` named after the split the records evaluated."""
+    split = next((r["metrics"]["eval_split"] for r in found.values()), "test")
+    return [f"{split} {h}" if h in ("accuracy", "loss") else h for h in head]
+
+
 def demo(records: Records) -> str:
     record = records.get("demo")
     if record is None:
         return not_recorded(["demo"])
     m, config = record["metrics"], record["config"]
-    ev, train = m["eval"], m["train"]
     split = m["eval_split"]
     evals = " / ".join(f"{e['step']:,}" for e in m["evals"])
-    headline = (f"**{percent(ev['accuracy'])} {split} accuracy in "
+    headline = (f"**{percent(m['eval']['accuracy'])} {split} accuracy in "
                 f"{clock(record['total_wall_s'])}** ({m['eval_step']:,} steps of "
-                f"{config['data']['batch_size']} images at {train['steps_per_second']:.1f} "
-                f"steps/s in the last log; evals at steps {evals}; the wall clock is the whole "
-                "command: start-up, compilation, training, evaluations).")
-    table = _table(
-        ["config", "steps x batch", f"{split} accuracy", f"{split} loss", "wall clock",
-         "steps/s (last log)", "MFU (last log)"],
-        [[f"`{_spec(record)}`",
-          f"{m['eval_step']:,} x {config['data']['batch_size']}", percent(ev["accuracy"]),
-          f"{ev['loss']:.4f}", clock(record["total_wall_s"]), f"{train['steps_per_second']:.2f}",
-          percent(train["mfu"], 1)]])
+                f"{config['data']['batch_size']} images at "
+                f"{m['train']['steps_per_second']:.1f} steps/s in the last log; evals at steps "
+                f"{evals}; the wall clock is the whole command: start-up, compilation, "
+                "training, evaluations).")
+    table = _table(["config", *_split_head({"demo": record}, _CLASSIFIER_HEAD)],
+                   [[f"`{_spec(record)}`", *_classifier_cells(record)]])
     return headline + "\n\n" + _compose(table, {"demo": record}, [])
+
+
+def image_classifiers(records: Records) -> str:
+    """The Fashion-MNIST classifiers trained from scratch: the demo's ViT and DeiT's convnet
+    teacher (configs/vit/convnet_teacher.py), the student's bar in DeiT Table 3."""
+    found, missing = _gather(records, IMAGE_CLASSIFIERS)
+    rows = [[f"`{name}`", f"`{_spec(record)}`", record["config"]["model"]["name"],
+             f"{record['metrics']['parameters']:,}", *_classifier_cells(record)]
+            for name, record in found.items()]
+    head = ["run", "config", "model", "parameters", *_split_head(found, _CLASSIFIER_HEAD)]
+    return _compose(_table(head, rows), found, missing)
 
 
 def translation(records: Records) -> str:

@@ -64,6 +64,7 @@ def _launch(table: str) -> Callable[[rt.Records], str]:
 
 TABLES: dict[str, Callable[[rt.Records], str]] = {
     "demo": rt.demo,
+    "image_classifiers": rt.image_classifiers,
     "translation": rt.translation,
     "bert_pretraining": rt.bert_pretraining,
     "finetuning": rt.finetuning,
