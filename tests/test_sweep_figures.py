@@ -98,3 +98,33 @@ def test_a_sweep_without_a_reference_row_draws_no_change_panel():
     (ax,) = fig.axes
     paper = [line for line in ax.get_lines() if line.get_label() == "paper"]
     assert len(paper) == 1 and np.allclose(paper[0].get_ydata(), 100 * 77.0 / 79.5)
+
+
+def test_a_sweep_without_paper_numbers_draws_every_metric_it_measures():
+    """The limited-labels sweep tests a claim of the lecture notes that no table of the paper
+    measures: its figure still shows each metric per row and each row's change from the
+    reference, in the metric's own units, rather than no panel at all."""
+    import matplotlib
+    matplotlib.use("Agg")
+
+    from train.sweep_compare import CommittedSweep
+    from train.sweep_spec import load_sweep_file
+
+    sweep = load_sweep_file(str(REPO / "configs" / "ablations" / "mae_limited_labels.py"))
+    assert not sweep.paper
+    labels = [sweep.label(m) for m in sweep.metrics]
+    seeds = np.arange(3)
+    runs = {"mae": {"seed": seeds, **{label: np.array([0.7, 0.72, 0.71]) for label in labels}},
+            "untrained": {"seed": seeds, **{label: np.array([0.6, 0.61, 0.62])
+                                            for label in labels}}}
+    committed = CommittedSweep("limited", "configs/ablations/mae_limited_labels.py", "untrained")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(SWEEPS, "limited", committed)
+        fig = sweep_figures.figure("limited", sweep, runs)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [title for label in labels for title in (
+        f"{label} per row (dots: seeds)", f"{label}: change from 'untrained'")]
+    units = [ax.get_ylabel() for ax in fig.axes[1::2]]
+    assert units == ["points" if "accuracy" in label else "change" for label in labels]
+    bars = fig.axes[1].patches  # the 1%-label accuracy: mae's change from untrained, in points
+    assert np.isclose(bars[0].get_height(), 100 * (0.71 - 0.61))

@@ -43,8 +43,7 @@ class CommittedSweep:
 
 SWEEPS = {s.folder: s for s in (
     CommittedSweep("vit_table8", "configs/ablations/vit_posemb.py", "none"),
-    CommittedSweep("transformer_table3", "configs/ablations/transformer_table3.py", "base",
-                   in_progress=True),
+    CommittedSweep("transformer_table3", "configs/ablations/transformer_table3.py", "base"),
     CommittedSweep("bert_table8", "configs/ablations/bert_table8.py", "80-10-10"),
     CommittedSweep("distilbert_table1", "configs/ablations/distilbert_table1.py", None),
     CommittedSweep("distilbert_table4", "configs/ablations/distilbert_table4.py", "triple"),

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from train.sweep_compare import (RESULTS, SWEEPS, change, load, missing_runs, paper_change,
-                                  scale)
+from train.sweep_compare import (RESULTS, SWEEPS, change, in_percent, load, missing_runs,
+                                  paper_change, scale)
 from train.sweep_spec import Sweep
 
 FIGURES = RESULTS.parent / "figures"
@@ -30,8 +30,11 @@ def figure(folder: str, sweep: Sweep, runs: dict):
     import matplotlib.pyplot as plt
 
     reference = SWEEPS[folder].reference
+    # The metrics the paper reports; a sweep with no paper numbers (a claim of the lecture
+    # notes that no table of the paper measures) shows every metric it has.
     labels = [sweep.label(m) for m in sweep.metrics
-              if any(sweep.label(m) in v for v in sweep.paper.values())]
+              if any(sweep.label(m) in v for v in sweep.paper.values())] or [
+        sweep.label(m) for m in sweep.metrics]
     rows = list(runs)
     x = np.arange(len(rows))
     # A sweep without a reference row (rows that are not alternatives to one another) has no
@@ -70,7 +73,8 @@ def figure(folder: str, sweep: Sweep, runs: dict):
                       label="ours ± 1 s.e.")
         ax_change.bar(x + 0.2, theirs, 0.4, color="tab:red", alpha=0.7, label="paper")
         ax_change.axhline(0, color="gray", lw=0.8)
-        unit = "% of the reference" if "perplexity" in label else "points"
+        unit = ("points" if in_percent(label) or "bleu" in label else
+                "% of the reference" if "perplexity" in label else "change")
         ax_change.set(ylabel=unit, title=f"{label}: change from {reference!r}")
         ax_change.set_xticks(x, rows, rotation=20)
         ax_change.legend(fontsize=8)
