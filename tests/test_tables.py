@@ -275,14 +275,16 @@ def test_the_language_model_table_sets_the_lm_beside_kneser_ney(tmp_path):
     table without the column)."""
     for name, vocab, lr, ppl, bpb, mfu, wall in (
             ("lm_english", 4096, 3e-3, 41.237, 1.40213, 0.2351, 1750),
-            ("lm_english_v1024", 1024, 1.5e-3, 17.5, 1.3877, 0.301, 1790)):
+            ("lm_english_v1024", 1024, 1.5e-3, 17.5, 1.3877, 0.301, 1790),
+            ("lm_english_v512", 512, 3e-3, 12.25, 1.5001, 0.312, 1795)):
         _save(tmp_path, name, "train", {"data": {"batch_size": 32, "max_length": 128,
                                                  "vocab_size": vocab},
                                         "optimizer": {"learning_rate": lr}},
               _train({"perplexity": ppl, "bits_per_byte": bpb}, 2000, split="validation",
                      train={"mfu": mfu}, params=1_334_016 - (4096 - vocab) * 128), wall)
     for name, vocab, tokens, ppl, bpb in (("lm_kneser_ney", 4096, 6_300_000, 59.82, 1.5373),
-                                          ("lm_kneser_ney_v1024", 1024, 8_700_000, 23.69, 1.638)):
+                                          ("lm_kneser_ney_v1024", 1024, 8_700_000, 23.69, 1.638),
+                                          ("lm_kneser_ney_v512", 512, 11_000_000, 14.96, 1.798)):
         _save(tmp_path, name, "baselines", {"data": {"vocab_size": vocab}}, {
             "eval_split": "validation", "eval": {"order": 3, "discounts": "modified",
                                                  "train_tokens": tokens, "perplexity": ppl,
@@ -296,6 +298,10 @@ def test_the_language_model_table_sets_the_lm_beside_kneser_ney(tmp_path):
             "| 2,000 x 32 x 128 | 0.0015 | 29:50 | 17.50 | 1.3877 | 30.1% |") in text
     assert ("| interpolated Kneser-Ney 3-gram (modified discounts) | 1,024 | - | 8,700,000 "
             "training tokens counted | - | 0:42 | 23.69 | 1.6380 | - |") in text
+    assert ("| decoder-only Transformer (`configs/lm/english.py:vocab=512`) | 512 | 875,264 "
+            "| 2,000 x 32 x 128 | 0.003 | 29:55 | 12.25 | 1.5001 | 31.2% |") in text
+    assert ("| interpolated Kneser-Ney 3-gram (modified discounts) | 512 | - | 11,000,000 "
+            "training tokens counted | - | 0:42 | 14.96 | 1.7980 | - |") in text
     assert "validation perplexity (per BPE token)" in text and "not recorded yet" not in text
 
 

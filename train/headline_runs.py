@@ -115,6 +115,11 @@ RUNS = {run.name: run for run in (
                   f"--config.train.num_steps=1000 --config.optimizer.learning_rate={lr} "
                   f"--config.optimizer.end_learning_rate={end} --workdir workdirs/lm_probe_lr{lr}",
                   fetch="english_lm") for lr, end in (("1.5e-3", "1.5e-4"), ("3e-3", "3e-4"))),
+    HeadlineRun("lm_english_v512", "the same LM on a 512-token BPE, its steps filling 30 "
+                                   "minutes of the 2-core CPU",
+                "python -m train --config configs/lm/english.py:vocab=512 "
+                "--config.train.num_steps=4000 --workdir workdirs/lm_english_v512",
+                fetch="english_lm"),
     HeadlineRun("lm_kneser_ney", "the interpolated Kneser-Ney trigram on the same BPE tokens: "
                                  "validation perplexity and bits per byte",
                 "python -m train.kneser_ney --config configs/lm/english.py "
@@ -122,6 +127,9 @@ RUNS = {run.name: run for run in (
     HeadlineRun("lm_kneser_ney_v1024", "the same trigram on the tokens of a 1,024-token BPE",
                 "python -m train.kneser_ney --config configs/lm/english.py:vocab=1024 "
                 "--workdir workdirs/lm_kneser_ney_v1024", fetch="english_lm"),
+    HeadlineRun("lm_kneser_ney_v512", "the same trigram on the tokens of a 512-token BPE",
+                "python -m train.kneser_ney --config configs/lm/english.py:vocab=512 "
+                "--workdir workdirs/lm_kneser_ney_v512", fetch="english_lm"),
     HeadlineRun("bench_lm_decode", "decoding speed: our cached generate beside Hugging Face's "
                                    "FlaxGPT2LMHeadModel.generate on the same weights, greedy "
                                    "and sampling, batch 1 and 8, with the memory-bandwidth "

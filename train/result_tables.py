@@ -211,7 +211,8 @@ def bert_pretraining(records: Records) -> str:
 
 
 # The LM and the trigram on the same tokens, one pair per BPE vocabulary size.
-LANGUAGE_MODEL = ("lm_english", "lm_kneser_ney", "lm_english_v1024", "lm_kneser_ney_v1024")
+LANGUAGE_MODEL = ("lm_english", "lm_kneser_ney", "lm_english_v1024", "lm_kneser_ney_v1024",
+                  "lm_english_v512", "lm_kneser_ney_v512")
 # The 1,024-token LM's peak learning rate, probed with 1,000-step runs (docs/lm.md).
 LM_LEARNING_RATE = ("lm_probe_lr1.5e-3", "lm_probe_lr3e-3")
 
