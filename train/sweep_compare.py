@@ -47,6 +47,7 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("bert_table8", "configs/ablations/bert_table8.py", "80-10-10"),
     CommittedSweep("distilbert_table1", "configs/ablations/distilbert_table1.py", None),
     CommittedSweep("distilbert_table4", "configs/ablations/distilbert_table4.py", "triple"),
+    CommittedSweep("mae_limited_labels", "configs/ablations/mae_limited_labels.py", "untrained"),
 )}
 
 
@@ -155,7 +156,7 @@ def paper_change(label: str, paper: dict, row: str, base: str) -> float:
 
 
 def _digits(label: str) -> int:
-    return 1 if "perplexity" in label else 3 if "loss" in label else 2
+    return 1 if "perplexity" in label else 3 if "loss" in label or "mse" in label else 2
 
 
 def _value(label: str, values) -> str:
@@ -167,7 +168,7 @@ def _value(label: str, values) -> str:
 
 def _delta(label: str, delta: float, se: float) -> str:
     unit = "%" if "perplexity" in label else ""
-    digits = 1 if unit else 2
+    digits = 1 if unit else _digits(label)
     error = "" if math.isnan(se) else f" ± {se:.{digits}f}"
     return f"{delta:+.{digits}f}{unit}{error}"
 
@@ -203,25 +204,28 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
     reference = SWEEPS[folder].reference
     labels = [sweep.label(m) for m in sweep.metrics]
     with_paper = {label for label in labels if any(label in v for v in sweep.paper.values())}
+    # The metrics shown with their change from the reference row: those the paper reports, or
+    # every metric of a sweep with no paper numbers (a claim that no table of the paper measures).
+    compared = set() if reference is None else with_paper or set(labels)
     head = ["row", "seeds"]
     for label in labels:
         head.append(f"{label} ({'higher' if _better(sweep, label) == 'max' else 'lower'} "
                     "is better)")
-        if label in with_paper and reference is None:
-            head.append(f"paper {label}")
-        elif label in with_paper:
-            head += [f"Δ vs `{reference}` ± s.e.", f"paper {label} (Δ)"]
+        if label in compared:
+            head.append(f"Δ vs `{reference}` ± s.e.")
+        if label in with_paper:
+            head.append(f"paper {label}" + ("" if reference is None else " (Δ)"))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     best = _best(sweep, runs)
     for row, values in runs.items():
         cells = [f"**`{row}`**" if row == best else f"`{row}`", str(len(values["seed"]))]
         for label in labels:
             cells.append(_value(label, values[label]))
-            if label not in with_paper:
-                continue
-            if reference is not None:
+            if label in compared:
                 cells.append("-" if row == reference or reference not in runs else
                              _delta(label, *change(label, values, runs[reference])))
+            if label not in with_paper:
+                continue
             paper = sweep.paper.get(row, {}).get(label)
             if paper is None:
                 cells.append("-")

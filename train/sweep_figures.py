@@ -68,10 +68,12 @@ def figure(folder: str, sweep: Sweep, runs: dict):
             continue
         ours = [change(label, runs[r], runs[reference]) for r in rows]
         theirs = [paper_change(label, sweep.paper, r, reference) for r in rows]
-        ax_change.bar(x - 0.2, [d for d, _ in ours], 0.4,
+        beside = not np.isnan(theirs).all()  # no paper bars where the paper has no numbers
+        ax_change.bar(x - 0.2 * beside, [d for d, _ in ours], 0.4,
                       yerr=np.nan_to_num([s for _, s in ours]), capsize=3, color="tab:blue",
                       label="ours ± 1 s.e.")
-        ax_change.bar(x + 0.2, theirs, 0.4, color="tab:red", alpha=0.7, label="paper")
+        if beside:
+            ax_change.bar(x + 0.2, theirs, 0.4, color="tab:red", alpha=0.7, label="paper")
         ax_change.axhline(0, color="gray", lw=0.8)
         unit = ("points" if in_percent(label) or "bleu" in label else
                 "% of the reference" if "perplexity" in label else "change")
