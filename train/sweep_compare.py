@@ -197,6 +197,15 @@ def provenance(folder: str, results: str | Path = RESULTS) -> str:
             f"{dates[0]} to {dates[-1]}, code {', '.join(commits)}.")
 
 
+def shown_metrics(sweep: Sweep) -> list[str]:
+    """The metrics a sweep's table and figure compare with the reference row: those the paper
+    reports, or every metric of a sweep with no paper numbers (a claim that no table of the
+    paper measures)."""
+    labels = [sweep.label(m) for m in sweep.metrics]
+    with_paper = [label for label in labels if any(label in v for v in sweep.paper.values())]
+    return with_paper or labels
+
+
 def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = RESULTS) -> str:
     """Mean ± sample std over seeds per row; for every metric the paper reports, the row's
     change from the reference (± its standard error) beside the paper's value and change, or,
@@ -204,9 +213,7 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
     reference = SWEEPS[folder].reference
     labels = [sweep.label(m) for m in sweep.metrics]
     with_paper = {label for label in labels if any(label in v for v in sweep.paper.values())}
-    # The metrics shown with their change from the reference row: those the paper reports, or
-    # every metric of a sweep with no paper numbers (a claim that no table of the paper measures).
-    compared = set() if reference is None else with_paper or set(labels)
+    compared = set() if reference is None else set(shown_metrics(sweep))
     head = ["row", "seeds"]
     for label in labels:
         head.append(f"{label} ({'higher' if _better(sweep, label) == 'max' else 'lower'} "

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from train.sweep_compare import (RESULTS, SWEEPS, change, in_percent, load, missing_runs,
-                                  paper_change, scale)
+                                  paper_change, scale, shown_metrics)
 from train.sweep_spec import Sweep
 
 FIGURES = RESULTS.parent / "figures"
@@ -30,11 +30,7 @@ def figure(folder: str, sweep: Sweep, runs: dict):
     import matplotlib.pyplot as plt
 
     reference = SWEEPS[folder].reference
-    # The metrics the paper reports; a sweep with no paper numbers (a claim of the lecture
-    # notes that no table of the paper measures) shows every metric it has.
-    labels = [sweep.label(m) for m in sweep.metrics
-              if any(sweep.label(m) in v for v in sweep.paper.values())] or [
-        sweep.label(m) for m in sweep.metrics]
+    labels = shown_metrics(sweep)
     rows = list(runs)
     x = np.arange(len(rows))
     # A sweep without a reference row (rows that are not alternatives to one another) has no
