@@ -161,4 +161,10 @@ RUNS = {run.name: run for run in (
                                        "FlaxMarianMTModel.generate, the same weights",
                 "python -m benchmarks.marian_decode --size opus --batches 1 32 --beam 4 "
                 "--repeats 5 --json workdirs/bench/marian_decode.json"),
+    HeadlineRun("bench_input_pipeline", "examples per second one pinned CPU core makes through "
+                                        "each paper-scale recipe's training pipeline, on "
+                                        "stand-ins of real JPEGs and prose, and the cores a "
+                                        "host needs to keep up",
+                "python -m benchmarks.input_pipeline --seconds 30 "
+                "--json workdirs/bench/input_pipeline.json", fetch="english_lm bible_en_es"),
 )}

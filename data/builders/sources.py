@@ -66,7 +66,7 @@ def _import_tfds_catalog() -> None:
             pass
 
 
-def _from_catalog(load):
+def from_catalog(load):
     """`load()` (a TFDS call by dataset name), asked again after importing TFDS's builder
     packages when the name is not registered yet."""
     import tensorflow_datasets as tfds
@@ -100,7 +100,7 @@ def _builder(name: str, source: SourceKind, data_dir: str | pathlib.Path | None)
     import tensorflow_datasets as tfds
 
     try:
-        builder = _from_catalog(lambda: tfds.builder(
+        builder = from_catalog(lambda: tfds.builder(
             name, data_dir=None if data_dir is None else str(data_dir),
             file_format="array_record"))
         builder.download_and_prepare()
@@ -123,7 +123,7 @@ def get_data_source(name: str, split: str, *, source: SourceKind = "local",
         import tensorflow_datasets as tfds
 
         try:
-            return _from_catalog(lambda: tfds.data_source(
+            return from_catalog(lambda: tfds.data_source(
                 name, split=split, data_dir=None if data_dir is None else str(data_dir)))
         except Exception as e:  # TFDS raises many kinds (network, registration, missing files).
             raise _tfds_error(name, data_dir, e) from e
