@@ -141,7 +141,7 @@ def run(args) -> dict:
             out.append({"recipe": row["recipe"], "config": row["config"],
                         "overrides": row["overrides"], "example": phase.length,
                         "dataset": row["dataset"], "setup_s": setup_s,
-                        "worker_processes": "worker_count" in config.data, **timing,
+                        "worker_count": config.data.worker_count, **timing,
                         "required": required_rates(recipe, row["phase"])})
             del iterator, task
     return {"batch": args.batch, "seconds": args.seconds, "core": args.core,
@@ -205,14 +205,14 @@ def markdown(report: dict) -> str:
                 f"{imagenet['mean_bytes'] / 1e3:.0f} KB and {imagenet['mean_pixels'] / 1e3:.0f}k "
                 "pixels on average" if imagenet else "") + ". Cores a host needs: the rate "
              f"each host must deliver at MFU {recipe_costs.DEFAULT_MFU:.0%} (launch page) over "
-             "the rate of one core.", "",
-             "| recipe | example | examples/s on one core | worker processes | "
+             "the rate of one core (`--config.data.worker_count=N`: the batches made in N "
+             "processes).", "",
+             "| recipe | example | examples/s on one core | "
              + " | ".join(f"cores a host needs: {' or '.join(c)}" for c in columns) + " |",
-             "|---|---|---|---|" + "---|" * len(columns)]
+             "|---|---|---|" + "---|" * len(columns)]
     for r in report["rows"]:
         cores = " | ".join(f"{report['ratios'][ratio_key(r, c[0])]:,.1f}" for c in columns)
-        lines.append(f"| {r['recipe']} | {r['example']} | {r['rate']:,.0f} | "
-                     f"{'yes' if r['worker_processes'] else 'no (one process)'} | {cores} |")
+        lines.append(f"| {r['recipe']} | {r['example']} | {r['rate']:,.0f} | {cores} |")
     if report["shared"]:
         lines.append("")
     lines.extend(f"- {recipe}: the same pipeline as {timed} (equal `config.data`)."

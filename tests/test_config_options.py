@@ -11,7 +11,8 @@ observed outside the code that reads it.
                            vocabulary is trained on
   train.async_checkpoint   the trainer's orbax checkpoint manager saves in the background or not
   task.num_samples         translation: sample translations written to the log at a BLEU eval
-  data.worker_count        image and translation tasks: the training pipeline's worker processes
+  data.worker_count        image, translation and BERT Wikipedia tasks: the training pipeline's
+                           worker processes (refused on the local BERT corpora)
 """
 
 from __future__ import annotations
@@ -328,3 +329,31 @@ def test_worker_count_reaches_the_training_pipeline(request, monkeypatch, spec, 
     task.eval_batches(batch_size=4, process_index=0, process_count=1)
     assert calls[0]["worker_count"] == 3 and calls[0]["train"] is True
     assert calls[1].get("worker_count", 0) == 0 and calls[1]["train"] is False
+
+
+def test_worker_count_reaches_the_wikipedia_stream_and_is_refused_for_local_corpora(
+        monkeypatch, tmp_path):
+    """BERT on a TFDS Wikipedia stream: data.worker_count is what the stream is given (each
+    phase's; tests/test_pretraining_stream.py shows what the workers do); on the local corpora,
+    read whole in this process, a ConfigError that names the key, before any data is read."""
+    from data.builders import sources
+    from data.pipelines import pretraining_stream
+    from train.config import ConfigError
+    from train.tasks.bert_pretrain import BertPretrainingTask
+
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    monkeypatch.setattr(sources, "get_data_source", lambda name, split, source="local":
+                        _Articles(40))
+    calls = []
+    monkeypatch.setattr(pretraining_stream, "stream_batches",
+                        lambda *a, **kw: calls.append(kw) or iter([]))
+    config = _config("configs/bert/pretrain.py:smoke,data=wikipedia",
+                     **{"data.worker_count": 3, "data.phase2_fraction": 0.0})
+    BertPretrainingTask(config).train_iterator(batch_size=4, seed=0, process_index=0,
+                                               process_count=1)
+    assert [kw["worker_count"] for kw in calls] == [3]
+    for spec, value, match in (("configs/bert/pretrain.py:smoke", 2, "applies to "
+                                "data.source='tfds'"),
+                               ("configs/bert/pretrain.py:smoke,data=wikipedia", -1, ">= 0")):
+        with pytest.raises(ConfigError, match=f"config.data.worker_count={value}.*{match}"):
+            BertPretrainingTask(_config(spec, **{"data.worker_count": value}))

@@ -80,7 +80,7 @@ def test_the_benchmark_times_each_recipes_pipeline_on_the_standins(tmp_path, eng
     bert = load_config_file(rows[1]["config"]).data
     assert rows[2]["overrides"]["data.max_seq_length"] == str(bert.phase2_max_seq_length)
     assert rows[2]["example"] == f"{bert.phase2_max_seq_length} tokens" != rows[1]["example"]
-    assert [r["worker_processes"] for r in rows] == [True, False, False, True]
+    assert [r["worker_count"] for r in rows] == [0, 0, 0, 0]  # one process: one core's rate
     assert report["shared"] == {}  # the smoke rows' configs differ from the full recipes'
     record = run_record.load(out)
     assert record["metrics"]["table"] == input_pipeline.markdown(report)

@@ -132,6 +132,40 @@ def test_processes_read_disjoint_articles(setup):
     assert first and second and not first & second
 
 
+def test_worker_processes_make_the_stream_deterministically_and_resume_exactly(setup):
+    """worker_count=2: each worker streams every other article of the order (so the batches
+    are not the one-process ones), the same batches on every run, and a restored state goes on
+    with the batches that followed it; the articles of the first batches come from both
+    workers' halves of the order."""
+    source, tok, tokens = setup
+
+    def take(it, n):
+        return [next(it) for _ in range(n)]
+
+    it = _stream(setup, worker_count=2)
+    batches = take(it, 4)
+    state = json.loads(json.dumps(it.get_state()))
+    following = take(it, 2)
+    it.close()
+    again = _stream(setup, worker_count=2)
+    for expected, got in zip(batches, take(again, 4)):
+        for key in expected:
+            np.testing.assert_array_equal(got[key], expected[key])
+    again.close()
+    resumed = _stream(setup, worker_count=2)
+    resumed.set_state(state)
+    for expected, got in zip(following, take(resumed, 2)):
+        for key in expected:
+            np.testing.assert_array_equal(got[key], expected[key])
+    resumed.close()
+    one = take(_stream(setup), 4)
+    assert not all(np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(one, batches))
+    for batch in batches:
+        assert set(batch) == set(pt.BATCH_KEYS) and batch["input_ids"].shape == (8, SEQ)
+    with pytest.raises(DataError, match="worker_count must be a non-negative integer"):
+        _stream(setup, worker_count=-1)
+
+
 def test_doc_sentences_pack_one_article_and_full_sentences_is_refused(setup):
     source, tok, tokens = setup
     batch = next(_stream(setup, input_format="doc_sentences", max_seq_length=32))

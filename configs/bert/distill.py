@@ -124,6 +124,8 @@ def _general(args) -> ml_collections.ConfigDict:
     config.data.eval_split = "validation"
     config.data.shuffle_window = 0           # tfds: examples shuffled together in the stream
                                              # (0 local: the whole corpus is shuffled)
+    config.data.worker_count = 0             # tfds: processes making the stream's batches (0: this
+                                             # one; data/pipelines/workers.py)
     config.data.input_format = "full_sentences"  # packed sentences, no pairs (no NSP)
     config.data.max_seq_length = 128
     config.data.short_seq_prob = 0.0         # only segment_pair reads it (packed rows are full)

@@ -140,6 +140,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.vocab_sample_documents = 0   # tfds: articles the vocabulary is trained on (0 local)
     config.data.shuffle_window = 0           # tfds: examples shuffled together in the stream
                                              # (0 local: the whole corpus is shuffled)
+    config.data.worker_count = 0             # tfds: processes making the stream's batches (0: this
+                                             # one; data/pipelines/workers.py)
     config.data.lowercase = True             # uncased (True) or cased (False) vocabulary
     config.data.input_format = args.inputs   # segment_pair (BERT) | full_sentences | doc_sentences
     config.data.max_seq_length = 128         # tokens per example, [CLS]/[SEP] included

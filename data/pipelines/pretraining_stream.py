@@ -23,7 +23,11 @@ read, in grain's reader threads:
      and the masks are seeded by the stream position of the article, so an article's examples
      depend on the seed and its position, not on the process count or the threads;
   3. the examples flattened, shuffled within windows of `shuffle_window` examples (an article's
-     examples come out together; BERT shuffles its instances) and batched.
+     examples come out together; BERT shuffles its instances) and batched;
+  4. with `worker_count` > 0, steps 1-3 run in that many processes (data/pipelines/workers.py),
+     each on every worker_count-th article of this process's share, its own window: one
+     process's interpreter lock caps the stream at about one core (docs/launch.md measures it),
+     and a pod host must make thousands of examples a second.
 
 full_sentences (RoBERTa's packing across documents) needs the previous article's tail and is
 not streamed; segment_pair and doc_sentences are. An article whose random-B partners are all
@@ -52,6 +56,7 @@ from data.pipelines.pretraining import Examples, _check, batch_fields
 from data.pipelines.pretraining_instances import (COLUMNS, TokenizedCorpus, document_pairs,
                                                   packed_plan, plan_rng)
 from data.pipelines.sharding import describe, seeds
+from data.pipelines.workers import check_worker_count, in_workers
 
 STREAM_FORMATS = ("segment_pair", "doc_sentences")
 RANDOM_B_ATTEMPTS = 10
@@ -158,17 +163,21 @@ def stream_batches(source, tokenizer, *, to_document: Callable[[str, str], Docum
                    batch_size: int, max_seq_length: int, masking: MaskingConfig, seed: int,
                    input_format: str = "segment_pair", short_seq_prob: float = 0.1,
                    shuffle_window: int = 10_000, process_index: int = 0,
-                   process_count: int = 1,
+                   process_count: int = 1, worker_count: int = 0,
                    read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Endless iterator over this process's training batches of articles of `source` (a
     random-access source of examples with a 'text' field, e.g. TFDS wikipedia) (module
-    docstring)."""
+    docstring). `worker_count` > 0 makes them in that many processes (data/pipelines/
+    workers.py): each takes every worker_count-th article of this process's share and makes,
+    shuffles and batches its examples; the batches come back in turn, so they depend on the
+    count, deterministically, and resume exactly."""
     _check(tokenizer, input_format=input_format, max_seq_length=max_seq_length,
            short_seq_prob=short_seq_prob, masking=masking, batch_size=batch_size,
            process_index=process_index, process_count=process_count)
     if input_format not in STREAM_FORMATS:
         raise DataError(f"input_format={input_format!r} is not streamed (it packs sentences "
                         f"across documents); streamed: {list(STREAM_FORMATS)}")
+    check_worker_count(worker_count)
     if not isinstance(shuffle_window, (int, np.integer)) or shuffle_window < 1:
         raise DataError(f"shuffle_window={shuffle_window!r} must be a positive integer")
     if len(source) < 2:
@@ -185,7 +194,7 @@ def stream_batches(source, tokenizer, *, to_document: Callable[[str, str], Docum
         ds.to_iter_dataset(read_options or _DEFAULT_READ), _Flatten())
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window,
                                                      seed=window_seed)
-    return iter(it.batch(batch_size, drop_remainder=True))
+    return iter(in_workers(it.batch(batch_size, drop_remainder=True), worker_count))
 
 
 def sample_documents(source, count: int, to_document: Callable[[str, str], Document]

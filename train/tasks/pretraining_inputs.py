@@ -55,11 +55,16 @@ def train_batch_keys(config) -> tuple[str, ...]:
 def _check_source(data) -> None:
     """The stream's keys are set for data.source='tfds' and off for 'local'."""
     if data.source == "local":
-        if data.shuffle_window:
-            raise ConfigError(f"config.data.shuffle_window={data.shuffle_window} applies to "
-                              "data.source='tfds' (a stream of Wikipedia articles); the local "
-                              "corpora are read whole: set it to 0")
+        for key in ("shuffle_window", "worker_count"):
+            if data[key]:
+                raise ConfigError(f"config.data.{key}={data[key]} applies to data.source='tfds' "
+                                  "(a stream of Wikipedia articles); the local corpora are read "
+                                  "whole, in this process: set it to 0")
         return
+    if isinstance(data.worker_count, bool) or not isinstance(data.worker_count, int) \
+            or data.worker_count < 0:
+        raise ConfigError(f"config.data.worker_count={data.worker_count!r} must be an integer "
+                          ">= 0 (0: the stream is made in this process)")
     names = tuple(data.names)
     if len(names) != 1 or not names[0].startswith("wikipedia/"):
         raise ConfigError(f"config.data.names={names}: data.source='tfds' streams one TFDS "
@@ -192,7 +197,7 @@ class PretrainingInputs:
             max_seq_length=max_seq_length, masking=self.masking_config(max_predictions),
             seed=seed, input_format=data.input_format, short_seq_prob=data.short_seq_prob,
             shuffle_window=data.shuffle_window, process_index=process_index,
-            process_count=process_count)
+            process_count=process_count, worker_count=data.worker_count)
 
     def train_iterator(self, *, batch_size: int, seed: int, process_index: int,
                        process_count: int):
