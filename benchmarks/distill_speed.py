@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.outputs import run_command
+from benchmarks.outputs import benchmark_record, run_command
 from configs.bert import distill as distill_config
 from configs.bert.finetune import TASKS
 from models.bert_student import select_layers, student_config
@@ -180,14 +180,8 @@ def markdown(report: dict) -> str:
 
 def record(args, report: dict, command: list[str], started: float) -> dict:
     """The run record (train/run_record.py): the report as its metrics, with its table."""
-    from train import run_record
-
-    session = run_record.session(command, started, None, None, "finished", None,
-                                 "not measured (an inference speed comparison)")
-    config = {k: v for k, v in vars(args).items() if k not in ("json", "markdown")}
-    return run_record.make("benchmark", config=config,
-                           metrics={**report, "table": markdown(report)}, sessions=[session],
-                           finished=True)
+    return benchmark_record(args, report, markdown(report), command, started,
+                            peak_source="not measured (an inference speed comparison)")
 
 
 def main(argv=None) -> dict:

@@ -37,7 +37,7 @@ from pathlib import Path
 from unittest import mock
 
 from benchmarks import standin_data
-from benchmarks.outputs import run_command
+from benchmarks.outputs import benchmark_record, run_command
 from train import recipe_costs
 from train.config import apply_override, load_config_file
 
@@ -252,13 +252,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def record(args, report: dict, command: list[str], started: float) -> dict:
     """The run record (train/run_record.py): the report as its metrics, with the table."""
-    from train import run_record
-
-    session = run_record.session(command, started, None, None, "finished", None, "")
-    config = {k: v for k, v in vars(args).items() if k not in ("json", "markdown")}
-    return run_record.make("benchmark", config=config,
-                           metrics={**report, "table": markdown(report)}, sessions=[session],
-                           finished=True)
+    return benchmark_record(args, report, markdown(report), command, started,
+                            peak_source="not measured (an input pipeline: no model)")
 
 
 def main(argv=None) -> dict:

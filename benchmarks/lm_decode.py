@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.outputs import run_command
+from benchmarks.outputs import benchmark_record, run_command
 from models.decoder_lm import DecoderLM, DecoderLMConfig
 from models.lm_decode import generate
 from models.sampling import Sampling
@@ -236,15 +236,8 @@ def run(args) -> dict:
 
 def record(args, report: dict, command: list[str], started: float) -> dict:
     """The run record (train/run_record.py): the report as its metrics, with the table."""
-    from train import run_record
-
-    session = run_record.session(command, started, None, None, "finished", None,
-                                 "none (decoding is bandwidth-bound: see bound_fraction)")
-    config = {k: (list(v) if k == "batches" else v) for k, v in vars(args).items()
-              if k not in ("json", "markdown")}
-    return run_record.make("benchmark", config=config,
-                           metrics={**report, "table": markdown(report)}, sessions=[session],
-                           finished=True)
+    return benchmark_record(args, report, markdown(report), command, started,
+                            peak_source="none (decoding is bandwidth-bound: see bound_fraction)")
 
 
 def main(argv=None) -> dict:

@@ -36,7 +36,7 @@ import jax
 import numpy as np
 
 from benchmarks import train_step as bench
-from benchmarks.outputs import run_command
+from benchmarks.outputs import benchmark_record, run_command
 from benchmarks.report import _flop_rate
 from data.pipelines.patch_masking import KEY, patch_orders
 from train import flops, partitioning
@@ -163,14 +163,8 @@ def run(args) -> dict:
 
 def record(args, report: dict, command: list[str], started: float) -> dict:
     """The run record (train/run_record.py): the report as its metrics, with the table."""
-    from train import run_record
-
-    session = run_record.session(command, started, None, None, "finished",
-                                 report["peak_tflops"] * 1e12, report["peak_source"])
-    config = {k: v for k, v in vars(args).items() if k not in ("json", "markdown")}
-    return run_record.make("benchmark", config=config,
-                           metrics={**report, "table": markdown(report)}, sessions=[session],
-                           finished=True)
+    return benchmark_record(args, report, markdown(report), command, started,
+                            peak=report["peak_tflops"] * 1e12, peak_source=report["peak_source"])
 
 
 def main(argv=None) -> dict:

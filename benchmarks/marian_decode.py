@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.outputs import run_command
+from benchmarks.outputs import benchmark_record, run_command
 from models import hf_marian
 from models.decode import predict
 from models.transformer import Transformer
@@ -266,14 +266,8 @@ def run(args) -> dict:
 
 def record(args, report: dict, command: list[str], started: float) -> dict:
     """The run record (train/run_record.py): the report as its metrics, with the table."""
-    from train import run_record
-
-    session = run_record.session(command, started, None, None, "finished", None,
-                                 "not measured (a decoding benchmark)")
-    config = {k: v for k, v in vars(args).items() if k not in ("json", "markdown")}
-    return run_record.make("benchmark", config=config,
-                           metrics={**report, "table": markdown(report)},
-                           sessions=[session], finished=True)
+    return benchmark_record(args, report, markdown(report), command, started,
+                            peak_source="not measured (a decoding benchmark)")
 
 
 def main(argv=None) -> dict:

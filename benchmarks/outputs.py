@@ -31,3 +31,19 @@ def run_command(module: str, argv: list[str] | None, *, parse_args: Callable, ru
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     return report
+
+
+def benchmark_record(args, report: dict, table: str, command: list[str], started: float, *,
+                     peak: float | None = None, peak_source: str = "",
+                     leave_out: tuple[str, ...] = ()) -> dict:
+    """The run record (train/run_record.py) of a benchmark: its options as the config (the
+    output files and `leave_out` left out, tuples as lists), `report` as its metrics with the
+    Markdown `table`, one finished session; `peak` (FLOP/s per device) where MFU was computed
+    against one, else what `peak_source` says instead."""
+    from train import run_record
+
+    session = run_record.session(command, started, None, None, "finished", peak, peak_source)
+    config = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(args).items()
+              if k not in ("json", "markdown", *leave_out)}
+    return run_record.make("benchmark", config=config, metrics={**report, "table": table},
+                           sessions=[session], finished=True)

@@ -63,7 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.outputs import run_command
+from benchmarks.outputs import benchmark_record, run_command
 from benchmarks.profile import markdown as profile_markdown
 from benchmarks.profile import profile_contender
 from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown
@@ -300,15 +300,9 @@ def run(args) -> dict:
 def record(args, report: dict, command: list[str], started: float) -> dict:
     """The run record (train/run_record.py) of a benchmark: its report as the metrics, with the
     Markdown table the docs show (`python -m train.tables` copies it from the record)."""
-    from train import run_record
-
-    peak = report["peak_tflops"] * 1e12
-    session = run_record.session(command, started, None, None, "finished", peak,
-                                 report["peak_source"])
-    config = {k: v for k, v in vars(args).items() if k not in ("json", "markdown", "profile")}
-    return run_record.make("benchmark", config=config,
-                           metrics={**report, "table": markdown(report)},
-                           sessions=[session], finished=True)
+    return benchmark_record(args, report, markdown(report), command, started,
+                            peak=report["peak_tflops"] * 1e12, peak_source=report["peak_source"],
+                            leave_out=("profile",))
 
 
 def _table(report: dict) -> str:
