@@ -81,6 +81,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "lm_learning_rate": lambda records: rt.language_model(records, rt.LM_LEARNING_RATE),
     "bench_lm_decode": rt.benchmark("bench_lm_decode"),
     "bench_marian_decode": rt.benchmark("bench_marian_decode"),
+    "bench_input_pipeline": rt.benchmark("bench_input_pipeline"),
     "headline_runs": rt.headline_runs,
     "headline": rt.headline,
     "launch_recipes": _launch("recipes_table"),
