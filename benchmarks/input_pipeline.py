@@ -139,15 +139,33 @@ def run(args) -> dict:
             timing = time_pipeline(iterator, seconds=args.seconds)
             phase = recipe_costs.phases(recipe)[row["phase"]]
             out.append({"recipe": row["recipe"], "config": row["config"],
-                        "overrides": row["overrides"], "example": phase.length,
+                        "phase": row["phase"], "overrides": row["overrides"],
+                        "example": phase.length,
                         "dataset": row["dataset"], "setup_s": setup_s,
                         "worker_count": config.data.worker_count, **timing,
                         "required": required_rates(recipe, row["phase"])})
             del iterator, task
+    shared = shared_rows(out)
+    out += sharing_rows(out, shared)
     return {"batch": args.batch, "seconds": args.seconds, "core": args.core,
             "cpu_count": os.cpu_count(),
             "usable_cpus": len(os.sched_getaffinity(0)), "cpu": _cpu_name(), "standins": written,
-            "rows": out, "shared": shared_rows(out), "ratios": cores_needed(out)}
+            "rows": out, "shared": shared, "ratios": cores_needed(out)}
+
+
+def sharing_rows(out: list[dict], shared: dict[str, str]) -> list[dict]:
+    """For each recipe that shares a timed recipe's pipeline, that recipe's timed rows with its
+    own phases' lengths and required rates (its model, so its step time, differs) and
+    `timed_as` naming the recipe whose pipeline was timed."""
+    configs = {r.name: r.config for r in recipe_costs.RECIPES}
+    rows = []
+    for recipe, timed in shared.items():
+        config = load_config_file(configs[recipe])
+        for row in (r for r in out if r["recipe"] == timed):
+            rows.append({**row, "recipe": recipe, "config": configs[recipe], "timed_as": timed,
+                         "example": recipe_costs.phases(config)[row["phase"]].length,
+                         "required": required_rates(config, row["phase"])})
+    return rows
 
 
 def cores_needed(out: list[dict]) -> dict[str, float]:
@@ -212,11 +230,9 @@ def markdown(report: dict) -> str:
              "|---|---|---|" + "---|" * len(columns)]
     for r in report["rows"]:
         cores = " | ".join(f"{report['ratios'][ratio_key(r, c[0])]:,.1f}" for c in columns)
-        lines.append(f"| {r['recipe']} | {r['example']} | {r['rate']:,.0f} | {cores} |")
-    if report["shared"]:
-        lines.append("")
-    lines.extend(f"- {recipe}: the same pipeline as {timed} (equal `config.data`)."
-                 for recipe, timed in report["shared"].items())
+        recipe = r["recipe"] + (f" (timed as {r['timed_as']}: the same `config.data`)"
+                                if "timed_as" in r else "")
+        lines.append(f"| {recipe} | {r['example']} | {r['rate']:,.0f} | {cores} |")
     return "\n".join(lines)
 
 

@@ -90,11 +90,27 @@ def test_the_benchmark_times_each_recipes_pipeline_on_the_standins(tmp_path, eng
 
 
 def test_recipes_with_the_same_data_config_share_a_timed_row():
-    timed = [{"recipe": r.name, "config": r.config} for r in recipe_costs.RECIPES
+    """BERT-large reads as BERT-base does and the Transformer big as base: their rows take the
+    timed rate with their own phases' required rates (a bigger model, slower steps, fewer
+    examples a second)."""
+    from train.config import load_config_file
+
+    timed = [{"recipe": r.name, "config": r.config, "phase": phase, "rate": 100.0 + phase,
+              "example": "x"} for r in recipe_costs.RECIPES
+             for phase in ((0, 1) if r.name.startswith("BERT") else (0,))
              if r.name in ("BERT-base, Wikipedia", "Transformer base, WMT 2014 en-de")]
-    assert input_pipeline.shared_rows(timed) == {
-        "BERT-large, Wikipedia": "BERT-base, Wikipedia",
-        "Transformer big, WMT 2014 en-de": "Transformer base, WMT 2014 en-de"}
+    shared = input_pipeline.shared_rows(timed)
+    assert shared == {"BERT-large, Wikipedia": "BERT-base, Wikipedia",
+                      "Transformer big, WMT 2014 en-de": "Transformer base, WMT 2014 en-de"}
+    rows = input_pipeline.sharing_rows(timed, shared)
+    assert [(r["recipe"], r["phase"], r["rate"]) for r in rows] == [
+        ("BERT-large, Wikipedia", 0, 100.0), ("BERT-large, Wikipedia", 1, 101.0),
+        ("Transformer big, WMT 2014 en-de", 0, 100.0)]
+    large = load_config_file("configs/bert/pretrain.py:size=large,data=wikipedia")
+    assert rows[1]["required"] == input_pipeline.required_rates(large, 1)
+    base = input_pipeline.required_rates(
+        load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia"), 1)
+    assert all(rows[1]["required"][t] < base[t] for t in base)
 
 
 def test_targets_whose_hosts_need_the_same_rate_share_a_column():
