@@ -48,6 +48,7 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("distilbert_table1", "configs/ablations/distilbert_table1.py", None),
     CommittedSweep("distilbert_table4", "configs/ablations/distilbert_table4.py", "triple"),
     CommittedSweep("mae_limited_labels", "configs/ablations/mae_limited_labels.py", "untrained"),
+    CommittedSweep("mae_mask_ratio", "configs/ablations/mae_mask_ratio.py", "mask_75"),
 )}
 
 
