@@ -117,6 +117,8 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
         from train.kneser_ney import parse_args
     elif module == "benchmarks.lm_decode":
         from benchmarks.lm_decode import parse_args
+    elif module == "benchmarks.input_pipeline":
+        from benchmarks.input_pipeline import parse_args
     elif module == "train.predict":  # the docs' workdirs are not there: the options of the
         from train.predict import PREDICTORS  # predictor whose parser takes them
         from train.predict.__main__ import build_parser
@@ -150,7 +152,8 @@ def test_command_runs_as_written(where, argv, monkeypatch):
     module, args = argv[0], argv[1:]
     known = {"train", "train.sweep", "benchmarks.train_step", "benchmarks.mae_step",
              "benchmarks.distill_speed", "train.export", "train.kneser_ney",
-             "benchmarks.lm_decode", "train.predict", *PARSED_BY_MAIN}
+             "benchmarks.lm_decode", "benchmarks.input_pipeline", "train.predict",
+             *PARSED_BY_MAIN}
     assert module in known, f"{where}: a command no test checks: python -m {module}"
     if not args:  # `python -m train.sweep` named in the text: the module is the command
         return
