@@ -12,8 +12,9 @@ Two sources of documents (`data.source`):
   tfds   English Wikipedia from the TFDS catalog (data.names = one 'wikipedia/<dump>.en'),
          streamed article by article (data/pipelines/pretraining_stream.py: passages and
          sentences split as each article is read, examples shuffled in windows of
-         data.shuffle_window); evaluated on the held-out articles of data.eval_split, tokenized
-         in memory like the local corpora.
+         data.shuffle_window, made in data.worker_count processes where it is above 0);
+         evaluated on the held-out articles of data.eval_split, tokenized in memory like the
+         local corpora.
 """
 
 from __future__ import annotations
