@@ -49,6 +49,7 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("distilbert_table4", "configs/ablations/distilbert_table4.py", "triple"),
     CommittedSweep("mae_limited_labels", "configs/ablations/mae_limited_labels.py", "untrained"),
     CommittedSweep("mae_mask_ratio", "configs/ablations/mae_mask_ratio.py", "mask_75"),
+    CommittedSweep("mae_table1", "configs/ablations/mae_table1.py", "default"),
 )}
 
 
