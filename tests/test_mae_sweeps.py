@@ -152,3 +152,47 @@ def test_the_limited_labels_smoke_sweep_fine_tunes_on_its_fractions(fixture_data
         assert config["data"]["train_fraction"] == fraction
         assert config["init"] == str((tmp_path / "untrained/seed_0/pretrain").absolute())
         assert config["task"]["trained_parameters"] == "all"
+
+
+def test_the_pipeline_sweep_runs_the_configs_defaults_and_scratch_for_equal_wall_clock():
+    """`mae` is configs/vit/mae.py then fashion_mnist.py:init=<it>, both at their defaults;
+    `scratch` fine-tunes the same untouched encoder for SCRATCH_STEPS, with the same warmup."""
+    from configs.ablations import mae_pipeline
+
+    sweep = sweep_lib.load_sweep_file("configs/ablations/mae_pipeline.py")
+    assert list(sweep.rows) == ["mae", "scratch"] and sweep.seeds == 2 and sweep.findings
+    runs, mae = _configs(sweep, "mae")
+    assert (mae["pretrain"].train.num_steps, mae["pretrain"].data.batch_size) == (2000, 256)
+    assert mae["pretrain"].model.mask_ratio == 0.75 and mae["pretrain"].optimizer.learning_rate > 0
+    _, scratch = _configs(sweep, "scratch")
+    assert scratch["pretrain"].train.num_steps == 1
+    assert scratch["pretrain"].optimizer.learning_rate == 0
+    for configs, steps in ((mae, 5900), (scratch, mae_pipeline.SCRATCH_STEPS)):
+        finetune = configs["finetune"]
+        assert finetune.train.num_steps == steps and finetune.data.batch_size == 128
+        assert finetune.optimizer.warmup_steps == 300 and finetune.train.eval_every == 0
+        assert finetune.init.endswith("/pretrain") and not finetune.task.probe
+    assert runs[1].previous == runs[0].workdir
+    # 2000 x 256 images at 367 a second (1,394 s) buy 1,505 steps of 128 at 138 a second
+    assert mae_pipeline.SCRATCH_STEPS == 7405
+    smoke = sweep_lib.load_sweep_file("configs/ablations/mae_pipeline.py:smoke")
+    assert not smoke.findings
+    assert _configs(smoke, "scratch")[1]["finetune"].train.num_steps == 25
+
+
+def test_the_pipeline_sweeps_rates_are_the_ones_the_committed_sweeps_measured():
+    """PRETRAIN_IMAGES_PER_S and FINETUNE_IMAGES_PER_S: MAE Table 1's `default` pretraining and
+    Figure 5's `scratch_equal_compute` fine-tuning, steps a second of 128 images, seed mean."""
+    from configs.ablations import mae_pipeline
+
+    def rate(folder, row, stage):
+        results = Path("notebooks/results", folder, row).glob(f"seed_*/{stage}/result.json")
+        rates = [json.loads(path.read_text())["record"]["metrics"]["train"]["steps_per_second"]
+                 for path in sorted(results)]
+        assert len(rates) == 3
+        return round(sum(rates) / len(rates), 2) * 128
+
+    assert mae_pipeline.PRETRAIN_IMAGES_PER_S == pytest.approx(
+        rate("mae_table1", "default", "pretrain"))
+    assert mae_pipeline.FINETUNE_IMAGES_PER_S == pytest.approx(
+        rate("mae_mask_ratio", "scratch_equal_compute", "finetune"))
