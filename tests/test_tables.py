@@ -357,3 +357,14 @@ def test_a_sweep_without_paper_numbers_shows_every_metric_change_from_its_refere
     mae_row = next(line for line in text.splitlines() if line.startswith("| **`mae`**")
                    or line.startswith("| `mae`"))
     assert mae_row.split(" | ")[5] == expected, (mae_row, expected)
+
+
+def test_a_paper_number_without_one_on_the_reference_row_has_no_paper_change():
+    """DeiT Table 3 gives the distillation token's class and distillation heads but nothing of
+    the kind for the reference row: their paper cells show the number alone, not a KeyError."""
+    from train.sweep_compare import paper_change
+
+    paper = {"none": {"accuracy": 0.818}, "token": {"accuracy": 0.834, "class_accuracy": 0.83}}
+    assert paper_change("accuracy", paper, "token", "none") == pytest.approx(1.6)
+    assert math.isnan(paper_change("class_accuracy", paper, "token", "none"))
+    assert math.isnan(paper_change("accuracy", paper, "other", "none"))

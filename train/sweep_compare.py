@@ -50,6 +50,7 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("mae_limited_labels", "configs/ablations/mae_limited_labels.py", "untrained"),
     CommittedSweep("mae_mask_ratio", "configs/ablations/mae_mask_ratio.py", "mask_75"),
     CommittedSweep("mae_table1", "configs/ablations/mae_table1.py", "default"),
+    CommittedSweep("deit_table3", "configs/ablations/deit_table3.py", "none"),
 )}
 
 
@@ -150,7 +151,7 @@ def change(label: str, row: dict, base: dict) -> tuple[float, float]:
 
 def paper_change(label: str, paper: dict, row: str, base: str) -> float:
     """The paper's change from its reference row, in the units of `change`; nan if it has none."""
-    if row not in paper or base not in paper or label not in paper[row]:
+    if label not in paper.get(row, {}) or label not in paper.get(base, {}):
         return math.nan
     a = scale(label, np.float64(paper[row][label]))
     b = scale(label, np.float64(paper[base][label]))
