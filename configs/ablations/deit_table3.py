@@ -20,9 +20,10 @@ Budget (2-core CPU). The ViT's training costs 75 MFLOPs an image (train/flops.py
 Table 8 sweep sustained (configs/ablations/mae_stages.py); the teacher's forward pass in every
 step costs about one more ViT step (measured: the convnet's training step is about 3 ViT
 steps). So each row runs STEPS = 1800 steps (3.8 epochs; the schedule's warmup stays 300 and
-its cosine decays to the last step): about 10 minutes a run on one core, 12 runs (4 rows x 3
-seeds) in about an hour as two one-core processes with disjoint `--rows`. The teacher's own run
-(its config's 5900 steps, about 3 ViT steps each) is about 50 minutes of one core, once.
+its cosine decays to the last step): estimated at 10 minutes a run on one core, measured 11 to
+12 (the recorded sweep's wall times), so 12 runs (4 rows x 3 seeds) take 70 minutes as two
+one-core processes with disjoint `--rows`. The teacher's own run (its config's 5900 steps,
+about 3 ViT steps each) took 52 minutes of one core, once.
 
 Variants (`:arg`, comma-separated):
   teacher=workdirs/convnet_teacher   the teacher's workdir (a ViT's for Table 2's comparison)
