@@ -39,10 +39,9 @@ from __future__ import annotations
 
 from configs import common
 from configs.ablations import mae_stages
+from configs.vit import fashion_mnist, mae
 from train.sweep_spec import Finding, Metric, Stage, Sweep
 
-PRETRAIN_STEPS, PRETRAIN_BATCH = 2000, 256      # configs/vit/mae.py's defaults
-FINETUNE_STEPS, FINETUNE_BATCH = 5900, 128      # configs/vit/fashion_mnist.py's defaults
 # Measured on one core of the 2-core machine (the records named above): images a second.
 PRETRAIN_IMAGES_PER_S = 2.87 * 128
 FINETUNE_IMAGES_PER_S = 1.08 * 128
@@ -56,11 +55,15 @@ def equal_wall_clock_steps(finetune_steps: int, finetune_batch: int, pretrain_st
     return finetune_steps + round(pretrain_seconds * FINETUNE_IMAGES_PER_S / finetune_batch)
 
 
-SCRATCH_STEPS = equal_wall_clock_steps(FINETUNE_STEPS, FINETUNE_BATCH, PRETRAIN_STEPS,
-                                       PRETRAIN_BATCH)
-# The smoke configs' own steps and batches (both 32 images).
-SMOKE_SCRATCH_STEPS = equal_wall_clock_steps(mae_stages.SMOKE_DOWNSTREAM_STEPS, 32,
-                                             mae_stages.SMOKE_PRETRAIN_STEPS, 32)
+def _equal_to_defaults(arg: str | None) -> int:
+    """equal_wall_clock_steps of the two configs' own steps and batches (with `arg`)."""
+    finetune, pretrain = fashion_mnist.get_config(arg), mae.get_config(arg)
+    return equal_wall_clock_steps(finetune.train.num_steps, finetune.data.batch_size,
+                                  pretrain.train.num_steps, pretrain.data.batch_size)
+
+
+SCRATCH_STEPS = _equal_to_defaults(None)           # 5,900 x 128 after 2,000 x 256
+SMOKE_SCRATCH_STEPS = _equal_to_defaults("smoke")  # the smoke configs' steps, 32 images each
 
 ROWS = {"mae": {}, "scratch": mae_stages.UNTRAINED}
 QUIET = {"train.progress_bar": False, "train.eval_every": 0}  # one eval, at the end
