@@ -15,7 +15,10 @@ to the token embeddings (``tie_embeddings``; untied: a bias-free ``logits`` laye
 and embedding ~ N(0, 0.02^2) and the two projections that write into the residual stream in
 each block (attention ``out``, feed-forward ``wo``) ~ N(0, (0.02 / sqrt(2 L))^2) for L blocks
 (Sec. 2.3: "scale the weights of residual layers at initialization by 1/sqrt(N)", N = 2 L
-residual layers; ``scale_residual_init``). Dropout, at GPT-2's sites: the embedding sum, every
+residual layers; ``scale_residual_init``). ``embedding_std`` sets the token embeddings' std
+apart: fairseq's Transformer LMs (Press et al. 2022's) draw them ~ N(0, 1 / d_model) and scale
+them by sqrt(d_model) (``scale_embeddings``), so that a token's embedding (norm sqrt(d_model))
+outweighs a sinusoid row (norm sqrt(d_model / 2)). Dropout, at GPT-2's sites: the embedding sum, every
 sublayer output, the attention probabilities; not the feed-forward hidden layer.
 
 ``posemb`` chooses the position information (the "train short, test long" ablation compares them;
@@ -108,6 +111,7 @@ class DecoderLMConfig:
     scale_embeddings: bool = False          # embeddings times sqrt(d_model) (Vaswani et al.)
     use_bias: bool = True                   # biases in attention and feed-forward projections
     initializer_range: float = 0.02         # std of every kernel and embedding at init
+    embedding_std: float | None = None      # token embeddings' std at init; None: the above
     scale_residual_init: bool = True        # residual projections' std / sqrt(2 num_layers)
     attention_implementation: str = "xla"
     dtype: str = "float32"                  # compute dtype
@@ -127,6 +131,9 @@ class DecoderLMConfig:
         check_at_least(self, {"vocab_size": 1, "num_layers": 1, "d_model": 1, "d_ff": 1,
                               "num_heads": 1, "max_length": 1})
         check_optional_at_least(self, {"head_dim": 1, "num_kv_heads": 1})
+        if self.embedding_std is not None and not self.embedding_std > 0:
+            raise ValueError(f"embedding_std={self.embedding_std} must be > 0 (None: "
+                             f"initializer_range, {self.initializer_range})")
         check_heads(self, explicit=("head_dim",))
         check_choices(self, {"posemb": POSEMB_KINDS, "activation": tuple(ACTIVATIONS),
                              "norm": NORM_KINDS, "norm_position": NORM_POSITIONS,
@@ -300,7 +307,8 @@ class DecoderLM(nn.Module):
     def _embedding(self) -> nn.Embed:
         cfg = self.config
         dtype, param_dtype = _dtypes(cfg)
-        init = nn.initializers.normal(stddev=cfg.initializer_range)
+        std = cfg.initializer_range if cfg.embedding_std is None else cfg.embedding_std
+        init = nn.initializers.normal(stddev=std)
         return nn.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype, param_dtype=param_dtype,
                         embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")),
                         name="embedding")

@@ -202,6 +202,14 @@ def test_gpt2_initialisation_scales_the_residual_projections():
         cfg, scale_residual_init=False)).init(jax.random.PRNGKey(0),
                                               jnp.zeros((1, 4), jnp.int32)))())["params"]
     assert abs(float(np.std(unscaled["block_2"]["mlp"]["wo"]["kernel"])) / 0.02 - 1) < 0.05
+    # embedding_std: the token embeddings alone (fairseq's 1 / sqrt(d_model)).
+    apart = nn.meta.unbox(jax.jit(lambda: DecoderLM(dataclasses.replace(
+        cfg, embedding_std=128 ** -0.5)).init(jax.random.PRNGKey(0),
+                                             jnp.zeros((1, 4), jnp.int32)))())["params"]
+    assert abs(float(np.std(apart["embedding"]["embedding"])) * 128 ** 0.5 - 1) < 0.05
+    assert abs(float(np.std(apart["posemb"]["embedding"])) / 0.02 - 1) < 0.05
+    with pytest.raises(ValueError, match="embedding_std=0.0 must be > 0"):
+        dataclasses.replace(cfg, embedding_std=0.0)
 
 
 def test_dropout_sites_and_rates():

@@ -31,6 +31,12 @@ def test_every_encoding_trains_at_one_length_and_is_scored_at_four():
         assert config.model.max_length == 512  # the learned table covers the longest eval
         assert config.task.eval_tokens == 0      # the whole split, not Austen and Brown alone
         assert config.model.scale_embeddings     # the paper's fairseq models scale them
+        # ... drawn with std 1 / sqrt(d): a token's scaled embedding (norm std d) outweighs a row
+        # of the sinusoid table, so the sinusoidal model does not start as a model of positions.
+        d = config.model.d_model
+        assert config.model.embedding_std == pytest.approx(d ** -0.5)
+        sinusoid = np.linalg.norm(position.sinusoidal_table(8, d)[5])
+        assert config.model.embedding_std * d > 1.3 * sinusoid
         # Every T5 bucket an eval meets (distances up to 511) is one that training (0..63) met,
         # the last (all longer distances) included.
         def buckets(length):

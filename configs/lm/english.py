@@ -93,6 +93,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.scale_embeddings = False    # embeddings times sqrt(d_model) (Vaswani et al.)
     config.model.use_bias = True
     config.model.initializer_range = 0.02    # std of every kernel and embedding (GPT-2)
+    config.model.embedding_std = None        # token embeddings' std; None: initializer_range
     config.model.scale_residual_init = True  # residual projections / sqrt(2 num_layers)
     config.model.attention_implementation = "xla"  # xla | cudnn (GPU) | auto
     config.model.dtype = "float32"           # compute dtype
