@@ -128,3 +128,43 @@ def test_a_sweep_without_paper_numbers_draws_every_metric_it_measures():
     assert units == ["points" if "accuracy" in label else "change" for label in labels]
     bars = fig.axes[1].patches  # the 1%-label accuracy: mae's change from untrained, in points
     assert np.isclose(bars[0].get_height(), 100 * (0.71 - 0.61))
+
+
+def test_the_extrapolation_sweep_draws_perplexity_against_length():
+    """`figure='lengths'` (the train-short-test-long sweep): one line per encoding through the
+    seeds' mean at each eval length, the paper's lines beside it, and the runs not recorded named
+    in the title as for the other kind; an unknown kind is refused with the two known."""
+    import dataclasses
+
+    import matplotlib
+    matplotlib.use("Agg")
+
+    from train.sweep_compare import missing_runs
+    from train.sweep_spec import load_sweep_file
+
+    sweep = load_sweep_file(str(REPO / SWEEPS["lm_extrapolation"].config))
+    lengths = (64, 128, 256, 512)
+    runs = {row: {"seed": np.arange(3), **{f"perplexity_{n}": np.array([1.0, 2.0, 3.0]) * (i + n)
+                                           for n in lengths}}
+            for i, row in enumerate(sweep.rows)}
+    del runs["rope"]
+    in_progress = dataclasses.replace(SWEEPS["lm_extrapolation"], in_progress=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(SWEEPS, "lm_extrapolation", in_progress)
+        fig = sweep_figures.figure("lm_extrapolation", sweep, runs)
+        with pytest.raises(ValueError, match="figure='bars' is not a kind of sweep figure; use "
+                                             "'rows' or 'lengths'"):
+            patch.setitem(SWEEPS, "lm_extrapolation",
+                          dataclasses.replace(in_progress, figure="bars"))
+            sweep_figures.figure("lm_extrapolation", sweep, runs)
+    ours, paper = fig.axes
+    assert ours.get_title() == "ours: trained on 64 tokens"
+    lines = {line.get_label().split(" (")[0]: line for line in ours.get_lines()}
+    assert sorted(lines) == sorted(set(sweep.rows) - {"rope"})
+    i = list(sweep.rows).index("alibi")
+    assert np.allclose(lines["alibi"].get_ydata(), [2.0 * (i + n) for n in lengths])
+    assert {line.get_label() for line in paper.get_lines()} == set(sweep.paper)
+    missing = ", ".join(str(s) for s in range(3))
+    assert f"15 of 18 runs recorded so far; not yet: rope (seed {missing})" in " ".join(
+        fig._suptitle.get_text().split())
+    assert missing_runs(sweep, runs) == [f"rope seed {s}" for s in range(3)]

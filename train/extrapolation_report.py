@@ -10,9 +10,9 @@ Press et al. 2022) from its runs' records in WORKDIR (train/sweep_report.collect
                           inconclusive / not testable at this scale)
 DIR defaults to WORKDIR. A row or seed without a finished run is left out and named.
 
-The sweep is not among train/sweep_compare.py's committed SWEEPS yet: those render their figures
-and the notebook from committed records, which this sweep has not got until the integrator
-runs it; this report works on any workdir meanwhile.
+The committed sweep (notebooks/results/lm_extrapolation, train/sweep_compare.py SWEEPS) draws
+the same figure through train/sweep_figures.py and judges the same findings in docs/findings.md;
+this report works on any workdir, a sweep being run included.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from train import findings
-from train.sweep_compare import missing_runs, runs_of
+from train.sweep_compare import SWEEPS, missing_runs, runs_of
 from train.sweep_report import collect
 from train.sweep_spec import Sweep, load_sweep_file
 
 CONFIG = "configs/ablations/lm_extrapolation.py"
-REFERENCE = "sinusoidal"
+REFERENCE = SWEEPS["lm_extrapolation"].reference  # the findings' default second row
 _LENGTH = re.compile(r"^perplexity_(\d+)$")
 
 
@@ -46,6 +46,7 @@ def lengths_of(sweep: Sweep) -> list[tuple[int, str]]:
 def figure(sweep: Sweep, runs: dict):
     """The matplotlib Figure (module docstring)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     lengths = lengths_of(sweep)
     x = [n for n, _ in lengths]
@@ -55,7 +56,9 @@ def figure(sweep: Sweep, runs: dict):
     ours = axes[0][0]
     for row, values in runs.items():
         seeds = np.stack([values[label] for _, label in lengths], axis=1)  # [seeds, lengths]
-        ours.plot(x, seeds.mean(0), "o-", color=colors[row], label=f"{row} ({len(seeds)} seeds)")
+        n = len(seeds)
+        ours.plot(x, seeds.mean(0), "o-", color=colors[row],
+                  label=f"{row} ({n} seed{'s' if n > 1 else ''})")
         ours.fill_between(x, seeds.min(0), seeds.max(0), color=colors[row], alpha=0.2)
     ours.set(xscale="log", yscale="log", xlabel="eval length (tokens)",
              ylabel="validation perplexity", title=f"ours: trained on {x[0]} tokens")
@@ -73,6 +76,11 @@ def figure(sweep: Sweep, runs: dict):
         paper.set_xticks(multiples, [f"{m}x" for m in multiples])
         paper.xaxis.set_tick_params(which="minor", bottom=False, labelbottom=False)
         paper.legend(fontsize=8)
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 130, not 1.3 x 10^2
+    for ax in fig.axes:
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
     fig.suptitle(sweep.title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -39,6 +39,10 @@ class CommittedSweep:
     # name the others; a complete sweep with a run missing stays an error. Set back to False in
     # the commit that brings the last records.
     in_progress: bool = False
+    # Its figure (train/sweep_figures.py): 'rows', one panel per metric with a point per row;
+    # 'lengths', perplexity against the eval length with a line per row (the metrics are
+    # perplexity_<length>, train/extrapolation_report.py).
+    figure: str = "rows"
 
 
 SWEEPS = {s.folder: s for s in (
@@ -51,6 +55,8 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("mae_mask_ratio", "configs/ablations/mae_mask_ratio.py", "mask_75"),
     CommittedSweep("mae_table1", "configs/ablations/mae_table1.py", "default"),
     CommittedSweep("deit_table3", "configs/ablations/deit_table3.py", "none"),
+    CommittedSweep("lm_extrapolation", "configs/ablations/lm_extrapolation.py", "sinusoidal",
+                   in_progress=True, figure="lengths"),
 )}
 
 

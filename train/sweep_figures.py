@@ -3,8 +3,10 @@
 Writes the figure of every committed sweep that the docs embed, notebooks/figures/<sweep>.png,
 from the runs' records in notebooks/results/<sweep>/ (train/sweep_compare.py): for each metric
 the paper reports, ours per row (each seed, and mean ± std; the paper on its own axis) and each
-row's change from the reference row, ours (± 1 standard error) beside the paper's. The figure
-of a sweep declared in progress (train/sweep_compare.py SWEEPS) names the runs not recorded yet.
+row's change from the reference row, ours (± 1 standard error) beside the paper's; or, for the
+length-extrapolation sweep, perplexity against the eval length (`CommittedSweep.figure`). The
+figure of a sweep declared in progress (train/sweep_compare.py SWEEPS) names the runs not
+recorded yet.
 notebooks/ablation_results.ipynb draws the same figures.
 """
 
@@ -25,8 +27,36 @@ FIGURES = RESULTS.parent / "figures"
 
 
 def figure(folder: str, sweep: Sweep, runs: dict):
-    """The matplotlib Figure of one sweep (one line of two panels per metric with paper
-    numbers)."""
+    """The matplotlib Figure of one sweep, of its kind (`CommittedSweep.figure`): 'rows', one
+    line of two panels per metric with paper numbers; 'lengths', perplexity against the eval
+    length (train/extrapolation_report.py). Its title names the runs not recorded yet."""
+    kind = SWEEPS[folder].figure
+    if kind == "rows":
+        fig = _rows_figure(folder, sweep, runs)
+    elif kind == "lengths":
+        from train.extrapolation_report import figure as lengths_figure
+        fig = lengths_figure(sweep, runs)
+    else:
+        raise ValueError(f"{folder}: figure={kind!r} is not a kind of sweep figure; "
+                         "use 'rows' or 'lengths' (train/sweep_compare.py SWEEPS)")
+    missing = missing_runs(sweep, runs)  # 'ROW seed K', rows in order
+    by_row = {}
+    for run in missing:
+        row, seed = run.rsplit(" seed ", 1)
+        by_row.setdefault(row, []).append(seed)
+    recorded = len(sweep.rows) * sweep.seeds - len(missing)
+    size = {"fontsize": 10} if kind == "lengths" else {}  # the narrower figure
+    fig.suptitle(sweep.title if not missing else textwrap.fill(
+        f"{sweep.title}: {recorded} of {len(sweep.rows) * sweep.seeds} runs recorded so far; "
+        "not yet: " + "; ".join(f"{row} (seed {', '.join(seeds)})"
+                                for row, seeds in by_row.items()), 150), **size)
+    fig.tight_layout()
+    return fig
+
+
+def _rows_figure(folder: str, sweep: Sweep, runs: dict):
+    """One line of two panels per metric: ours per row, and each row's change from the
+    reference beside the paper's."""
     import matplotlib.pyplot as plt
 
     reference = SWEEPS[folder].reference
@@ -76,17 +106,6 @@ def figure(folder: str, sweep: Sweep, runs: dict):
         ax_change.set(ylabel=unit, title=f"{label}: change from {reference!r}")
         ax_change.set_xticks(x, rows, rotation=20)
         ax_change.legend(fontsize=8)
-    missing = missing_runs(sweep, runs)  # 'ROW seed K', rows in order
-    by_row = {}
-    for run in missing:
-        row, seed = run.rsplit(" seed ", 1)
-        by_row.setdefault(row, []).append(seed)
-    recorded = len(sweep.rows) * sweep.seeds - len(missing)
-    fig.suptitle(sweep.title if not missing else textwrap.fill(
-        f"{sweep.title}: {recorded} of {len(sweep.rows) * sweep.seeds} runs recorded so far; "
-        "not yet: " + "; ".join(f"{row} (seed {', '.join(seeds)})"
-                                for row, seeds in by_row.items()), 150))
-    fig.tight_layout()
     return fig
 
 

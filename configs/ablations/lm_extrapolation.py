@@ -13,9 +13,9 @@ Three settings differ from configs/lm/english.py, all for every row, to test the
     sqrt(d_model) (`model.scale_embeddings`), as the paper's fairseq models have them: a token's
     embedding then has norm sqrt(d_model) = 11.3, above a row of the sinusoid table (norm
     sqrt(d_model / 2) = 8). With english.py's std 0.02 a token's embedding has norm 0.23
-    (2.6 scaled), and the sinusoidal row starts as a model of positions with tokens as a faint
-    signal: a first run of the sweep with the scaling alone (std 0.02) had sinusoidal 30% worse
-    than every other encoding already at 1x (perplexity 203 against 139-156, one seed);
+    (2.6 scaled), a third of a sinusoid row's, and the sinusoidal model would start as a model
+    of positions with tokens as a faint signal (a first, unrecorded seed of this sweep with the
+    scaling alone had sinusoidal far behind every other encoding already at 1x);
   - T5's 32 causal buckets reach a distance of 32 (`model.t5_max_distance`), not 128: trained
     on distances up to 63, every bucket a distance can reach, the last (every distance from 32
     on) included, then learns a bias, as in the paper, whose rows of 1,024 tokens reach past
