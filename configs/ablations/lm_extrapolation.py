@@ -26,11 +26,12 @@ Learned positions: every model is built with a 512-row table (`model.max_length`
 positions 0..63 only; the rows past 63 stay at their initialisation (shrunk by AdamW's decay),
 and the 2x..8x columns measure exactly that untrained table (the paper has no learned row).
 
-Budget: 1,200 steps of 32 x 64 tokens (2.5M tokens, about 0.4 epochs), about 10 minutes a run
-on the 2-core CPU at 40 GFLOP/s sustained, plus the four evals of the whole validation split
-(367k tokens at each length, forward only: about a fifth of training's compute, 2 minutes);
-6 rows x 3 seeds = 18 runs, about 3.5 hours. The sweep resumes, so it can run in parts
-(`--rows alibi,rope`, `--seeds 1`).
+Budget: 1,200 steps of 32 x 64 tokens (2.5M tokens, about 0.4 epochs) plus the four evals of
+the whole validation split (367k tokens at each length, forward only: about a fifth of
+training's compute). Measured: 11.5 to 12 minutes a run on one core of the 2-core CPU, so the
+6 rows x 3 seeds = 18 runs take under 2 hours as two one-core processes (`taskset -c 0` and
+`-c 1`, three rows each). The sweep resumes, so it can run in parts (`--rows alibi,rope`,
+`--seeds 1`).
 The figure (perplexity against eval length, one line per encoding, the seeds as a band):
 `python -m train.extrapolation_report workdirs/lm_extrapolation` (with the findings judged).
 
