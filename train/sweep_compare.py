@@ -56,7 +56,7 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("mae_table1", "configs/ablations/mae_table1.py", "default"),
     CommittedSweep("deit_table3", "configs/ablations/deit_table3.py", "none"),
     CommittedSweep("lm_extrapolation", "configs/ablations/lm_extrapolation.py", "sinusoidal",
-                   in_progress=True, figure="lengths"),
+                   figure="lengths"),
 )}
 
 

@@ -105,6 +105,9 @@ FINDINGS = (
                                    "training length is higher than at 1x", if_not=SHORT),
     _grows("rope", "higher", "RoPE degrades with length too (perplexity at 8x above 1x)",
            if_not=SHORT),
+    _grows("t5", "higher", "The T5 bias degrades with length too (perplexity at 8x above 1x)",
+           if_not="T5's last bucket, one learned bias per head for every distance from 32 on, "
+                  "meets the longer rows' distances as it met 32..63 in training"),
     _at_8x("rope", "sinusoidal", "lower", "RoPE degrades less than sinusoidal positions "
                                           "(lower perplexity at 8x)", if_not=SHORT),
     _at_8x("t5", "sinusoidal", "lower", "The T5 bias degrades less than sinusoidal positions "
