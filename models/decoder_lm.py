@@ -18,8 +18,8 @@ each block (attention ``out``, feed-forward ``wo``) ~ N(0, (0.02 / sqrt(2 L))^2)
 residual layers; ``scale_residual_init``). ``embedding_std`` sets the token embeddings' std
 apart: fairseq's Transformer LMs (Press et al. 2022's) draw them ~ N(0, 1 / d_model) and scale
 them by sqrt(d_model) (``scale_embeddings``), so that a token's embedding (norm sqrt(d_model))
-outweighs a sinusoid row (norm sqrt(d_model / 2)). Dropout, at GPT-2's sites: the embedding sum, every
-sublayer output, the attention probabilities; not the feed-forward hidden layer.
+outweighs a sinusoid row (norm sqrt(d_model / 2)). Dropout, at GPT-2's sites: the embedding
+sum, every sublayer output, the attention probabilities; not the feed-forward hidden layer.
 
 ``posemb`` chooses the position information (the "train short, test long" ablation compares them;
 Press, Smith & Lewis 2022):

@@ -45,7 +45,7 @@ def figure(folder: str, sweep: Sweep, runs: dict):
         row, seed = run.rsplit(" seed ", 1)
         by_row.setdefault(row, []).append(seed)
     recorded = len(sweep.rows) * sweep.seeds - len(missing)
-    size = {"fontsize": 10} if kind == "lengths" else {}  # the narrower figure
+    size = {"fontsize": 10} if kind == "lengths" else {}  # as extrapolation_report titles it
     fig.suptitle(sweep.title if not missing else textwrap.fill(
         f"{sweep.title}: {recorded} of {len(sweep.rows) * sweep.seeds} runs recorded so far; "
         "not yet: " + "; ".join(f"{row} (seed {', '.join(seeds)})"
