@@ -131,9 +131,8 @@ class DecoderLMConfig:
         check_at_least(self, {"vocab_size": 1, "num_layers": 1, "d_model": 1, "d_ff": 1,
                               "num_heads": 1, "max_length": 1})
         check_optional_at_least(self, {"head_dim": 1, "num_kv_heads": 1})
-        if self.embedding_std is not None and not self.embedding_std > 0:
-            raise ValueError(f"embedding_std={self.embedding_std} must be > 0 (None: "
-                             f"initializer_range, {self.initializer_range})")
+        if self.embedding_std is not None:  # None: initializer_range
+            check_positive(self, ("embedding_std",))
         check_heads(self, explicit=("head_dim",))
         check_choices(self, {"posemb": POSEMB_KINDS, "activation": tuple(ACTIVATIONS),
                              "norm": NORM_KINDS, "norm_position": NORM_POSITIONS,

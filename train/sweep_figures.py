@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from train import extrapolation_report
 from train.sweep_compare import (RESULTS, SWEEPS, change, in_percent, load, missing_runs,
                                   paper_change, scale, shown_metrics)
 from train.sweep_spec import Sweep
@@ -34,8 +35,7 @@ def figure(folder: str, sweep: Sweep, runs: dict):
     if kind == "rows":
         fig = _rows_figure(folder, sweep, runs)
     elif kind == "lengths":
-        from train.extrapolation_report import figure as lengths_figure
-        fig = lengths_figure(sweep, runs)
+        fig = extrapolation_report.figure(sweep, runs)
     else:
         raise ValueError(f"{folder}: figure={kind!r} is not a kind of sweep figure; "
                          "use 'rows' or 'lengths' (train/sweep_compare.py SWEEPS)")
