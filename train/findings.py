@@ -206,7 +206,7 @@ def _statistic(finding: Finding, j: Judgement) -> str:
     if math.isnan(j.delta):
         return "-"
     unit = "%" if "perplexity" in finding.metric else ""
-    digits = 1 if unit else 2
+    digits = 2  # also in % of perplexity: a small s.e. of a perplexity ratio is not 0.0
     error = "" if math.isnan(j.se) else f" ± {j.se:.{digits}f}"
     ratio = ""
     if not math.isnan(j.se) and j.se > 0:
