@@ -15,7 +15,7 @@ import pytest
 from train import result_tables as rt, run_record, tables
 from train.headline_runs import RUNS
 from train.result_tables import Records
-from train.sweep_compare import SWEEPS
+from train.sweep_compare import SWEEPS, CommittedSweep, load, markdown_table
 from train.sweep_report import collect, summarize, write_csv, write_markdown
 from train.sweep_spec import load_sweep_file
 
@@ -222,6 +222,35 @@ def test_a_sweep_table_without_a_reference_row_has_no_change_columns(tmp_path):
         assert cells[row][4] == "90.00 ± 0.00"  # the teacher's score, every seed the same
 
 
+def test_an_equal_wall_clock_sweep_shows_each_rows_wall_time_over_its_stages(tmp_path,
+                                                                            monkeypatch):
+    """The MAE pipeline and the ViT from scratch are compared at equal wall clock: the table
+    shows each row's measured minutes per seed, pretraining and fine-tuning added, so a reader
+    sees how equal the budgets came out (a sweep compared per step shows none)."""
+    folder = "mae_pipeline"
+    monkeypatch.setitem(SWEEPS, folder, CommittedSweep(folder, "configs/ablations/mae_pipeline.py",
+                                                       "scratch", wall_clock=True))
+    walls = {"mae": [(1400.0, 5500.0), (1380.0, 5560.0)],
+             "scratch": [(26.0, 6900.0), (27.0, 6960.0)]}
+    for row, seeds in walls.items():
+        for seed, stages in enumerate(seeds):
+            for stage, wall in zip(("pretrain", "finetune"), stages):
+                metrics = ({"pixel_mse": 0.2, "loss": 0.2} if stage == "pretrain" else
+                           {"accuracy": 0.9 - 0.01 * seed})
+                path = tmp_path / folder / row / f"seed_{seed}" / stage / "result.json"
+                path.parent.mkdir(parents=True)
+                path.write_text(json.dumps({"metrics": metrics, "wall_s": wall}))
+    text = markdown_table(folder, *load(folder, tmp_path), tmp_path)
+    assert text.splitlines()[0].endswith("| wall time per seed (min) |")
+    assert "Wall time: each run's measured total over its stages" in text
+    cells = _cells(text)
+    for row, seeds in walls.items():
+        minutes = [sum(stages) / 60 for stages in seeds]
+        assert cells[row][-1] == (f"{statistics.mean(minutes):.1f} ± "
+                                  f"{statistics.stdev(minutes):.1f}"), row
+    assert "wall time" not in tables.TABLES["sweep_mae_table1"](Records()).splitlines()[0]
+
+
 def test_a_sweep_table_with_runs_missing_says_which(tmp_path):
     """A sweep in progress (or a record deleted) renders the runs it has and names the ones it
     has not, so the table never reads as complete when it is not."""
@@ -339,8 +368,6 @@ def test_a_sweep_without_paper_numbers_shows_every_metric_change_from_its_refere
     """MAE limited labels has no paper numbers: each metric still gets its Δ column against
     `untrained`, the mean of the per-seed differences ± their standard error, computed here
     from the committed result.json files (a table with no Δ at all would pass a header check)."""
-    from train.sweep_compare import load, markdown_table
-
     folder = "mae_limited_labels"
     sweep, runs = load(folder)
     text = markdown_table(folder, sweep, runs)

@@ -43,6 +43,10 @@ class CommittedSweep:
     # 'lengths', perplexity against the eval length with a line per row (the metrics are
     # perplexity_<length>, train/extrapolation_report.py).
     figure: str = "rows"
+    # The rows are compared at equal wall clock (each row's steps set from measured rates before
+    # the runs): the table shows each row's measured wall time, so a reader sees how equal the
+    # budgets came out.
+    wall_clock: bool = False
 
 
 SWEEPS = {s.folder: s for s in (
@@ -61,8 +65,9 @@ SWEEPS = {s.folder: s for s in (
 
 
 def runs_of(sweep: Sweep, records: list[dict]) -> dict:
-    """{row: {label: values over seeds, 'seed': seeds}} of a sweep's finished runs (the records
-    of train/sweep_report.collect), rows in the sweep's order, those without a run left out."""
+    """{row: {label: values over seeds, 'seed': seeds, 'wall_s': each run's seconds over its
+    stages}} of a sweep's finished runs (the records of train/sweep_report.collect), rows in the
+    sweep's order, those without a run left out."""
     labels = [sweep.label(m) for m in sweep.metrics]
     runs = {}
     for row in sweep.rows:
@@ -70,6 +75,7 @@ def runs_of(sweep: Sweep, records: list[dict]) -> dict:
         if mine:
             runs[row] = {label: np.array([r["metrics"][label] for r in mine]) for label in labels}
             runs[row]["seed"] = np.array([r["seed"] for r in mine])
+            runs[row]["wall_s"] = np.array([r["wall_s"] for r in mine], np.float64)
     return runs
 
 
@@ -182,6 +188,16 @@ def _delta(label: str, delta: float, se: float) -> str:
     return f"{delta:+.{digits}f}{unit}{error}"
 
 
+def _minutes(seconds) -> str:
+    """Mean (± sample std) of runs' wall times in minutes; '-' where a run has none (a stage
+    without result.json, whose metrics train/sweep_report.collect read from metrics.jsonl)."""
+    minutes = np.asarray(seconds, np.float64) / 60
+    if np.isnan(minutes).any():
+        return "-"
+    spread = f" ± {minutes.std(ddof=1):.1f}" if minutes.size > 1 else ""
+    return f"{minutes.mean():.1f}{spread}"
+
+
 def _best(sweep: Sweep, runs: dict) -> str:
     label = sweep.label(sweep.metrics[0])
     means = {row: float(np.mean(values[label])) for row, values in runs.items()}
@@ -231,6 +247,9 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
             head.append(f"Δ vs `{reference}` ± s.e.")
         if label in with_paper:
             head.append(f"paper {label}" + ("" if reference is None else " (Δ)"))
+    wall_clock = SWEEPS[folder].wall_clock
+    if wall_clock:
+        head.append("wall time per seed (min)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     best = _best(sweep, runs)
     for row, values in runs.items():
@@ -250,15 +269,19 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
                 shift = paper_change(label, sweep.paper, row, reference)
                 cells.append(value if row == reference or math.isnan(shift) else
                              f"{value} ({_delta(label, shift, math.nan)})")
+        if wall_clock:
+            cells.append(_minutes(values["wall_s"]))
         lines.append("| " + " | ".join(cells) + " |")
     percent = "; accuracies in %" if any(in_percent(label) for label in labels) else ""
     relative = (f" (perplexity: in % of `{reference}`'s)"
-                if any("perplexity" in label for label in with_paper) else "")
+                if any("perplexity" in label for label in compared) else "")
     delta = ("" if reference is None else
              f" Δ: the row minus `{reference}`, paired by seed, ± the standard error of the "
              f"per-seed differences{relative}.")
+    wall = (" Wall time: each run's measured total over its stages, start-up and compilation "
+            "included, the budget the rows are compared at." if wall_clock else "")
     notes = [f"**{sweep.title}** (`{sweep_command(folder)}`): mean ± sample std over "
-             f"seeds{percent}.{delta} Best row by {labels[0]} in bold."]
+             f"seeds{percent}.{delta} Best row by {labels[0]} in bold.{wall}"]
     if sweep.paper_note:
         notes.append(f"Paper: {sweep.paper_note}")
     missing = missing_runs(sweep, runs)
