@@ -61,6 +61,8 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("deit_table3", "configs/ablations/deit_table3.py", "none"),
     CommittedSweep("lm_extrapolation", "configs/ablations/lm_extrapolation.py", "sinusoidal",
                    figure="lengths"),
+    CommittedSweep("mae_pipeline", "configs/ablations/mae_pipeline.py", "scratch",
+                   in_progress=True, wall_clock=True),
 )}
 
 

@@ -18,18 +18,20 @@ each row's measured total (both stages, start-up and compilation included), so i
 equal the two budgets came out.
 
 Equal wall clock, set before the runs from the rates the earlier sweeps measured on one core of
-the same machine (tests/test_mae_sweeps.py recomputes both from the committed records):
+the 2-core machine (tests/test_mae_sweeps.py recomputes both from the committed records):
 PRETRAIN_IMAGES_PER_S, configs/vit/mae.py's pretraining step (MAE Table 1's `default` row,
 2.87 steps of 128 images a second), and FINETUNE_IMAGES_PER_S, a training step of its encoder on
 all 49 patches (Figure 5's `scratch_equal_compute` row, 1.08 steps a second). The pretraining's
 512,000 images take about 1,394 s, in which the fine-tuning step runs 1,505 times, so scratch
 trains 7,405 steps. By FLOPs alone (mae_stages.PRETRAIN_FLOPS_RATIO) it would be 7,256: the
-pretraining step's smaller matrices use the core a little less well.
+pretraining step's smaller matrices use the core a little less well. The pretraining rate,
+measured at 128 images a step, is assumed to hold at mae.py's 256; the first seed's records
+bear it out (375 images a second), and its two rows' totals came out within 1.6%.
 
 Budget: about 23 minutes of pretraining and 91 of fine-tuning for `mae`, 114 minutes for
-`scratch`, one core each: one seed of both rows side by side as two processes with disjoint
-`--rows` is about two hours of the 2-core machine. Two seeds (the least a paired standard error
-needs), so about four hours; `--seeds 1` runs the first alone, and the sweep resumes.
+`scratch`, one core each: one seed of both rows side by side (`--parallel 2`: a core each) is
+about two hours of the 2-core machine. Two seeds (the least a paired standard error needs), so
+about four hours; `--seeds 1` runs the first alone, and the sweep resumes.
 
 Variants (`:arg`, comma-separated):
   smoke        the configs' seconds-long smoke runs, for tests
