@@ -30,8 +30,8 @@ Budget: 1,200 steps of 32 x 64 tokens (2.5M tokens, about 0.4 epochs) plus the f
 the whole validation split (367k tokens at each length, forward only: about a fifth of
 training's compute). Measured: about 12 minutes a run (11.4 to 14.4) on one core of the 2-core
 CPU, single-threaded, so the 6 rows x 3 seeds = 18 runs take under 2 hours two at a time
-(`--parallel 2`: each run pinned to its own core). The sweep resumes, so it can run in parts (`--rows alibi,rope`,
-`--seeds 1`).
+(`--parallel 2`: each run pinned to its own core). The sweep resumes, so it can run in parts
+(`--rows alibi,rope`, `--seeds 1`).
 The figure (perplexity against eval length, one line per encoding, the seeds as a band):
 `python -m train.extrapolation_report workdirs/lm_extrapolation` (with the findings judged).
 
