@@ -176,11 +176,14 @@ def _digits(label: str) -> int:
     return 1 if "perplexity" in label else 3 if "loss" in label or "mse" in label else 2
 
 
+def _mean_std(values: np.ndarray, digits: int) -> str:
+    """'mean ± sample std' at `digits` decimals; the mean alone for a single value."""
+    spread = f" ± {values.std(ddof=1):.{digits}f}" if values.size > 1 else ""
+    return f"{values.mean():.{digits}f}{spread}"
+
+
 def _value(label: str, values) -> str:
-    v = scale(label, np.asarray(values, np.float64))
-    digits = _digits(label)
-    spread = f" ± {v.std(ddof=1):.{digits}f}" if v.size > 1 else ""
-    return f"{v.mean():.{digits}f}{spread}"
+    return _mean_std(scale(label, np.asarray(values, np.float64)), _digits(label))
 
 
 def _delta(label: str, delta: float, se: float) -> str:
@@ -194,10 +197,7 @@ def _minutes(seconds) -> str:
     """Mean (± sample std) of runs' wall times in minutes; '-' where a run has none (a stage
     without result.json, whose metrics train/sweep_report.collect read from metrics.jsonl)."""
     minutes = np.asarray(seconds, np.float64) / 60
-    if np.isnan(minutes).any():
-        return "-"
-    spread = f" ± {minutes.std(ddof=1):.1f}" if minutes.size > 1 else ""
-    return f"{minutes.mean():.1f}{spread}"
+    return "-" if np.isnan(minutes).any() else _mean_std(minutes, 1)
 
 
 def _best(sweep: Sweep, runs: dict) -> str:
