@@ -18,7 +18,7 @@ Budget (configs/ablations/mae_stages.py): pretraining 500 steps of 128 images (a
 minutes a run on one core; `untrained` 0.6), each fine-tuning 200 steps of 128 images (2.6
 minutes; 43 epochs of the 1% subset, 4.3 of the 10%); 2 rows x 3 seeds x 3 stages = 18 runs,
 about 40 minutes of one core, 20 minutes of the 2-core machine as two processes with disjoint
-`--rows`.
+`--rows`; the recorded runs took 57 minutes of one core (29 of the machine).
 
 Variants (`:arg`, comma-separated):
   steps=500    pretraining steps per run (fine-tuning keeps its 200)

@@ -15,14 +15,15 @@ than training from scratch (82.5%).
 steps that cost as much as `mask_75`'s pretraining and fine-tuning together (200 + 500 x 0.339 =
 370 steps: PRETRAIN_FLOPS_RATIO of configs/ablations/mae_stages.py, the two steps' FLOPs per
 image), so that the MAE pipeline is compared with training from scratch at equal compute, the
-measured wall clock of both in the table's wall-time column (its probe stage repeats
-`untrained`'s). The paper compares at each recipe's own budget, not at equal compute.
+measured wall clock of both in their records' `wall_s` (its probe stage repeats `untrained`'s). The paper compares at each recipe's own budget, not at equal compute.
 
 Budget (configs/ablations/mae_stages.py): 500 pretraining steps of 128 images (the ratio sets
 the encoder's cost: about 5.6, 3.5, 2.3 and 1.6 minutes a run on one core for 10, 50, 75 and
 90%), 200 steps of fine-tuning (2.6 minutes; `scratch_equal_compute`'s 370, about 4.5) and of
 probing (1.6); 6 rows x 3 seeds x 3 stages = 54 runs, about 124 minutes of one core, so about 62
-minutes of the 2-core machine as two processes with disjoint `--rows`.
+minutes of the 2-core machine as two processes with disjoint `--rows`. The recorded runs took
+174 minutes of one core (87 of the machine): 9.4, 5.3, 3.6 and 2.8 minutes a pretraining run
+for 10 to 90%, 3.8 a fine-tuning run (`scratch_equal_compute` 6.7) and 1.7 a probe.
 
 Variants (`:arg`, comma-separated):
   steps=500    pretraining steps per run (fine-tuning and the probe keep their 200)

@@ -11,8 +11,9 @@ one core of the quiet 2-core machine: 600 steps of 256 images of a model of the 
 image in about 4 minutes), with about 40 s a run of start-up, compilation and the eval: a
 pretraining run about 2.3 minutes (5 with mask tokens in the encoder), a fine-tuning run 2.7,
 a probe 1.5, the one-step `untrained` pretraining 0.6. Each sweep's docstring adds them up;
-all three come to about two hours of the 2-core machine, as two processes with disjoint
-`--rows` (or `--seeds`).
+all three were estimated at about two hours of the 2-core machine, as two processes with
+disjoint `--rows` (or `--seeds`). The recorded runs took 380 minutes of one core (their
+`wall_s`, two runs side by side: fine-tuning 3.5 to 4 minutes a run), so about 3.2 hours.
 
 `untrained` (as BERT Table 8's sweep has): one pretraining step at learning rate 0, so the
 downstream stages start from the encoder at its random initialisation: fine-tuning it is

@@ -23,7 +23,8 @@ Budget (configs/ablations/mae_stages.py): pretraining 500 steps of 128 images (a
 a run on one core; 6.1 with mask tokens in the encoder, 2.1 and 2.8 with 1 and 4 decoder
 blocks), fine-tuning and probing 200 steps (2.6 and 1.6 minutes); 5 rows x 3 seeds x 3 stages =
 45 runs, about 110 minutes of one core, so about 55 minutes of the 2-core machine as two
-processes with disjoint `--rows`. The speed column is measured on a shared machine: read it
+processes with disjoint `--rows`; the recorded runs took 149 minutes of one core (75 of the
+machine; 9.4 minutes a pretraining run with mask tokens in the encoder, 3.7 without). The speed column is measured on a shared machine: read it
 beside benchmarks/mae_step.py's record.
 
 Variants (`:arg`, comma-separated):
