@@ -15,7 +15,8 @@ than training from scratch (82.5%).
 steps that cost as much as `mask_75`'s pretraining and fine-tuning together (200 + 500 x 0.339 =
 370 steps: PRETRAIN_FLOPS_RATIO of configs/ablations/mae_stages.py, the two steps' FLOPs per
 image), so that the MAE pipeline is compared with training from scratch at equal compute, the
-measured wall clock of both in their records' `wall_s` (its probe stage repeats `untrained`'s). The paper compares at each recipe's own budget, not at equal compute.
+measured wall clock of both in their records' `wall_s` (its probe stage repeats `untrained`'s).
+The paper compares at each recipe's own budget, not at equal compute.
 
 Budget (configs/ablations/mae_stages.py): 500 pretraining steps of 128 images (the ratio sets
 the encoder's cost: about 5.6, 3.5, 2.3 and 1.6 minutes a run on one core for 10, 50, 75 and

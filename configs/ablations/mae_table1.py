@@ -24,8 +24,8 @@ a run on one core; 6.1 with mask tokens in the encoder, 2.1 and 2.8 with 1 and 4
 blocks), fine-tuning and probing 200 steps (2.6 and 1.6 minutes); 5 rows x 3 seeds x 3 stages =
 45 runs, about 110 minutes of one core, so about 55 minutes of the 2-core machine as two
 processes with disjoint `--rows`; the recorded runs took 149 minutes of one core (75 of the
-machine; 9.4 minutes a pretraining run with mask tokens in the encoder, 3.7 without). The speed column is measured on a shared machine: read it
-beside benchmarks/mae_step.py's record.
+machine; 9.4 minutes a pretraining run with mask tokens in the encoder, 3.7 without). The speed
+column is measured on a shared machine: read it beside benchmarks/mae_step.py's record.
 
 Variants (`:arg`, comma-separated):
   steps=500    pretraining steps per run (fine-tuning and the probe keep their 200)
