@@ -160,7 +160,7 @@ def test_spec_peaks_by_device_kind():
     assert flops.spec_peak_flops("cpu") is None
 
 
-def test_bad_arguments_name_the_fix():
+def test_bad_arguments_name_the_fix(capsys):
     with pytest.raises(SystemExit, match="not a BERT size"):
         bench.run(_args("--model", "bert", "--size", "B/16", "--peer", "none"))
     with pytest.raises(SystemExit, match="max_position_embeddings"):
@@ -170,9 +170,11 @@ def test_bad_arguments_name_the_fix():
     with pytest.raises(SystemExit, match=r"--size Ti/15 --image_size 32: .*patch"):
         bench.run(_args("--model", "vit", "--size", "Ti/15", "--image_size", "32",
                         "--peer", "none"))
-    for flag, value in (("--image_size", "0"), ("--peak_tflops", "-1")):
-        with pytest.raises(SystemExit):  # argparse: usage and the message on stderr
+    for flag, value, message in (("--image_size", "0", "--image_size must be >= 1"),
+                                 ("--peak_tflops", "-1", "--peak_tflops must be >= 0")):
+        with pytest.raises(SystemExit) as stop:  # argparse: usage and the message on stderr
             _args("--model", "vit", "--size", "Ti/16", flag, value)
+        assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_attention_kernel_and_its_dropout_reach_the_model_and_the_report(tmp_path):
@@ -187,7 +189,7 @@ def test_attention_kernel_and_its_dropout_reach_the_model_and_the_report(tmp_pat
     assert (config.attention_implementation, config.attention_dropout_rate) == ("xla", 0.1)
 
 
-def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path):
+def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path, capsys):
     """No NVIDIA GPU here: the reason and the fix; with attention dropout, that first."""
     common = ["--model", "bert", "--size", "tiny", "--seq", "32", "--peer", "none",
               "--attention", "cudnn"]
@@ -197,8 +199,10 @@ def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path):
     with pytest.raises(SystemExit, match=r"not an NVIDIA GPU\. Use --attention xla or auto"):
         setups.bert_setup(_args(*common, "--attention_dropout", "0", "--dtype", "bfloat16"),
                          str(tmp_path))
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stop:
         _args(*common, "--attention_dropout", "1.0")
+    assert stop.value.code == 2
+    assert "--attention_dropout must be in [0, 1)" in capsys.readouterr().err
 
 
 def test_cudnn_check_is_told_the_tokens_a_step_attends_over(tmp_path, monkeypatch):
@@ -320,7 +324,7 @@ def test_gpu_table_script_runs_the_rows_named_in_ROWS(tmp_path):
             "vit_b16") in wrong.stderr
 
 
-def test_marian_decoding_benchmark_runs_and_records(tmp_path):
+def test_marian_decoding_benchmark_runs_and_records(tmp_path, capsys):
     """The translation benchmark at its tiny size (one batch size, to compile little): our row,
     the pooled search's and the peer's; ours translates exactly as generate does (the same
     weights and sentences), and its JSON record is one `python -m train.records save`
@@ -342,8 +346,10 @@ def test_marian_decoding_benchmark_runs_and_records(tmp_path):
     assert "| 3 | ours | " in marian_decode.markdown(report)
     saved = records.save(out, "bench_marian_decode", runs_dir=tmp_path / "runs", force=True)
     assert saved.exists()
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stop:
         marian_decode.parse_args(["--size", "tiny", "--max_new_tokens", "200"])
+    assert stop.value.code == 2
+    assert "--max_new_tokens 200 does not fit the position table" in capsys.readouterr().err
 
 
 def test_the_mae_step_benchmark_times_both_encoders_on_one_batch(tmp_path):

@@ -259,11 +259,11 @@ def test_a_misspelt_variant_in_a_page_would_be_caught(monkeypatch):
     """The check has teeth: a page with a wrong variant or override fails it."""
     from train.config import ConfigError
 
-    with pytest.raises((ConfigError, ValueError)):
+    with pytest.raises((ConfigError, ValueError), match="sincos2d"):
         test_command_runs_as_written("x", ["train", "--config",
                                            "configs/vit/fashion_mnist.py:posemb=sincos2d",
                                            "--workdir", "w"], monkeypatch)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="num_layer"):
         test_command_runs_as_written("x", ["train", "--config", "configs/vit/fashion_mnist.py",
                                            "--config.model.num_layer=8", "--workdir", "w"],
                                      monkeypatch)

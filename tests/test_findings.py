@@ -216,10 +216,13 @@ def test_a_sweep_refuses_a_finding_it_cannot_judge(finding, message):
         _sweep(finding)
 
 
-@pytest.mark.parametrize("kwargs", [dict(expect="level"), dict(expect="higher", tolerance=1.0),
-                                    dict(expect="better")])
-def test_a_finding_states_a_direction_or_a_tolerance(kwargs):
-    with pytest.raises(SweepError):
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(expect="level"), "a 'level' finding needs tolerance > 0"),
+    (dict(expect="higher", tolerance=1.0), "a 'level' finding needs tolerance > 0"),
+    (dict(expect="better"), "expect='better' is not one of"),
+])
+def test_a_finding_states_a_direction_or_a_tolerance(kwargs, message):
+    with pytest.raises(SweepError, match=message):
         Finding("x", metric="accuracy", row="a", paper="p", **kwargs)
 
 

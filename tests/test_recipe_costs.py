@@ -133,8 +133,9 @@ def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
 def test_the_command_prints_the_tables_at_another_mfu(capsys):
     assert rc.main(["--mfu", "0.25"]) == 0
     assert "MFU 25%" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stop:
         rc.main(["--mfu", "1.5"])
+    assert stop.value.code == 2 and "--mfu 1.5 must be in (0, 1]" in capsys.readouterr().err
 
 
 def _page_flags() -> list[str]:

@@ -338,10 +338,16 @@ def test_stop_mode_names_the_first_non_finite_step_and_what_was_non_finite(finit
     log_of(fine + bad, skip=True).check_finite(kept)
 
 
-def test_an_eval_between_two_logs_keeps_the_steps_of_the_log_window():
+def test_an_eval_between_two_logs_keeps_the_steps_of_the_log_window(monkeypatch):
     """The clock restarts after an eval (its time is not train time), but the log line still
     averages, and counts, every step since the last one: the progress bar advances by them."""
     import types
+
+    from train import step_log
+
+    clock = types.SimpleNamespace(now=50.0)
+    clock.perf_counter = lambda: clock.now
+    monkeypatch.setattr(step_log, "time", clock)
 
     task = types.SimpleNamespace(flops_per_example_at=lambda step: 1.0,
                                  global_batch_at=lambda step: 2, derived_metrics=lambda v: v,
@@ -355,11 +361,15 @@ def test_an_eval_between_two_logs_keeps_the_steps_of_the_log_window():
     for step, loss in enumerate([1.0, 2.0, 3.0, 4.0, 5.0]):
         log.add(step, {"loss": pair(loss), "finite_loss": pair(1.0), "finite_grads": pair(1.0),
                        "nonfinite_steps": pair(0.0)})
+        clock.now += 1.0  # a train step
         if step == 2:
-            log.restart_clock()  # an eval after step 2
+            clock.now += 30.0  # an eval after step 2
+            log.restart_clock()
     values, steps = log.flush(None)
     assert steps == 5 and values["loss"] == pytest.approx(3.0)
-    assert values["examples_per_second"] > 0  # over the two steps timed since the eval
+    # The rates are over the two steps timed since the eval (2 s, batch 2), not all five.
+    assert values["steps_per_second"] == pytest.approx(2 / 2.0, rel=1e-12)
+    assert values["examples_per_second"] == pytest.approx(2 * 2 / 2.0, rel=1e-12)
 
 
 def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashion_mnist_env,
