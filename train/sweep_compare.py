@@ -62,7 +62,7 @@ SWEEPS = {s.folder: s for s in (
     CommittedSweep("lm_extrapolation", "configs/ablations/lm_extrapolation.py", "sinusoidal",
                    figure="lengths"),
     CommittedSweep("mae_pipeline", "configs/ablations/mae_pipeline.py", "scratch",
-                   in_progress=True, wall_clock=True),
+                   wall_clock=True),
 )}
 
 

@@ -25,13 +25,15 @@ all 49 patches (Figure 5's `scratch_equal_compute` row, 1.08 steps a second). Th
 512,000 images take about 1,394 s, in which the fine-tuning step runs 1,505 times, so scratch
 trains 7,405 steps. By FLOPs alone (mae_stages.PRETRAIN_FLOPS_RATIO) it would be 7,256: the
 pretraining step's smaller matrices use the core a little less well. The pretraining rate,
-measured at 128 images a step, is assumed to hold at mae.py's 256; the first seed's records
-bear it out (375 images a second), and its two rows' totals came out within 1.6%.
+measured at 128 images a step, is assumed to hold at mae.py's 256; the records bear it out (375
+and 382 images a second), and the two rows' totals came out within 1.5% (105.2 against 103.6
+minutes a seed).
 
 Budget: about 23 minutes of pretraining and 91 of fine-tuning for `mae`, 114 minutes for
 `scratch`, one core each: one seed of both rows side by side (`--parallel 2`: a core each) is
-about two hours of the 2-core machine. Two seeds (the least a paired standard error needs), so
-about four hours; `--seeds 1` runs the first alone, and the sweep resumes.
+about two hours of the 2-core machine (measured: 1 h 45 min a seed). Two seeds (the least a
+paired standard error needs), so about three and a half hours; `--seeds 1` runs the first
+alone, and the sweep resumes.
 
 Variants (`:arg`, comma-separated):
   smoke        the configs' seconds-long smoke runs, for tests
