@@ -191,6 +191,44 @@ def _interrupt_at_start(workdir: Path, sig: int, *overrides: str) -> tuple[int, 
     return process.returncode, after.splitlines()
 
 
+def test_a_signal_whose_exception_python_discarded_still_stops_the_run():
+    """A handler run inside a garbage-collection callback or a __del__ (as jax's, while it
+    compiles) raises where Python discards the exception: the signal stays pending, is not
+    reported as an error, and the trainer's hand-over (Preemption.arm) raises it before it
+    takes over. Other discarded exceptions are still reported."""
+    from train.__main__ import Interrupted, _Signals
+    from train.preemption import Preemption
+
+    signals = _Signals()
+    reported = []
+    signals.previous_hook = reported.append
+
+    class Collected:
+        def __init__(self, action):
+            self.action = action
+
+        def __del__(self):
+            self.action()
+
+    def fail():
+        raise ValueError("a real error")
+
+    previous, hook = signal.signal(signal.SIGTERM, signals), sys.unraisablehook
+    sys.unraisablehook = signals.quiet_discarded
+    try:
+        Collected(lambda: signals(signal.SIGTERM, None))  # Python discards what it raises
+        assert signals.pending == signal.SIGTERM and reported == []
+        Collected(fail)
+        assert [type(r.exc_value) for r in reported] == [ValueError]
+        preemption = Preemption()
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            preemption.arm()
+        assert not preemption.took_over and signal.getsignal(signal.SIGTERM) is signals
+    finally:
+        sys.unraisablehook = hook
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_ctrl_c_before_the_first_step_ends_with_one_line_and_130(fashion_mnist_env, tmp_path):
     """No traceback, no checkpoint of a step nobody asked for, no empty checkpoints/ folder."""
     code, lines = _interrupt_at_start(tmp_path / "w", signal.SIGINT)

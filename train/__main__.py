@@ -87,16 +87,30 @@ class _Signals:
     raise Interrupted: nothing is saved yet. Once it has handed them back (the steps trained are
     checkpointed, or a non-finite loss stopped it), they are ignored: what is left is writing
     the run's record and its last lines, moments, and a signal then would lose the record and
-    claim that nothing was saved."""
+    claim that nothing was saved.
+
+    Python runs a handler between any two bytecodes, also inside a garbage-collection callback
+    (jax's, while it compiles) or a __del__, where what the handler raises is discarded: so the
+    signal is also kept in `pending`, which train/preemption.py's arm() honours by calling the
+    handler again before the trainer takes over (and `quiet_discarded` keeps the discarded one
+    off stderr)."""
 
     def __init__(self):
         self.trainer = None  # set once the trainer is built
+        self.pending: int | None = None
+        self.previous_hook = sys.unraisablehook
 
     def __call__(self, signum, frame):
         preemption = getattr(self.trainer, "preemption", None)
         if preemption is not None and preemption.took_over:
             return
+        self.pending = signum
         raise Interrupted(signum)
+
+    def quiet_discarded(self, unraisable) -> None:
+        """sys.unraisablehook: an Interrupted Python could not raise is pending, not an error."""
+        if not isinstance(unraisable.exc_value, Interrupted):
+            self.previous_hook(unraisable)
 
 
 def main(argv=None) -> int:
@@ -111,6 +125,7 @@ def main(argv=None) -> int:
     args, overrides = parse_args(argv)
     signals = _Signals()
     previous = {sig: signal.signal(sig, signals) for sig in (signal.SIGINT, signal.SIGTERM)}
+    sys.unraisablehook = signals.quiet_discarded
     try:
         return _train(args, overrides, argv, started, signals)
     except Interrupted as stop:
@@ -121,6 +136,7 @@ def main(argv=None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = signals.previous_hook
 
 
 def _train(args, overrides, argv: list[str], started: float, signals: _Signals) -> int:

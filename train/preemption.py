@@ -21,8 +21,16 @@ class Preemption:
         self._previous: dict = {}
 
     def arm(self) -> None:
-        """From now on a signal is noted instead of handled by the previous handler."""
+        """From now on a signal is noted instead of handled by the previous handler. A previous
+        handler whose `pending` names a signal it already received (its exception was raised
+        where Python discards it, as in a garbage-collection callback) is called with it again
+        first, here, where what it raises reaches the caller."""
         if not self._previous:
+            for sig in SIGNALS:
+                handler = signal.getsignal(sig)
+                pending = getattr(handler, "pending", None)
+                if pending is not None:
+                    handler(pending, None)
             self._previous = {sig: signal.signal(sig, self._note) for sig in SIGNALS}
             self.took_over = True
 
