@@ -1,6 +1,7 @@
 """The train loop's throughput and MFU (train/step_log.py StepLog) on a clock the test sets:
 examples per second = examples / time, MFU = model FLOPs / time / peak, over the steps since the
-clock last started, with the batch and FLOPs of each step."""
+clock last started, with the batch and FLOPs of each step; and the fraction of that time spent
+waiting for the input pipeline's batches."""
 
 from __future__ import annotations
 
@@ -87,3 +88,36 @@ def test_throughput_and_mfu_follow_the_clock_batch_flops_and_peak(monkeypatch):
     assert steps == 1
     assert values["examples_per_second"] == pytest.approx(8 / 0.4, rel=1e-12)
     assert values["mfu"] == pytest.approx(8 * 6e9 / 0.4 / peak, rel=1e-12)
+
+
+class _SlowInput:
+    """An input pipeline that takes `seconds` of the test's clock for each batch."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.seconds = clock, seconds
+
+    def __next__(self):
+        self.clock.now += self.seconds
+        return {"batch": self.clock.now}
+
+
+def test_the_time_spent_waiting_for_batches_is_its_fraction_of_the_window(monkeypatch):
+    """4 batches of 0.3 s each in a window of 2.5 s (1.3 s of steps besides): 1.2 / 2.5 of it
+    waiting for input; an eval's restart starts the count again."""
+    clock = _Clock()
+    monkeypatch.setattr(step_log, "time", clock)
+    log = StepLog(_Task({s: 8 for s in range(6)}, {s: 1e9 for s in range(6)}), peak_flops=1e12,
+                  skip_nonfinite=False)
+    slow = _SlowInput(clock, 0.3)
+    for step in range(4):
+        assert log.next_batch(slow) == {"batch": clock.now}
+        log.add(step, _metrics(loss=1.0))
+    clock.now += 1.3
+    values, _ = log.flush(None)
+    assert values["input_wait_fraction"] == pytest.approx(1.2 / 2.5, rel=1e-12)
+    log.next_batch(slow)  # waited for before an eval: not counted after it
+    log.restart_clock()
+    log.add(4, _metrics(loss=1.0))
+    clock.now += 1.0
+    values, _ = log.flush(None)
+    assert values["input_wait_fraction"] == 0.0

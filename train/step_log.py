@@ -1,6 +1,7 @@
 """The train loop's bookkeeping between two log lines: metric sums, NaN flags, throughput, MFU.
 
     log = StepLog(task, peak_flops=..., skip_nonfinite=...)
+    batch = log.next_batch(it)      the next batch, the time spent waiting for it counted
     log.add(step, metrics)          after every step; nothing is read back from the devices
     log.check_finite(kept)          before a log or a checkpoint: NonFiniteError naming the first
                                     step whose loss or gradient norm was NaN/Inf (nonfinite='stop')
@@ -42,6 +43,16 @@ class StepLog:
     def restart_clock(self) -> None:
         """Times from now: the rates count the steps after it (the metric sums keep theirs)."""
         self._start, self._steps, self._examples, self._flops = time.perf_counter(), 0, 0, 0.0
+        self._input_s = 0.0
+
+    def next_batch(self, iterator):
+        """next(iterator), its time counted as waiting for input: while the devices run the
+        steps already dispatched this is free, so only a pipeline slower than the steps makes
+        it a large part of the window (`input_wait_fraction`)."""
+        start = time.perf_counter()
+        batch = next(iterator)
+        self._input_s += time.perf_counter() - start
+        return batch
 
     def add(self, step: int, metrics: dict) -> None:
         self._flags.append((step, tuple(metrics[flag] for flag in FLAGS)))
@@ -68,8 +79,9 @@ class StepLog:
 
     def flush(self, train_iterator) -> tuple[dict[str, float], int]:
         """(the means of the metrics since the last flush, the input pipeline's counters summed
-        over the processes, steps/s, examples/s and MFU (model FLOPs / time / peak) of the steps
-        since the clock last started; how many steps the means are over)."""
+        over the processes, steps/s, examples/s, MFU (model FLOPs / time / peak) and the
+        fraction of the time spent waiting for batches, of the steps since the clock last
+        started; how many steps the means are over)."""
         sums = jax.device_get(self._sums)  # waits for the steps to finish
         for flag in FLAGS:
             del sums[flag]
@@ -84,7 +96,8 @@ class StepLog:
         steps_per_s = self._steps / elapsed if self._steps else 0.0
         values.update(steps_per_second=steps_per_s,
                       examples_per_second=self._examples / elapsed,
-                      mfu=self._flops / elapsed / self.peak_flops)
+                      mfu=self._flops / elapsed / self.peak_flops,
+                      input_wait_fraction=self._input_s / elapsed)
         steps, self._sums, self._window = self._window, None, 0
         self.restart_clock()
         return values, steps

@@ -356,7 +356,7 @@ class Trainer:
 
         try:
             for step in range(start, stop):
-                state, metrics = self.train_step(state, next(train_iter))
+                state, metrics = self.train_step(state, log.next_batch(train_iter))
                 preemption.arm()  # compiled and running: from now on a signal saves the step
                 log.add(step, metrics)
                 done = step + 1
