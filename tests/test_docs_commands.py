@@ -119,6 +119,8 @@ def _parses(module: str, args: list[str], monkeypatch) -> None:
         from benchmarks.lm_decode import parse_args
     elif module == "benchmarks.input_pipeline":
         from benchmarks.input_pipeline import parse_args
+    elif module == "benchmarks.gpu_recipes":
+        from benchmarks.gpu_recipes import parse_args
     elif module == "train.predict":  # the docs' workdirs are not there: the options of the
         from train.predict import PREDICTORS  # predictor whose parser takes them
         from train.predict.__main__ import build_parser
@@ -153,7 +155,7 @@ def test_command_runs_as_written(where, argv, monkeypatch):
     known = {"train", "train.sweep", "benchmarks.train_step", "benchmarks.mae_step",
              "benchmarks.distill_speed", "train.export", "train.kneser_ney",
              "benchmarks.lm_decode", "benchmarks.input_pipeline", "train.predict",
-             *PARSED_BY_MAIN}
+             "benchmarks.gpu_recipes", *PARSED_BY_MAIN}
     assert module in known, f"{where}: a command no test checks: python -m {module}"
     if not args:  # `python -m train.sweep` named in the text: the module is the command
         return

@@ -57,8 +57,8 @@ def test_the_tables_say_what_is_estimated():
     rows = [line for line in costs.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + len(rc.RECIPES) * len(rc.TARGETS)
     assert rc._flops(7.16e13) == "71.6 TFLOP" and rc._flops(7.22e19) == "72.2 EFLOP"
-    assert rc._duration(0.023) == "23 ms" and rc._duration(22_800) == "6.3 h"
-    assert rc._duration(3 * 86_400) == "3.0 days"
+    assert rc.duration(0.023) == "23 ms" and rc.duration(22_800) == "6.3 h"
+    assert rc.duration(3 * 86_400) == "3.0 days"
 
 
 class _Records:
@@ -114,8 +114,8 @@ def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
     assert "224x224, 197 tokens, batch 256" in cells[1]
     assert cells[2] == "nothing"  # the test record gives no dropout or jax version to compare
     assert cells[3:6] == ["114 ms", "20.0%", "3.0 GiB"]
-    assert cells[6] == rc._duration(total / (8 * 989e12 * 0.2))
-    assert cells[7] == rc._duration(total / (8 * 989e12 * 0.4))
+    assert cells[6] == rc.duration(total / (8 * 989e12 * 0.2))
+    assert cells[7] == rc.duration(total / (8 * 989e12 * 0.4))
     assert cells[6] != cells[7]
     assert "not recorded yet" in rows["BERT-base, Wikipedia"][1]
     bert = rc.phases(load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia"))
@@ -123,7 +123,7 @@ def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
     bert_total = sum(p.steps * p.batch * p.flops_per_example for p in bert)
     both = _measured_rows(rc.measured_table(_Records(**{vit_name: _gpu_record(0.2),
                                                         bert_name: _gpu_record(0.1)})))
-    assert both["BERT-base, Wikipedia"][6] == rc._duration(bert_total / (8 * 989e12 * 0.1))
+    assert both["BERT-base, Wikipedia"][6] == rc.duration(bert_total / (8 * 989e12 * 0.1))
     assert "not recorded yet" in rc.measured_table(_Records())
     with pytest.raises(ValueError, match=r"ran on 'NVIDIA A100-SXM4-80GB', not the 'NVIDIA "
                                          r"H100 80GB HBM3'"):

@@ -130,6 +130,9 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution
     pretrain = tmp_path / "vit"
     code, stderr, probe = _train(tmp_path, 48, "configs/vit/imagenet.py:smoke", pretrain)
     assert code == 0, stderr[-3000:]
+    command = json.loads((pretrain / "record.json").read_text())["command"]  # mock data named
+    assert command[:5] == ["python", "tests/scripts/recipe_run.py", "48", "--config",
+                           "configs/vit/imagenet.py:smoke"]
     config = _config(pretrain)
     assert (config["optimizer"]["name"], config["optimizer"]["weight_decay"],
             config["optimizer"]["schedule"], config["optimizer"]["clip_norm"]) == (

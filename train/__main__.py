@@ -113,13 +113,16 @@ class _Signals:
             self.previous_hook(unraisable)
 
 
-def main(argv=None) -> int:
-    """Exit status: 0 trained to the end, or stopped by SIGINT/SIGTERM during training with the
-    step reached checkpointed (nothing trained is lost; the same command resumes); 2 a config
-    or data error, 3 a non-finite loss or an unusable checkpoint, both before anything is
-    overwritten; 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) when a signal
-    stops the run before its first train step, with nothing saved (the shell's convention for
-    a command a signal ended; a workdir's checkpoints stay as they were)."""
+def main(argv=None, command: list[str] | None = None) -> int:
+    """Trains as the command line `argv` says; the run's record names `command` as what ran
+    (default `python -m train ARGV`; a wrapper that calls this in-process names itself, as
+    tests/scripts/recipe_run.py does, which mocks TFDS's datasets). Exit status: 0 trained to
+    the end, or stopped by SIGINT/SIGTERM during training with the step reached checkpointed
+    (nothing trained is lost; the same command resumes); 2 a config or data error, 3 a
+    non-finite loss or an unusable checkpoint, both before anything is overwritten; 128 + the
+    signal's number (130 for Ctrl-C, 143 for SIGTERM) when a signal stops the run before its
+    first train step, with nothing saved (the shell's convention for a command a signal ended;
+    a workdir's checkpoints stay as they were)."""
     started = time.time()  # the record's wall clock: the whole command
     argv = sys.argv[1:] if argv is None else list(argv)
     args, overrides = parse_args(argv)
@@ -127,7 +130,8 @@ def main(argv=None) -> int:
     previous = {sig: signal.signal(sig, signals) for sig in (signal.SIGINT, signal.SIGTERM)}
     sys.unraisablehook = signals.quiet_discarded
     try:
-        return _train(args, overrides, argv, started, signals)
+        return _train(args, overrides, started, signals,
+                      command or ["python", "-m", "train", *argv])
     except Interrupted as stop:
         print(f"interrupted by {stop} before the first train step: no checkpoint was written "
               "(those already in the workdir are kept); the same command starts again",
@@ -139,7 +143,8 @@ def main(argv=None) -> int:
         sys.unraisablehook = signals.previous_hook
 
 
-def _train(args, overrides, argv: list[str], started: float, signals: _Signals) -> int:
+def _train(args, overrides, started: float, signals: _Signals,
+           command: list[str]) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
     from train.partitioning import MeshError
@@ -182,8 +187,7 @@ def _train(args, overrides, argv: list[str], started: float, signals: _Signals) 
         trainer = signals.trainer = Trainer(config, workdir, fresh_start=args.fresh_start)
         final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
         from train import run_record
-        run_record.write_train_record(trainer, command=["python", "-m", "train", *argv],
-                                      started=started)
+        run_record.write_train_record(trainer, command=command, started=started)
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+from train import recipe_runs
+
 
 @dataclasses.dataclass(frozen=True)
 class HeadlineRun:
@@ -167,4 +169,8 @@ RUNS = {run.name: run for run in (
                                         "host needs to keep up",
                 "python -m benchmarks.input_pipeline --seconds 30 "
                 "--json workdirs/bench/input_pipeline.json", fetch="english_lm bible_en_es"),
+    *(HeadlineRun(run.name, f"{run.recipe.name}: the recipe's model at its real size, "
+                            f"{run.batch_shape()} (one GPU's share of an 8-GPU node), run on "
+                            "one GPU with TFDS's mock data: step, MFU, device memory",
+                  run.command) for run in recipe_runs.RUNS),
 )}

@@ -162,7 +162,7 @@ def _flops(n: float) -> str:
     return f"{n / 10 ** (3 * k):.3g} {prefixes[k]}FLOP"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 120:
@@ -209,7 +209,7 @@ def costs_table(mfu: float = DEFAULT_MFU) -> str:
             lines.append(
                 f"| {recipe.name} | {target.name} | data={target.devices} | "
                 f"{_joined(f'{b:g}' for b in per_device)} | "
-                f"{_joined(_duration(s) for s in steps)} | {_duration(total)} | "
+                f"{_joined(duration(s) for s in steps)} | {duration(total)} | "
                 f"{_count(total * target.devices / 3600)} | "
                 f"{_joined(_count(r) for r in rate)} |")
     return "\n".join(lines)
@@ -258,7 +258,7 @@ def measured_table(records) -> str:
             continue
         config = load_config_file(recipe.config)
         run = phases(config)
-        estimate = _duration(run_seconds(run, node, DEFAULT_MFU))
+        estimate = duration(run_seconds(run, node, DEFAULT_MFU))
         record = records.get(name)
         if record is None:
             lines.append(f"| {recipe.name} | `{name}`: not recorded yet | - | - | - | - | - | "
@@ -275,8 +275,8 @@ def measured_table(records) -> str:
             f"| {recipe.name} | `{name}`: {report['model']} {report['size']}, {report['shape']}, "
             f"batch {report['batch']} on one device, {report['dtype']}, attention "
             f"{report['attention']} | {'; '.join(differences(config, report)) or 'nothing'} "
-            f"| {_duration(ours['step_s'])} | {ours['mfu']:.1%} | {memory} | "
-            f"{_duration(run_seconds(run, node, ours['mfu']))} | {estimate} |")
+            f"| {duration(ours['step_s'])} | {ours['mfu']:.1%} | {memory} | "
+            f"{duration(run_seconds(run, node, ours['mfu']))} | {estimate} |")
     return "\n".join(lines)
 
 

@@ -58,6 +58,10 @@ def _launch(table: str) -> Callable[[rt.Records], str]:
 
         if table == "measured_table":
             return recipe_costs.measured_table(records)
+        if table == "recipe_runs":
+            from train import recipe_runs
+
+            return recipe_runs.table(records) + "\n\n" + recipe_runs.settings()
         return getattr(recipe_costs, table)()
     return render
 
@@ -87,6 +91,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "launch_recipes": _launch("recipes_table"),
     "launch_costs": _launch("costs_table"),
     "launch_measured": _launch("measured_table"),
+    "launch_recipe_runs": _launch("recipe_runs"),
     **{f"sweep_{folder}": _sweep(folder) for folder in SWEEPS},
     **{f"findings_{folder}": (lambda records, folder=folder:
                               findings.markdown_table(folder, records.results))

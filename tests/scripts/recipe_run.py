@@ -5,7 +5,8 @@ features and splits, random examples), for the paper-scale recipes' end-to-end t
 
 The device count comes from XLA_FLAGS, set by the caller before this process starts. Prints the
 exit status of `python -m train` as a JSON line, {"code": N}, and exits 0 (the test reads the
-workdir for the rest).
+workdir for the rest). The run's record names this command, mocked data and all (not
+`python -m train`). benchmarks/gpu_recipes.py runs the recipes' real models through it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def main(num_examples: int, argv: list[str]) -> None:
     from train.__main__ import main as train_main
 
     with mock_tfds(num_examples):
-        code = train_main(argv)
+        code = train_main(argv, command=["python", "tests/scripts/recipe_run.py",
+                                          str(num_examples), *argv])
     print(json.dumps({"code": code}), flush=True)
 
 
