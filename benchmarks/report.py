@@ -42,6 +42,7 @@ def make_report(args, contenders: Sequence, *, tokens_per_example: int, shape: s
     return {"model": args.model, "size": args.size, "shape": shape, "batch": args.batch,
             "dtype": args.dtype, "remat": args.remat, "dropout": dropout,
             "attention_dropout": attention_dropout, "attention": attention,
+            "prng": jax.config.jax_default_prng_impl,
             "device": f"{device.platform}: {device.device_kind}", "cpu_count": os.cpu_count(),
             "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "peak_tflops": peak / 1e12, "peak_source": peak_source,
@@ -53,14 +54,21 @@ def _flop_rate(tflops: float) -> str:
     return f"{tflops:.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.1f} GFLOP/s"
 
 
+def _bits(report: dict) -> str:
+    """', rbg bits' where the dropout masks came from a generator other than jax's default
+    (records from before the report named it used the default)."""
+    prng = report.get("prng", "threefry2x32")
+    return "" if prng == "threefry2x32" else f", {prng} bits"
+
+
 def markdown(report: dict) -> str:
     """The report as a headed Markdown table plus the ratios as bullets."""
     head = (f"**{report['model']} {report['size']}**, batch {report['batch']}, {report['shape']}, "
             f"{report['dtype']}, dropout {report['dropout']} (attention "
-            f"{report['attention_dropout']}), attention {report['attention']}, remat "
-            f"{report['remat']}; {report['device']}; peak {_flop_rate(report['peak_tflops'])} "
-            f"({report['peak_source']}); median of {report['repeats']} rounds of "
-            f"{report['steps']} steps")
+            f"{report['attention_dropout']}{_bits(report)}), attention {report['attention']}, "
+            f"remat {report['remat']}; {report['device']}; peak "
+            f"{_flop_rate(report['peak_tflops'])} ({report['peak_source']}); median of "
+            f"{report['repeats']} rounds of {report['steps']} steps")
     lines = [head, "",
              "| implementation | parameters | compile s | step ms | examples/s | tokens/s | "
              "TFLOPs/step | MFU | first loss |",

@@ -189,6 +189,22 @@ def test_attention_kernel_and_its_dropout_reach_the_model_and_the_report(tmp_pat
     assert (config.attention_implementation, config.attention_dropout_rate) == ("xla", 0.1)
 
 
+def test_the_dropout_bits_generator_reaches_the_masks_and_the_report():
+    """--prng rbg draws other dropout masks (another first loss on the same batch and weights),
+    the report and its header name it, and jax's default is back afterwards; the default
+    generator is named in the report but not in the header (as in the records before it)."""
+    common = ["--model", "bert", "--size", "tiny", "--seq", "32", "--batch", "2", "--steps",
+              "1", "--repeats", "1", "--peer", "none"]
+    default = bench.main(common)
+    rbg = bench.main([*common, "--prng", "rbg"])
+    assert (default["prng"], rbg["prng"]) == ("threefry2x32", "rbg")
+    assert jax.config.jax_default_prng_impl == "threefry2x32"
+    first = [report["rows"][0]["first_loss"] for report in (default, rbg)]
+    assert first[0] != pytest.approx(first[1], abs=1e-4)
+    assert "(attention 0.1, rbg bits)" in bench.markdown(rbg)
+    assert "(attention 0.1)," in bench.markdown(default)
+
+
 def test_cudnn_attention_that_cannot_run_stops_before_compiling(tmp_path, capsys):
     """No NVIDIA GPU here: the reason and the fix; with attention dropout, that first."""
     common = ["--model", "bert", "--size", "tiny", "--seq", "32", "--peer", "none",
