@@ -157,3 +157,36 @@ def test_the_command_scores_the_lm_task_targets_and_writes_a_record(english_lm_e
     assert ev["bytes"] == int(scored.sum())
     assert ev["perplexity"] == pytest.approx(np.exp(ev["nll"]))
     assert ev["bits_per_byte"] == pytest.approx(ev["nll"] * ev["tokens"] / ev["bytes"] / np.log(2))
+
+
+@pytest.mark.parametrize("eval_tokens", [0, 600])
+def test_at_order_two_the_commands_nll_is_the_mean_over_the_lm_targets(english_lm_env, tmp_path,
+                                                                       eval_tokens):
+    """A bigram's history is the LM's input token at the target's position, so the command's
+    nll (order 2) is the mean of -log P(target | input) over the weighted positions of the LM
+    task's own eval rows, the model fitted on the train split's [EOS] + ids + [EOS] documents:
+    scored here through the rows, not through the command's document cutting."""
+    from data.builders.examples import as_text
+    from data.builders.sources import get_data_source
+    from train import run_record
+    from train.config import load_config_file
+    from train.tasks import get_task
+
+    config = "configs/lm/english.py:smoke"
+    assert kneser_ney.main(["--config", config, f"--config.task.eval_tokens={eval_tokens}",
+                            "--order", "2", "--discounts=single", "--workdir",
+                            str(tmp_path)]) == 0
+    ev = run_record.load(tmp_path / "record.json")["metrics"]["eval"]
+    lm_config = load_config_file(config)
+    lm_config.task.eval_tokens = eval_tokens
+    task = get_task(lm_config)
+    rows, tok, data = task.eval_rows()[0], task.tokenizer, lm_config.data
+    source = get_data_source(data.name, data.train_split, source=data.source)
+    texts = [as_text(source[i][data.text_key]) for i in range(len(source))]
+    train = [np.asarray([tok.eos_id, *ids, tok.eos_id]) for ids in tok.encode_batch(texts)]
+    model = KneserNey(train, order=2, vocab_size=tok.vocab_size, discounts="single",
+                      vocabulary=[i for i in range(tok.vocab_size) if i != tok.pad_id])
+    weighted = rows["weights"] > 0
+    p = model.probabilities(rows["tokens"][weighted][:, None], rows["targets"][weighted])
+    assert ev["tokens"] == int(weighted.sum())
+    assert ev["nll"] == pytest.approx(-np.mean(np.log(p)), rel=1e-9)
