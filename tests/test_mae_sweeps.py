@@ -139,14 +139,23 @@ def test_a_train_split_metric_is_the_runs_last_train_record(tmp_path):
 def test_the_limited_labels_smoke_sweep_fine_tunes_on_its_fractions(fixture_data_root,
                                                                    tmp_path):
     """The reference row end to end: an untouched encoder, fine-tuned on 10% and 1% of the
-    fixture's labels (200 and 20 images, as many of every class), one results.csv line."""
+    fixture's labels (200 and 20 images, as many of every class), one results.csv line whose
+    columns are its stages' own final evals."""
     result = run_sweep(tmp_path, fixture_data_root, "--rows", "untrained", "--seeds", "1",
                        config="configs/ablations/mae_limited_labels.py:smoke")
     assert "3 runs: 0 finished before, 3 to run" in result.stdout
     with open(tmp_path / "results.csv") as file:
         (record,) = list(csv.DictReader(file))
     assert record["row"] == "untrained"
-    assert 0 <= float(record["accuracy"]) <= 1 and 0 <= float(record["labels_10pct.accuracy"]) <= 1
+    runs = tmp_path / "untrained" / "seed_0"
+
+    def final(stage: str) -> dict:  # the stage's final eval, as its own run record keeps it
+        return json.loads((runs / stage / "record.json").read_text())["metrics"]["eval"]
+
+    # Each column is its own stage's number (the 1% stage last: `accuracy`), not another's.
+    assert float(record["accuracy"]) == final("labels_1pct")["accuracy"]
+    assert float(record["labels_10pct.accuracy"]) == final("labels_10pct")["accuracy"]
+    assert float(record["pretrain.pixel_mse"]) == final("pretrain")["pixel_mse"]
     for stage, fraction in (("labels_10pct", 0.1), ("labels_1pct", 0.01)):
         config = json.loads((tmp_path / f"untrained/seed_0/{stage}/config.json").read_text())
         assert config["data"]["train_fraction"] == fraction
