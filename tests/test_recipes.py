@@ -122,6 +122,24 @@ def test_bert_pretrains_on_wikipedia_through_the_stream_and_both_phases(tmp_path
     assert cached, "the vocabulary was trained on the sample of 20 articles"
 
 
+def test_the_wikipedia_stream_runs_in_worker_processes_on_the_mock(tmp_path):
+    """With data.worker_count=2 the stream's articles are read in grain's spawned workers,
+    which unpickle the mocked source where TFDS is not mocked: it opens again under a mock of
+    their own (tests/tfds_mock.py). Without that they read no prose and the run made no batch
+    (now the stream's DataError; before it, the run read on until the timeout here).
+    benchmarks/gpu_recipes.py runs the recipes this way."""
+    workdir = tmp_path / "bert"
+    result = run_python(["tests/scripts/recipe_run.py", "64", "--config",
+                         "configs/bert/pretrain.py:size=base,data=wikipedia,smoke",
+                         "--workdir", str(workdir), "--config.data.worker_count=2"],
+                        env={"PAPERS_JAX_DATA": str(tmp_path / "data")}, timeout=240)
+    assert '{"code": 0}' in result.stdout, result.stderr[-3000:]
+    train = _log(workdir, "train")
+    assert [entry["step"] for entry in train] == [4, 8, 12]
+    assert all(entry["mlm_loss"] > 0 and 0 < entry["nsp_random_fraction"] < 1
+               for entry in train)
+
+
 def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution(tmp_path):
     """stage=pretrain (Adam, weight decay 0.3, cosine, clipping, Inception crops of images of
     any size, the pre-logits head) at 32 px, then stage=finetune from its workdir at 48 px (SGD

@@ -26,11 +26,17 @@ recipes' tests run the real pipelines and trainer on them, so three things are m
     split's size raises TFDS's ValueError). `READS[spec]` records the (split, index, seed) of
     each example read through each split string, for tests that check what was trained and
     evaluated on (examples of different seeds differ).
+  - grain's worker processes (`data.worker_count` > 0) are spawned: they unpickle their
+    pipeline's sources where TFDS is not mocked, so a mocked source would load the real
+    dataset's info and records there, and fail. A mocked source pickles as the call that opens
+    it again, under a mock the worker opens for its whole life; READS counts only the examples
+    read in the process that reads them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import zlib
 
 import numpy as np
@@ -94,14 +100,42 @@ class SlicedRecords:
 
 
 def _sliced(as_data_source, num_examples: int):
-    """The mocked `DatasetBuilder.as_data_source`, its string splits read as TFDS reads them."""
+    """The mocked `DatasetBuilder.as_data_source`, its string splits read as TFDS reads them,
+    its sources opened again, mocked, where they are unpickled (`_reopened`)."""
     def sliced(self, split=None, *args, **kwargs):
         source = as_data_source(self, split, *args, **kwargs)
         if isinstance(split, str):
             source.data_source = SlicedRecords(split, source.data_source._generator,
                                                num_examples)
+            name = f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
+            source.__class__ = _reopened(type(source))
+            source.reopen = (name, split, num_examples)
         return source
     return sliced
+
+
+@functools.cache
+def _reopened(cls: type) -> type:
+    """`cls` pickled as the call that opens it again under the mock: grain's worker processes
+    (data.worker_count > 0) are spawned, and unpickle their pipeline's sources with TFDS
+    unmocked, where a source's dataset info and records would be the real dataset's."""
+    def reduce(source):
+        return _reopen, source.reopen
+    return type(cls.__name__, (cls,), {"__reduce__": reduce})
+
+
+_ACTIVE: list[int] = []              # mock_tfds contexts open in this process
+_WORKER = contextlib.ExitStack()     # the one a worker process opens, for its whole life
+
+
+def _reopen(name: str, split: str, num_examples: int):
+    """The source of `name` / `split` as mock_tfds(num_examples) gives it; in a process with
+    no mock open (a spawned worker), one is opened for the rest of the process."""
+    from data.builders.sources import get_data_source
+
+    if not _ACTIVE:
+        _WORKER.enter_context(mock_tfds(num_examples))
+    return get_data_source(name, split, source="tfds")
 
 
 @contextlib.contextmanager
@@ -120,6 +154,8 @@ def mock_tfds(num_examples: int):
         return np.array([prose(rng) for _ in range(int(np.prod(shape)))]).reshape(shape)
 
     with contextlib.ExitStack() as stack:
+        _ACTIVE.append(num_examples)
+        stack.callback(_ACTIVE.pop)
         stack.enter_context(mock_patch(mocking, "_getitems", getitems))
         stack.enter_context(mock_patch(mocking.RandomFakeGenerator,
                                        "_generate_random_string_array", strings))
