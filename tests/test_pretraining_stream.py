@@ -185,3 +185,18 @@ def test_the_vocabulary_sample_is_spread_over_the_source(setup):
     sample = ps.sample_documents(source, 5, wikipedia.article_document)
     assert [d.doc_id for d in sample] == ["0", "6", "12", "18", "24"]
     assert sample[-1].paragraphs == [] and sample[0].sentences
+
+
+def test_a_source_without_prose_is_refused_rather_than_read_forever(setup):
+    """Articles that are only headings and lists give no example: after two passes over them
+    (fewer than EMPTY_ARTICLES here) the stream names the source and the fix; one article of
+    prose among them is enough to go on (the empty run between its reads spans at most the
+    end of one shuffled pass and the start of the next)."""
+    _, tok, _ = setup
+    lists = [{"text": f"List {i}\n* one\n* two".encode(), "title": b"list"} for i in range(12)]
+    with pytest.raises(DataError, match=r"24 articles in a row of .* gave no training example"):
+        next(_stream(([*lists], tok, None)))
+    prose = setup[0][0]
+    stream = _stream(([*lists, prose], tok, None))
+    for _ in range(4):  # enough batches to read through several passes
+        assert next(stream)["input_ids"].shape == (8, SEQ)

@@ -60,6 +60,7 @@ from data.pipelines.workers import check_worker_count, in_workers
 
 STREAM_FORMATS = ("segment_pair", "doc_sentences")
 RANDOM_B_ATTEMPTS = 10
+EMPTY_ARTICLES = 10_000  # articles in a row without an example before the stream gives up
 _DEFAULT_READ = grain.ReadOptions(num_threads=8, prefetch_buffer_size=64)
 
 
@@ -149,13 +150,24 @@ class _DocumentExamples:
 
 
 class _Flatten(grain.experimental.FlatMapTransform):
-    """An article's list of examples -> the examples one by one. (grain's FlatMap interface
-    asks for a `max_fan_out`, which only its MapDataset flat map uses; the iterator flat map
-    here takes any number, so it is none.)"""
+    """An article's list of examples -> the examples one by one; DataError once `limit`
+    articles in a row gave none (a stream with nothing to batch would otherwise read on
+    forever). (grain's FlatMap interface asks for a `max_fan_out`, which only its MapDataset
+    flat map uses; the iterator flat map here takes any number, so it is none.)"""
 
     max_fan_out = None
 
+    def __init__(self, limit: int, source_name: str):
+        self.limit, self.source_name, self.empty = limit, source_name, 0
+
     def flat_map(self, examples):
+        self.empty = 0 if examples else self.empty + 1
+        if self.empty >= self.limit:
+            raise DataError(
+                f"{self.limit:,} articles in a row of {self.source_name} gave no training "
+                "example: none has a passage of sentences (headings, lists and tables are "
+                "dropped: data/corpora/wikipedia.py). Check that the dataset (data.names) is "
+                "one of prose in its 'text' field.")
         return examples
 
 
@@ -190,8 +202,12 @@ def stream_batches(source, tokenizer, *, to_document: Callable[[str, str], Docum
                                  plan_seed=plan_seed, mask_seed=mask_seed)
     ds = grain.MapDataset.range(len(source)).shuffle(seed=order_seed).repeat()
     ds = ds.map_with_index(examples)[process_index::process_count]
+    # Two passes over the articles one process's worker reads (a run of empty ones can end
+    # one shuffled pass and begin the next), or EMPTY_ARTICLES.
+    share = -(-len(source) // (process_count * max(worker_count, 1)))
     it = grain.experimental.FlatMapIterDataset(
-        ds.to_iter_dataset(read_options or _DEFAULT_READ), _Flatten())
+        ds.to_iter_dataset(read_options or _DEFAULT_READ),
+        _Flatten(min(2 * share, EMPTY_ARTICLES), describe(source)))
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window,
                                                      seed=window_seed)
     return iter(in_workers(it.batch(batch_size, drop_remainder=True), worker_count))
