@@ -14,7 +14,8 @@ model's size, so the input pipeline costs less than on real JPEGs), with
   - STEPS steps, logged every LOG_EVERY: the record's train metrics are the last window's,
     after compilation and warm-up;
   - and what a few hundred steps on mock data need: warmup within the run, small held-out
-    slices, BERT's WordPiece vocabulary trained on VOCAB_ARTICLES mock articles, the
+    slices, BERT's WordPiece vocabulary trained on VOCAB_ARTICLES mock articles and its
+    examples shuffled in windows of 1,000 (each input worker fills its own first), the
     Transformer's checkpoint averaging off (the run keeps one checkpoint). BERT's two phases
     run apart (phase2_fraction 0, the second at 512 tokens with 80 predictions) so that each
     has its own step time; ViT's fine-tuning starts from the from-scratch run's checkpoint, as
@@ -55,7 +56,7 @@ TASKS = {
     "configs/bert/pretrain.py": ("bert", 30_000, (
         f"--config.data.vocab_sample_documents={VOCAB_ARTICLES}",
         "--config.data.train_split=train[:-256]", "--config.data.eval_split=train[-256:]",
-        "--config.data.phase2_fraction=0")),
+        "--config.data.shuffle_window=1000", "--config.data.phase2_fraction=0")),
     "configs/vit/imagenet.py": ("vit", 10_000, ("--config.data.eval_split=validation[:1024]",)),
     "configs/transformer/translate.py": ("transformer", 8_000, (
         "--config.data.eval_split=test[:64]", "--config.train.average_checkpoints=0",
