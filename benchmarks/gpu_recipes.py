@@ -9,12 +9,14 @@ docs/launch.md's measured table reads their records), one after another in RUNS'
   python -m train.records save workdirs/gpu_recipes/records/NAME/record.json NAME   # each
 
 Each run starts in a fresh workdir (a measurement is never resumed: its old workdir is removed
-first); a run that fails does not stop the others, and the command exits 1 naming the failed
-ones. `--records DIR` copies each finished run's record.json to DIR/NAME/record.json (the
-workdirs also hold checkpoints of up to 4 GB). ViT's fine-tuning run starts from the
-from-scratch run's workdir, so run both, in that order. Arguments after `--` go to every run
-(they win over its own: a check at another size records nothing comparable). The vocabularies
-are trained once into $PAPERS_JAX_DATA/vocab and shared by the runs of a recipe's model. How
+first) and sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set); a run that fails, or leaves no
+finished record, does not stop the others, and the command exits 1 naming them. `--records
+DIR` copies each finished run's record.json to DIR/NAME/record.json (the workdirs also hold
+checkpoints of up to 4 GB). ViT's fine-tuning run starts from the from-scratch run's workdir,
+so run both, in that order. Arguments after `--` go to every run (they win over its own: a
+check at another size, whose record the docs' table refuses). The vocabularies, trained on mock
+text, are cached in workdirs/gpu_recipes/data (the runs' PAPERS_JAX_DATA), never where a real
+run of the same recipe would find them, and shared by the runs of a recipe's model. How
 long the eight take on a GPU is not measured yet: each compiles a train and an eval step
 (BERT-base's train step compiled in 37 to 45 s on an H100, docs/benchmarks.md), runs 200 steps
 and writes a checkpoint (BERT-large's with its Adam state: 4 GB). Where a machine is lent for
@@ -24,6 +26,8 @@ minutes, run a few at a time with --runs.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -31,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from train.recipe_runs import RUNS
+from train.recipe_runs import RUNS, WORKDIRS
 from train.run_record import FILENAME, REPO
 
 
@@ -50,11 +54,16 @@ def run_all(names: list[str], records: str, dry_run: bool, extra: list[str],
         shutil.rmtree(workdir, ignore_errors=True)
         print(f"[gpu_recipes] {run.name}: {shlex.join(argv)}", flush=True)
         start = time.perf_counter()
-        code = subprocess.run(argv, cwd=root).returncode
+        env = {"CUDA_VISIBLE_DEVICES": "0", **os.environ,
+               "PAPERS_JAX_DATA": str(root / WORKDIRS / "data")}
+        code = subprocess.run(argv, cwd=root, env=env).returncode
         record = workdir / FILENAME
-        ok = code == 0 and record.exists()
-        print(f"[gpu_recipes] {run.name}: {'done' if ok else f'FAILED (exit {code})'} in "
-              f"{time.perf_counter() - start:.0f} s", flush=True)
+        finished = record.exists() and json.loads(record.read_text())["finished"]
+        ok = code == 0 and finished
+        outcome = ("done" if ok else f"FAILED (exit {code})" if code else
+                   "FAILED (no finished record: see its output above)")
+        print(f"[gpu_recipes] {run.name}: {outcome} in {time.perf_counter() - start:.0f} s",
+              flush=True)
         if not ok:
             failed.append(run.name)
         elif records:

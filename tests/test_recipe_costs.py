@@ -91,6 +91,8 @@ def test_a_measurement_set_up_unlike_its_recipe_says_how():
         f"jax 0.0.1 (this checkout pins {importlib.metadata.version('jax')})"]
     report.update(attention_dropout=0.1, jax=importlib.metadata.version("jax"))
     assert rc.differences(config, report) == []
+    report.update(prng="rbg")  # benchmarks.train_step --prng rbg: not the trainer's generator
+    assert rc.differences(config, report) == ["rbg dropout bits (the trainer's: threefry2x32)"]
 
 
 def _measured_rows(table: str) -> dict[str, list[str]]:

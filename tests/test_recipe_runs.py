@@ -7,6 +7,7 @@ save` under their names."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import sys
@@ -60,9 +61,17 @@ def _model_section(config):
     return section
 
 
-def _record(steps_per_second: float, device_kind: str = "NVIDIA H200", devices: int = 1,
-            peak_gib: float = 20.0, waiting: float = 0.02) -> dict:
-    return {"metrics": {"train": {"steps_per_second": steps_per_second,
+def _record(name: str, steps_per_second: float, device_kind: str = "NVIDIA H200",
+            devices: int = 1, peak_gib: float = 20.0, waiting: float = 0.02,
+            vocab_size: int | None = None, command: list[str] | None = None) -> dict:
+    """A record of run `name` as it would be made: its command, its resolved config (with the
+    vocabulary it trained, where given), the last window's rates, the machine."""
+    run = _run(name)
+    config = run.resolved_config()
+    if vocab_size is not None:
+        config.data.vocab_size = vocab_size
+    return {"command": command or shlex.split(run.command), "config": config.to_dict(),
+            "metrics": {"train": {"steps_per_second": steps_per_second,
                                   "input_wait_fraction": waiting}},
             "machine": {"device_kind": device_kind, "device_count": devices,
                         "device_memory": [{"peak_bytes_in_use": peak_gib * 2**30}]}}
@@ -84,17 +93,22 @@ def _rows(table: str) -> dict[str, list[str]]:
 
 def test_the_table_computes_step_mfu_and_time_from_the_records():
     """BERT-base at 5 steps/s (seq 128) and 2 (seq 512) on an H200: steps of 200 and 500 ms,
-    MFU = one GPU's FLOPs per step x steps/s / 989 TFLOP/s, each phase's recipe steps at that
-    step, the recipe's total on its last row; unrecorded runs say so; a record without a
-    data-sheet peak or of several devices is refused."""
-    table = rr.table(_Records(gpu_recipe_bert_base_128=_record(5.0),
-                              gpu_recipe_bert_base_512=_record(2.0, peak_gib=30.5,
-                                                               waiting=0.614)))
+    MFU = one GPU's FLOPs per step (of the model as it ran: the 512-token run's record has a
+    28,000-token vocabulary) x steps/s / 989 TFLOP/s, each phase's recipe steps at that step,
+    the recipe's total on its last row; unrecorded runs say so; a record without a data-sheet
+    peak, of several devices, or of another command (extra overrides) is refused."""
+    table = rr.table(_Records(
+        gpu_recipe_bert_base_128=_record("gpu_recipe_bert_base_128", 5.0),
+        gpu_recipe_bert_base_512=_record("gpu_recipe_bert_base_512", 2.0, peak_gib=30.5,
+                                         waiting=0.614, vocab_size=28_000)))
     rows = _rows(table)
     config = load_config_file("configs/bert/pretrain.py:size=base,data=wikipedia")
-    cfg = to_dataclass(BertConfig, _model_section(config), "model", vocab_size=30522)
-    per_gpu = [128 * flops.bert_train_flops_per_example(cfg, 128, 20),
-               32 * flops.bert_train_flops_per_example(cfg, 512, 80)]
+    per_gpu = [128 * flops.bert_train_flops_per_example(
+                   to_dataclass(BertConfig, _model_section(config), "model", vocab_size=30522),
+                   128, 20),
+               32 * flops.bert_train_flops_per_example(
+                   to_dataclass(BertConfig, _model_section(config), "model", vocab_size=28_000),
+                   512, 80)]
     first, second = rows["gpu_recipe_bert_base_128"], rows["gpu_recipe_bert_base_512"]
     assert first[1] == "128 x 128 tokens" and second[1] == "32 x 512 tokens"
     assert first[3:8] == ["NVIDIA H200", "200 ms", f"{per_gpu[0] * 5 / 989e12:.1%}", "2%",
@@ -105,33 +119,45 @@ def test_the_table_computes_step_mfu_and_time_from_the_records():
     assert first[9] == "-"  # the recipe's total waits for its last phase
     assert second[9] == rc.duration(900_000 * 0.2 + 100_000 * 0.5)
     assert "not recorded yet" in rows["gpu_recipe_vit_b16"][2]
-    alone = _rows(rr.table(_Records(gpu_recipe_bert_base_512=_record(2.0))))
+    alone = _rows(rr.table(_Records(
+        gpu_recipe_bert_base_512=_record("gpu_recipe_bert_base_512", 2.0))))
     assert alone["gpu_recipe_bert_base_512"][9] == "-"  # phase 1 unrecorded: no total
+    vit = "gpu_recipe_vit_b16"
     with pytest.raises(ValueError, match="'cpu', which has no data-sheet bf16 peak"):
-        rr.table(_Records(gpu_recipe_vit_b16=_record(1.0, device_kind="cpu")))
+        rr.table(_Records(gpu_recipe_vit_b16=_record(vit, 1.0, device_kind="cpu")))
     with pytest.raises(ValueError, match="ran on 2 devices"):
-        rr.table(_Records(gpu_recipe_vit_b16=_record(1.0, devices=2)))
+        rr.table(_Records(gpu_recipe_vit_b16=_record(vit, 1.0, devices=2)))
+    smaller = [*shlex.split(_run(vit).command), "--config.data.batch_size=2"]
+    with pytest.raises(ValueError, match="made by another command than the run's"):
+        rr.table(_Records(gpu_recipe_vit_b16=_record(vit, 1.0, command=smaller)))
 
 
 def _stand_in(tmp_path) -> str:
-    """A `python` that appends its argv to calls.jsonl, fails the BERT-large runs, and
-    otherwise writes a record.json into its --workdir."""
+    """A `python` that behaves as tests/scripts/recipe_run.py does, exiting 0 whatever the
+    run did: it appends its argv and environment's PAPERS_JAX_DATA / CUDA_VISIBLE_DEVICES to
+    calls.jsonl, writes a finished record.json into its --workdir, but no record for
+    BERT-large at 128 tokens and an unfinished one (a stopped run) at 512."""
     script = tmp_path / "python"
     script.write_text(f"""#!{sys.executable}
-import json, pathlib, sys
+import json, os, pathlib, sys
 with open({str(tmp_path / "calls.jsonl")!r}, "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\\n")
+    env = [os.environ.get("PAPERS_JAX_DATA"), os.environ.get("CUDA_VISIBLE_DEVICES")]
+    f.write(json.dumps([sys.argv[1:], env]) + "\\n")
 workdir = pathlib.Path(sys.argv[sys.argv.index("--workdir") + 1])
-if "size=large" in " ".join(sys.argv):
-    sys.exit(1)
-workdir.mkdir(parents=True, exist_ok=True)
-(workdir / "record.json").write_text(json.dumps({{"workdir": str(workdir)}}))
+if "bert_large_128" not in str(workdir):
+    workdir.mkdir(parents=True, exist_ok=True)
+    finished = "bert_large_512" not in str(workdir)
+    (workdir / "record.json").write_text(json.dumps({{"finished": finished}}))
+print(json.dumps({{"code": 0}}))
 """)
     script.chmod(0o755)
     return str(script)
 
 
-def test_the_runner_starts_fresh_goes_on_after_a_failure_and_copies_the_records(tmp_path):
+def test_the_runner_starts_fresh_goes_on_after_a_failure_and_copies_the_records(tmp_path,
+                                                                                  monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path / "real_runs_data"))
     python = _stand_in(tmp_path)
     stale = tmp_path / _run("gpu_recipe_bert_base_128").workdir / "stale"
     stale.parent.mkdir(parents=True)
@@ -140,9 +166,11 @@ def test_the_runner_starts_fresh_goes_on_after_a_failure_and_copies_the_records(
                                  python=python, root=tmp_path)
     assert failed == ["gpu_recipe_bert_large_128", "gpu_recipe_bert_large_512"]
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
-    assert [call[call.index("--workdir") + 1] for call in calls] == [
+    assert [argv[argv.index("--workdir") + 1] for argv, _ in calls] == [
         run.workdir for run in rr.RUNS]
-    assert all(call[0] == rr.RUNNER and call[-1] == "--config.x=1" for call in calls)
+    assert all(argv[0] == rr.RUNNER and argv[-1] == "--config.x=1" for argv, _ in calls)
+    # The mock vocabularies go to a cache of their own, and each run sees one GPU.
+    assert all(env == [str(tmp_path / rr.WORKDIRS / "data"), "0"] for _, env in calls)
     assert not stale.exists()
     copied = sorted(p.parent.name for p in (tmp_path / "records").glob("*/record.json"))
     assert copied == sorted(run.name for run in rr.RUNS if "large" not in run.name)
@@ -157,15 +185,24 @@ def test_the_runner_refuses_an_unknown_run(capsys):
 
 
 def test_a_runs_record_is_saved_under_its_name():
-    """A run's record names the command tests/scripts/recipe_run.py was given (mocked data, not
-    `python -m train`: tests/test_recipes.py checks that it does), which is what `records save`
-    checks against the headline run of that name; another run's name does not match."""
+    """The command a run's record names (tests/scripts/recipe_run.py's `command`: mocked data,
+    not `python -m train`; tests/test_recipes.py checks a record holds it) is what `records
+    save` checks against the headline run of that name; another run's name does not match."""
+    recipe_run = _recipe_run_script()
     run = _run("gpu_recipe_bert_base_512")
     assert HEADLINE[run.name].command == run.command
     argv = shlex.split(run.command)
     assert argv[:3] == ["python", rr.RUNNER, str(run.mock_examples)]
     assert "--config.data.train_split=train[:-256]" in argv  # quoted in the command
-    recorded = ["python", rr.RUNNER, str(run.mock_examples), *argv[3:]]
+    recorded = recipe_run.command(int(argv[2]), argv[3:])  # as the runner's process gets them
+    assert recorded == argv
     assert records.essential(recorded) == records.essential(HEADLINE[run.name].argv)
     other = _run("gpu_recipe_bert_base_128")
     assert records.essential(recorded) != records.essential(HEADLINE[other.name].argv)
+
+
+def _recipe_run_script():
+    spec = importlib.util.spec_from_file_location("recipe_run", REPO / rr.RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -140,6 +140,27 @@ def test_the_wikipedia_stream_runs_in_worker_processes_on_the_mock(tmp_path):
                for entry in train)
 
 
+def test_a_mocked_source_unpickles_under_its_mock_only():
+    """Within mock_tfds a mocked source pickles and reads back the same examples; in the main
+    process after the mock closed it is refused (a mock opened there for good would fake
+    TFDS for the rest of the session), and under a mock of another size too."""
+    import pickle
+
+    from tfds_mock import mock_tfds
+
+    from data.builders.sources import get_data_source
+
+    with mock_tfds(10):
+        source = get_data_source("wikipedia/20230601.en", "train[:-2]", source="tfds")
+        blob = pickle.dumps(source)
+        again = pickle.loads(blob)
+        assert len(again) == 8 and again[3]["text"] == source[3]["text"]
+    with pytest.raises(RuntimeError, match="unpickled outside tests/tfds_mock.py's mock_tfds"):
+        pickle.loads(blob)
+    with mock_tfds(12), pytest.raises(RuntimeError, match="mocked with 10 examples a split"):
+        pickle.loads(blob)
+
+
 def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution(tmp_path):
     """stage=pretrain (Adam, weight decay 0.3, cosine, clipping, Inception crops of images of
     any size, the pre-logits head) at 32 px, then stage=finetune from its workdir at 48 px (SGD

@@ -129,12 +129,22 @@ _WORKER = contextlib.ExitStack()     # the one a worker process opens, for its w
 
 
 def _reopen(name: str, split: str, num_examples: int):
-    """The source of `name` / `split` as mock_tfds(num_examples) gives it; in a process with
-    no mock open (a spawned worker), one is opened for the rest of the process."""
+    """The source of `name` / `split` as mock_tfds(num_examples) gives it: under the mock open
+    in this process, or in a worker process that has none, under one opened for the rest of
+    its life. Anywhere else (the main process after its mock closed) it is refused: a mock
+    left open there would fake TFDS for everything after."""
+    import multiprocessing
+
     from data.builders.sources import get_data_source
 
     if not _ACTIVE:
+        if multiprocessing.parent_process() is None:
+            raise RuntimeError(f"a mocked TFDS source ({name} {split}) was unpickled outside "
+                               "tests/tfds_mock.py's mock_tfds: open the source within it")
         _WORKER.enter_context(mock_tfds(num_examples))
+    elif _ACTIVE[-1] != num_examples:
+        raise RuntimeError(f"a source mocked with {num_examples} examples a split was "
+                           f"unpickled under a mock of {_ACTIVE[-1]}")
     return get_data_source(name, split, source="tfds")
 
 

@@ -223,7 +223,8 @@ MEASURED = {"BERT-base, Wikipedia": "bench_gpu_bert_base_128",
 def differences(config, report: dict) -> list[str]:
     """How a measured step (a benchmarks/train_step.py report) was set up differently from the
     recipe `config` it stands for: dropout rates, the compute dtype the launch page gives
-    (bfloat16), and the jax version beside this checkout's. Attention-probability dropout
+    (bfloat16), the generator of the dropout bits, and the jax version beside this
+    checkout's. Attention-probability dropout
     matters twice: cuDNN's fused attention cannot apply it, so under `auto` the recipe's
     attention runs XLA's einsums where the measurement may have had cuDNN."""
     out = []
@@ -237,6 +238,8 @@ def differences(config, report: dict) -> list[str]:
     if float(config.model.get("attention_dropout_rate", 0.0)) > 0 and report.get(
             "attention") in ("auto", "cudnn") and not float(report.get("attention_dropout", 0)):
         out.append("cuDNN attention where the recipe, with attention dropout, falls back to XLA's")
+    if report.get("prng", "threefry2x32") != "threefry2x32":  # benchmarks.train_step --prng
+        out.append(f"{report['prng']} dropout bits (the trainer's: threefry2x32)")
     here = importlib.metadata.version("jax")
     if report.get("jax") and report["jax"] != here:
         out.append(f"jax {report['jax']} (this checkout pins {here})")

@@ -23,11 +23,13 @@ model's size, so the input pipeline costs less than on real JPEGs), with
 
 The table computes everything from the records: the step time (1 / steps per second of the last
 window: the step log's wall clock, so an input pipeline that cannot keep up shows as a longer
-step, and the step log's `input_wait_fraction` says how much), the MFU against the device's
-bf16 data-sheet peak (train/flops.py spec_peak_flops; not the trainer's own figure, which is
-against a matmul it measured), the device memory at its peak, and the phase's steps at that
-step time, which is its time on 8 such GPUs if the all-reduce overlaps the backward pass.
-`settings()` lists the overrides beneath it.
+step, and the step log's `input_wait_fraction` says how much), the MFU of the model as it ran
+(the record's config: its vocabulary is the one trained) against the device's bf16 data-sheet
+peak (train/flops.py spec_peak_flops; not the trainer's own figure, which is against a matmul
+it measured), the device memory at its peak, and the phase's steps at that step time, which is
+its time on 8 such GPUs if the all-reduce overlaps the backward pass. A record of another
+command than its run's (extra overrides) is refused. `settings()` lists the overrides beneath
+the table.
 
     python -m benchmarks.gpu_recipes            # runs them on a GPU machine (benchmarks.md#gpu)
 """
@@ -162,7 +164,11 @@ def measured(run: RecipeRun, record: dict) -> dict:
     if machine["device_count"] != 1:
         raise ValueError(f"{run.name} ran on {machine['device_count']} devices; its command "
                          "gives one GPU's batch to one device: run it where one device is visible")
-    (phase,) = phases(run.resolved_config())
+    if record["command"] != shlex.split(run.command):  # as tests/scripts/recipe_run.py names it
+        raise ValueError(f"the record {run.name} was made by another command than the run's "
+                         f"({shlex.join(record['command'])}): make it again with "
+                         "`python -m benchmarks.gpu_recipes`")
+    (phase,) = phases(ml_collections.ConfigDict(record["config"]))  # as it ran: its vocabulary
     train = record["metrics"]["train"]
     step = 1.0 / train["steps_per_second"]
     memory = [d["peak_bytes_in_use"] for d in machine["device_memory"] or []]

@@ -202,12 +202,14 @@ def stream_batches(source, tokenizer, *, to_document: Callable[[str, str], Docum
                                  plan_seed=plan_seed, mask_seed=mask_seed)
     ds = grain.MapDataset.range(len(source)).shuffle(seed=order_seed).repeat()
     ds = ds.map_with_index(examples)[process_index::process_count]
-    # Two passes over the articles one process's worker reads (a run of empty ones can end
-    # one shuffled pass and begin the next), or EMPTY_ARTICLES.
-    share = -(-len(source) // (process_count * max(worker_count, 1)))
+    # One reader sees every article once a pass, so two passes (a run of empty ones can end
+    # one shuffled pass and begin the next) without an example mean none has one. Several
+    # readers (processes x workers) each take a random part of every reshuffled pass, and may
+    # miss a corpus's few articles of prose for passes on end: EMPTY_ARTICLES then.
+    readers = process_count * max(worker_count, 1)
+    limit = min(2 * len(source), EMPTY_ARTICLES) if readers == 1 else EMPTY_ARTICLES
     it = grain.experimental.FlatMapIterDataset(
-        ds.to_iter_dataset(read_options or _DEFAULT_READ),
-        _Flatten(min(2 * share, EMPTY_ARTICLES), describe(source)))
+        ds.to_iter_dataset(read_options or _DEFAULT_READ), _Flatten(limit, describe(source)))
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window,
                                                      seed=window_seed)
     return iter(in_workers(it.batch(batch_size, drop_remainder=True), worker_count))

@@ -21,12 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))     # the repositor
 from tfds_mock import mock_tfds  # noqa: E402
 
 
+def command(num_examples: int, argv: list[str]) -> list[str]:
+    """What the run's record names as its command."""
+    return ["python", "tests/scripts/recipe_run.py", str(num_examples), *argv]
+
+
 def main(num_examples: int, argv: list[str]) -> None:
     from train.__main__ import main as train_main
 
     with mock_tfds(num_examples):
-        code = train_main(argv, command=["python", "tests/scripts/recipe_run.py",
-                                          str(num_examples), *argv])
+        code = train_main(argv, command=command(num_examples, argv))
     print(json.dumps({"code": code}), flush=True)
 
 
