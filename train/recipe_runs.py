@@ -76,6 +76,7 @@ class RecipeRun:
     name: str                  # its record: notebooks/results/runs/NAME
     recipe: Recipe
     phase: int                 # of phases(the recipe's config)
+    recipe_phase: Phase        # that phase, at the recipe's global batch and steps
     config: str                # FILE:ARG as run
     mock_examples: int
     overrides: tuple[str, ...]
@@ -89,13 +90,9 @@ class RecipeRun:
         return shlex.join(["python", RUNNER, str(self.mock_examples), "--config", self.config,
                            "--workdir", self.workdir, *COMMON, *self.overrides])
 
-    def recipe_phase(self) -> Phase:
-        """The recipe's phase this run stands for, at the recipe's global batch and steps."""
-        return phases(load_config_file(self.recipe.config))[self.phase]
-
     def batch_shape(self) -> str:
         """One GPU's share of the phase's batch, e.g. '128 x 128 tokens'."""
-        phase = self.recipe_phase()
+        phase = self.recipe_phase
         return f"{phase.batch // TARGETS[0].devices} x {phase.length}"
 
     def resolved_config(self) -> ml_collections.ConfigDict:
@@ -143,7 +140,7 @@ def _runs() -> tuple[RecipeRun, ...]:
                 batch += [f"--config.data.max_seq_length={length}",
                           f"--config.data.max_predictions={predictions}"]
                 name += f"_{length}"
-            out.append(RecipeRun(name, recipe, index, arg, examples, (*extra, *batch)))
+            out.append(RecipeRun(name, recipe, index, phase, arg, examples, (*extra, *batch)))
     return tuple(out)
 
 
@@ -190,7 +187,7 @@ def table(records) -> str:
         runs = [run for run in RUNS if run.recipe == recipe]
         total = 0.0
         for run in runs:
-            phase, shape = run.recipe_phase(), run.batch_shape()
+            phase, shape = run.recipe_phase, run.batch_shape()
             record = records.get(run.name)
             if record is None:
                 total = None
