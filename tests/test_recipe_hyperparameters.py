@@ -102,6 +102,9 @@ ROWS = [
         ("data.target_key", "de"),
     ]],
     (BASE, "model.dropout_rate", 0.1),            # Sec. 5.4 / Table 3 base: P_drop = 0.1
+    (BASE, "model.mlp_dropout_rate", 0.0),        # Sec. 5.4: the sublayers' outputs and the
+    (BIG, "model.mlp_dropout_rate", 0.0),         #   embedding sums only (their code: no ReLU
+    (BASE, "model.attention_dropout_rate", 0.0),  #   or attention dropout)
     (BIG, "model.dropout_rate", 0.3),             # Table 3 big: P_drop 0.3 (Sec. 6.1: EN-FR 0.1)
     (BASE, "train.num_steps", 100_000),           # Sec. 5.2: base models 100,000 steps
     (BIG, "train.num_steps", 300_000),            # Sec. 5.2: big models 300,000 steps

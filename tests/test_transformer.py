@@ -277,9 +277,10 @@ def test_dropout_only_in_training():
 
 def test_dropout_sites_and_rates():
     """Vaswani et al. 2017, Sec. 5.4: dropout on every sublayer's output and on the sums of the
-    embeddings and positional encodings in both stacks, at dropout_rate; as in their released
-    code also on the feed-forward's hidden activations (at dropout_rate) and on the attention
-    probabilities of all three attentions (at attention_dropout_rate); nothing in evaluation."""
+    embeddings and positional encodings in both stacks, at dropout_rate; beyond the paper's
+    two, when their rates are set, on the feed-forward's hidden activations (mlp_dropout_rate
+    None: at dropout_rate; the paper's recipe sets 0) and on the attention probabilities of all
+    three attentions (at attention_dropout_rate); nothing in evaluation."""
     rng = np.random.default_rng(7)
     cfg = tiny(dropout_rate=0.1, attention_dropout_rate=0.2)
     inputs, targets = words(rng, 2, 7), words(rng, 2, 9)
