@@ -191,6 +191,12 @@ def test_nan_skip_mode_drops_the_update_and_counts_it(fashion_mnist_env, tmp_pat
     last = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
             if json.loads(line)["split"] == "train"][-1]
     assert last["skipped_steps_total"] == 1.0
+    # The window with the skipped step logs its other steps' means, not NaN.
+    train = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["split"] == "train"]
+    window = next(r for r in train if r["step"] > 13)
+    assert window["skipped_steps_total"] == 1.0
+    assert all(np.isfinite(window[name]) for name in ("loss", "grad_norm", "accuracy")), window
 
 
 def test_nan_check_would_fail_without_the_handling(fashion_mnist_env, tmp_path, monkeypatch):
@@ -295,6 +301,8 @@ def test_a_non_finite_loss_alone_or_gradient_alone_is_skipped(poisoned):
     bad = dict(clean, **{f"{poisoned}_poison": jnp.asarray(np.nan, jnp.float32)})
     state, metrics = step(state, bad)
     assert float(metrics["nonfinite_steps"][0]) == 1.0 and int(state.step) == 2
+    for name in ("loss", "grad_norm"):  # left out of the log window's means: no NaN in them
+        assert [float(x) for x in metrics[name]] == [0.0, 0.0]
     assert float(metrics["finite_loss"][0]) == float(poisoned != "loss")
     assert float(metrics["finite_grads"][0]) == float(poisoned != "grad")
     np.testing.assert_array_equal(state.params["w"], before.params["w"])

@@ -102,7 +102,9 @@ def make_train_step(task, optimizer, schedule, train_cfg):
     Metrics are (sum, count) pairs: the task's, plus `loss` (the objective), `grad_norm`,
     `param_norm`, `learning_rate`, and the `finite_loss` / `finite_grads` / `nonfinite_steps`
     flags of the host's NaN check. With nonfinite='skip', a step whose objective or gradients
-    are not finite leaves parameters and optimizer state unchanged (see `_keep_if`).
+    are not finite leaves parameters and optimizer state unchanged (see `_keep_if`), and its
+    task metrics, `loss` and `grad_norm` count zero times (sum and count 0): a log window's
+    means are its kept steps', and `nonfinite_steps` is what tells of the skipped one.
     """
     accum = train_cfg.grad_accum_steps
     skip_nonfinite = train_cfg.nonfinite == "skip"
@@ -140,13 +142,15 @@ def make_train_step(task, optimizer, schedule, train_cfg):
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         ema = ema_update(state.ema_params, params, ema_decay) if ema_decay else None
-        if skip_nonfinite:  # a skipped step moves neither the parameters nor their average
-            params, opt_state, ema = _keep_if(finite_loss & finite_grads, (params, opt_state, ema),
-                                              (state.params, state.opt_state, state.ema_params))
         one = jnp.ones(())
         metrics = dict(metrics)
         metrics["loss"] = (loss, one)
         metrics["grad_norm"] = (grad_norm, one)
+        if skip_nonfinite:  # a skipped step moves neither the parameters nor their average,
+            keep = finite_loss & finite_grads  # and its (NaN) sums and counts are left out of
+            params, opt_state, ema = _keep_if(keep, (params, opt_state, ema),  # the log's means
+                                              (state.params, state.opt_state, state.ema_params))
+            metrics = jax.tree.map(lambda x: jnp.where(keep, x, jnp.zeros_like(x)), metrics)
         metrics["param_norm"] = (optax.tree.norm(params), one)
         metrics["learning_rate"] = (schedule(state.step), one)
         metrics["finite_loss"] = (finite_loss.astype(jnp.float32), one)
