@@ -97,20 +97,25 @@ def run_two_processes(args, *, env=None, timeout=300) -> list[tuple[str, str]]:
     """Runs `python ARGS --process=i/2@127.0.0.1:PORT` from the repo root as two local processes
     of two CPU devices each (gloo collectives, process 0 the coordinator); waits for both to
     succeed and returns each one's (stdout, stderr)."""
-    import portpicker
-
-    port = portpicker.pick_unused_port()
-    full_env = dict(os.environ, **(env or {}))
-    full_env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(2))
-    processes = [subprocess.Popen([sys.executable, *args, f"--process={i}/2@127.0.0.1:{port}"],
-                                  cwd=REPO, env=full_env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
+    processes = start_two_processes(args, env=env)
     outputs = []
     for process in processes:
         stdout, stderr = process.communicate(timeout=timeout)
         assert process.returncode == 0, stderr[-3000:]
         outputs.append((stdout, stderr))
     return outputs
+
+
+def start_two_processes(args, *, env=None) -> list[subprocess.Popen]:
+    """The two processes of `run_two_processes`, started (stdout and stderr piped, as text)."""
+    import portpicker
+
+    port = portpicker.pick_unused_port()
+    full_env = dict(os.environ, **(env or {}))
+    full_env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(2))
+    return [subprocess.Popen([sys.executable, *args, f"--process={i}/2@127.0.0.1:{port}"],
+                             cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for i in range(2)]
 
 
 def json_report(stdout: str) -> dict:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import run_python, run_two_processes
+from conftest import json_report, run_python, run_two_processes, start_two_processes
 
 from data.testing import install_fashion_mnist_fixture
 from train.config import apply_override, load_config_file
@@ -100,6 +103,50 @@ def test_two_processes_checkpoint_and_resume_as_one_uninterrupted_run(fixture_da
     assert "at step 10" in stderr  # process 0 resumed (a fresh start would match too)
     straight, resumed = np.load(straight), np.load(resumed)
     _assert_same_parameters(resumed, straight)
+
+
+def test_a_signal_to_one_process_stops_both_after_the_same_step_saved(fixture_data_root,
+                                                                      tmp_path):
+    """SIGTERM to process 1 alone, mid-run: both processes stop after the same step, save it
+    together (each its data state) and return, where each stopping on its own signals left
+    them waiting for ever in each other's collectives."""
+    workdir = tmp_path / "w"
+    processes = start_two_processes([
+        "tests/scripts/train_steps.py", str(tmp_path / "out.npz"), f"--workdir={workdir}",
+        "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.train.progress_bar=false",
+        "--config.train.num_steps=100000", "--config.train.log_every=5",
+        "--config.train.eval_every=0", "--config.train.checkpoint_every=100000"],
+        env={"PAPERS_JAX_DATA": str(fixture_data_root)})
+    try:
+        deadline = time.monotonic() + 240
+        while not _train_records(workdir) and time.monotonic() < deadline:
+            ended = [p for p in processes if p.poll() is not None]
+            assert not ended, ended[0].communicate()[1][-3000:]
+            time.sleep(0.5)
+        assert _train_records(workdir), "no train step was logged in 240 s"
+        os.kill(processes[1].pid, signal.SIGTERM)
+        outputs = [p.communicate(timeout=120) for p in processes]
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the processes did not stop together after SIGTERM to one")
+    finally:
+        for process in processes:
+            process.kill()
+    assert [p.returncode for p in processes] == [0, 0], outputs[0][1][-3000:]
+    reports = [json_report(stdout) for stdout, _ in outputs]
+    step = reports[0]["step"]
+    assert [(r["process"], r["step"], r["interrupted"]) for r in reports] == [
+        (0, step, "SIGTERM"), (1, step, "SIGTERM")]
+    assert 5 <= step < 100000
+    assert os.listdir(workdir / "checkpoints") == [str(step)]
+    assert sorted(os.listdir(workdir / "checkpoints" / str(step) / "data")) == [
+        "commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
+    assert f"received SIGTERM: saved checkpoint at step {step}" in outputs[0][1]
+
+
+def _train_records(workdir) -> list[dict]:
+    path = workdir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if '"train"' in line]
 
 
 def test_resume_on_another_mesh_and_device_count(fixture_data_root, tmp_path):

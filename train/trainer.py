@@ -318,6 +318,8 @@ class Trainer:
         current step is checkpointed (waiting until it is committed) and run() returns early with
         `self.interrupted` set to the signal's name. Before it the caller's handlers apply
         (Python's KeyboardInterrupt; `python -m train` exits 130 or 143), with nothing saved.
+        With several processes, a signal to any of them stops all of them after the same step,
+        the one after the signal's (train/preemption.py).
         """
         cfg = self.config.train
         stop = cfg.num_steps if until_step is None else min(until_step, cfg.num_steps)
@@ -345,7 +347,7 @@ class Trainer:
                        f"({self.peak_flops_source})")
 
         log = StepLog(self.task, peak_flops=peak, skip_nonfinite=cfg.nonfinite == "skip")
-        preemption = self.preemption = Preemption()
+        preemption = self.preemption = Preemption(self.mesh)
         self.interrupted = None
         final_eval: dict[str, float] = {}
 
@@ -363,7 +365,8 @@ class Trainer:
                 # The signals are read once a step: one that arrives later (while this step is
                 # logged, evaluated or saved) stops the run after the next step, which is then
                 # saved; read again below, the step reported saved could be one never saved.
-                signalled = bool(preemption.received)
+                # With several processes, all stop a step later, together (preemption.py).
+                signalled = preemption.stop_now()
                 stopping = done == stop or signalled
                 if done % cfg.log_every == 0 or stopping:
                     log.check_finite(kept())
@@ -383,7 +386,7 @@ class Trainer:
                                       force=True)
                 if signalled:
                     checkpointer.wait()  # committed before we exit; more signals are ignored
-                    self.interrupted = preemption.received[0]
+                    self.interrupted = preemption.cause
                     writer.message(f"received {self.interrupted}: saved checkpoint at step {done} "
                                    f"in {checkpointer.directory}; run the same command to resume")
                     break

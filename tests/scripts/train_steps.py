@@ -8,11 +8,13 @@ comes from XLA_FLAGS, set by the caller before this process starts (it must prec
 import). With --process, this is process I of N joined through the coordinator at HOST:PORT;
 each process feeds its own slice of every batch, and process 0 writes OUT.npz. With --workdir,
 the trainer's own loop runs instead (`Trainer.run`: checkpoints in DIR, resuming from the latest,
-up to STEP or train.num_steps) and OUT.npz holds its final parameters (no losses).
+up to STEP or train.num_steps) and OUT.npz holds its final parameters (no losses), and each
+process prints a JSON line: its index, the step it ended at and the signal that stopped it.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -48,6 +50,8 @@ def main(out: str, args: list[str]) -> None:
         trainer = Trainer(config, workdir[0])
         trainer.run(until_step=until[0] if until else None)
         state = trainer.final_state
+        print(json.dumps({"process": jax.process_index(), "step": int(state.step),
+                          "interrupted": trainer.interrupted}), flush=True)
     else:
         trainer = Trainer(config, "/nonexistent-workdir-unused")
         state = trainer.init_state()
