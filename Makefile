@@ -16,6 +16,10 @@ PYTEST_ARGS ?=
 install: $(STAMP)
 
 $(STAMP): setup.py constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "error: $(PYTHON) is not Python 3.11 or newer, which the pinned jax and numpy" \
+		"need; run with PYTHON=python3.11 (or newer), e.g. PYTHON=python3.11 make test" >&2; \
+		exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	touch $(STAMP)

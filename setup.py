@@ -12,7 +12,7 @@ setup(
     name="papers-jax",
     version="0.1.0",
     description="Transformer, BERT and ViT in JAX/Flax: papers, ablations, sharded training",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["models", "models.*", "train", "train.*", "configs",
                                     "configs.*", "data", "data.*", "benchmarks",
                                     "benchmarks.*"]),

@@ -38,8 +38,8 @@ def test_help_lists_every_experiment_config_with_its_summary_and_variants(capsys
 
 def test_the_config_list_is_read_from_the_files(tmp_path):
     """A new config file shows up as it is written (its docstring's sentence, its parse_arg
-    names and defaults, a module constant read as its value); a sweep file, a helper and a file
-    that does not parse do not hide it."""
+    names and defaults, module constants read as their values, unpacked ones too); a sweep
+    file, a helper and a file that does not parse do not hide it."""
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "mlp.py").write_text('''"""python -m train --config configs/new/mlp.py --workdir w
 
@@ -50,15 +50,17 @@ Variants: ...
 from configs import common
 
 DEFAULT_ACT = "relu"
+WIDTH, DEPTH = 64, 2
 
 def get_config(arg=None):
-    args = common.parse_arg(arg, width=64, act=DEFAULT_ACT, smoke=False)
+    args = common.parse_arg(arg, width=WIDTH, act=DEFAULT_ACT, depth=DEPTH, smoke=False)
 ''')
     (tmp_path / "sweep.py").write_text('"""A sweep."""\ndef get_sweep(arg=None):\n    pass\n')
     (tmp_path / "helper.py").write_text('"""Rows."""\ndef apply_row(config, row):\n    pass\n')
     (tmp_path / "broken.py").write_text("def get_config(:\n")
     text = describe_configs(tmp_path, tmp_path)
-    assert "  new/mlp.py\n      An MLP on the digits.\n      variants: width=64, act=relu, smoke" in text
+    assert ("  new/mlp.py\n      An MLP on the digits.\n"
+            "      variants: width=64, act=relu, depth=2, smoke") in text
     assert "sweep.py" not in text and "helper.py" not in text
     assert "  broken.py\n      (cannot be read: " in text
 

@@ -127,3 +127,16 @@ def test_two_devices_give_what_one_gives(lm_run):
                          "--batch_size", "3", *sum((["--prompt", p] for p in PROMPTS), [])],
                         devices=2)
     assert result.stdout.splitlines()[-len(PROMPTS):] == [p + c for p, c in zip(PROMPTS, want)]
+
+
+def test_help_without_a_workdir_names_the_tasks_and_no_workdir_is_an_error(capsys):
+    """`--help` alone (the first thing to try) prints the command's help and the tasks that
+    have a predictor; nothing at all is argparse's error naming the missing workdir."""
+    with pytest.raises(SystemExit) as done:
+        predict_cli.main(["--help"])
+    assert done.value.code == 0
+    assert "tasks with a predictor: " in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit) as done:
+        predict_cli.main([])
+    assert done.value.code == 2
+    assert "required: workdir" in capsys.readouterr().err

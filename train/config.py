@@ -177,15 +177,21 @@ def _literal(node: ast.expr, constants: dict[str, Any]) -> Any:
 
 
 def _constants(tree: ast.Module) -> dict[str, Any]:
-    """The module's top-level `NAME = literal` assignments."""
+    """The module's top-level `NAME = literal` and `A, B = literal, literal` assignments."""
     found = {}
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
-            try:
-                found[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target = node.targets[0]
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+        if isinstance(target, ast.Name):
+            found[target.id] = value
+        elif (isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts)
+              and isinstance(value, tuple) and len(value) == len(target.elts)):
+            found.update(zip((e.id for e in target.elts), value))
     return found
 
 

@@ -2,8 +2,8 @@
 run's checkpoint.
 
     python -m train.evaluate workdirs/vit_fashion_mnist
-    python -m train.evaluate workdirs/finetune_brown_pos --split test --step 2000
-    python -m train.evaluate workdirs/translate --split test --write
+    python -m train.evaluate workdirs/vit_fashion_mnist --split train --step 4000
+    python -m train.evaluate workdirs/transformer_en_es --split test --write
 
 The run is rebuilt from its workdir as a resumed start would build it: its requested config
 (requested_config.json, train/run_config.py) and the vocabulary its checkpoints were trained

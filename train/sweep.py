@@ -31,7 +31,8 @@ printed; the whole log is DIR/<row>/seed_<k>/<stage>/train.log) and the sweep go
 --parallel N (CPU, Linux): N runs at once, each pinned to its own share of the CPUs this process
 may use (`os.sched_setaffinity`), in the same order; a later stage still waits for its previous
 one. Small models use many cores poorly: on the 2-core machine two runs of Transformer Table 3's
-model, one a core, made 3.8 steps/s between them against 3.0 for one run on both. A share of one
+model, one a core, made 1.8 steps/s each (the median of the sweep's records) against 3.0 for
+one run on both (measured by hand, not recorded), a fifth faster between them. A share of one
 core runs single-threaded (XLA_FLAGS gains --xla_cpu_multi_thread_eigen=false: two threads on
 one core only slowed it, 1.5 against 1.95 steps/s). Each run's record says what it had
 (train/run_record.py: usable_cpus, xla_flags).

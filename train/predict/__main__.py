@@ -12,14 +12,15 @@ from train.predict import PREDICTORS, load_run, predictor, task_of
 from train.run_weights import WEIGHTS
 
 
-def build_parser(task: str | None) -> argparse.ArgumentParser:
-    """The command's parser with the options of `task`'s predictor (None: the workdir alone)."""
+def build_parser(task: str | None, workdir_optional: bool = False) -> argparse.ArgumentParser:
+    """The command's parser with the options of `task`'s predictor (None: the workdir alone);
+    `workdir_optional` for the first look at the command line, which `--help` alone passes."""
     parser = argparse.ArgumentParser(
         prog="python -m train.predict", description=__doc__.split("\n")[0],
         epilog=f"tasks with a predictor: {', '.join(PREDICTORS)}; `python -m train.predict "
                "WORKDIR --help` lists that run's options")
-    parser.add_argument("workdir", help="a trained run's workdir (config.json, vocabulary/, "
-                                        "checkpoints/)")
+    parser.add_argument("workdir", nargs="?" if workdir_optional else None,
+                        help="a trained run's workdir (config.json, vocabulary/, checkpoints/)")
     parser.add_argument("--weights", choices=WEIGHTS, default="raw",
                         help="the trained weights, or their moving average (a run with "
                              "train.ema_decay > 0)")
@@ -30,7 +31,8 @@ def build_parser(task: str | None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    known, _ = build_parser(None).parse_known_args([a for a in argv if a not in ("-h", "--help")])
+    known, _ = build_parser(None, workdir_optional=True).parse_known_args(
+        [a for a in argv if a not in ("-h", "--help")])
     try:
         task, _ = task_of(known.workdir) if known.workdir else (None, None)
     except ConfigError as error:
