@@ -85,6 +85,7 @@ ROWS = [
     (BERT, "data.batch_size", 1024),
     (BERT, "data.train_split", "train[:-2000]"),  # held-out articles (the paper: none; the
     (BERT, "data.eval_split", "train[-2000:]"),   #   recipe evaluates on 2,000 of its own)
+    (BERT, "data.vocab_max_characters", 1000),    # (the paper names none: HF's default)
     # ---- Transformer base and big, WMT 2014 English -> German ----
     *[(size, key, value) for size in (BASE, BIG) for key, value in [
         ("optimizer.name", "adam"),               # Sec. 5.3: Adam,

@@ -132,8 +132,8 @@ def test_a_trained_vocabulary_failing_the_cache_check_is_a_bug_not_a_corrupt_fil
     it): a vocabulary that fails the cache's check is a bug here, and is not written."""
     train = wp.train_wordpiece
 
-    def cased_instead(texts, *, vocab_size, lowercase):  # a bug: ignores the casing asked for
-        return train(texts, vocab_size=vocab_size, lowercase=not lowercase)
+    def cased_instead(texts, *, vocab_size, lowercase, **kwargs):  # a bug: the other casing
+        return train(texts, vocab_size=vocab_size, lowercase=not lowercase, **kwargs)
 
     monkeypatch.setattr(wp, "train_wordpiece", cased_instead)
     with pytest.raises(RuntimeError, match="lowercase=False.*a bug in data/vocab/wordpiece.py"):
@@ -216,3 +216,37 @@ def test_greedy_longest_match_unknown_and_long_words():
                                                      tok.sep_id]
     np.testing.assert_array_equal(tok.word_starts(tok.encode("unaffable bridges")),
                                   [True, False, True, False])
+
+
+def test_max_characters_keeps_the_most_frequent_and_their_words(tmp_path, capsys):
+    """The spam emails' characters (97 in the fixture's) limited to 40: the 40 most frequent
+    (ties to the lower code point, counted here by hand), each in both forms; a word with any other
+    character is [UNK] and is left out of the training, and the note counts those words. Its
+    own cache file; 0 keeps every character; a bad limit is refused."""
+    texts = _spam_texts()
+    counts = wp.word_counts(texts, lowercase=True)
+    counts.pop("", None)
+    frequency = {}
+    for word, n in counts.items():
+        for c in word:
+            frequency[c] = frequency.get(c, 0) + n
+    ranked = sorted(frequency.items(), key=lambda item: (-item[1], ord(item[0])))
+    kept = {c for c, _ in ranked[:40]}
+    assert len(frequency) > 40
+    tok = wp.load_or_train("spam", "train", lambda: texts, vocab_size=3000, lowercase=True,
+                           cache_dir=tmp_path, max_characters=40)
+    single = {t for t in tok.tokens[5:] if len(t) == 1 or (t.startswith("##") and len(t) == 3)}
+    assert single == kept | {"##" + c for c in kept}
+    assert all(set(t.removeprefix("##")) <= kept for t in tok.tokens[5:])
+    rare = next(w for w in counts if not set(w) <= kept and len(w) > 1)
+    assert [tok.id_to_token(i) for i in tok.encode(f"the {rare}")] == ["the", "[UNK]"]
+    lost = sum(n for w, n in counts.items() if not set(w) <= kept)
+    assert (f"kept the 40 most frequent of the texts' {len(frequency)} characters: the words "
+            f"with the other {len(frequency) - 40} become [UNK], {lost:,} of "
+            f"{sum(counts.values()):,} words") in capsys.readouterr().out
+    assert tok.path.name.endswith(".v3000.uncased.c40.wp1.json")
+    unlimited = wp.train_wordpiece(texts, vocab_size=3000, lowercase=True, max_characters=0)
+    assert wp.minimum_size(unlimited) == len(wp.SPECIAL_TOKENS) + 2 * len(frequency)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(DataError, match="max_characters"):
+            wp.train_wordpiece(texts, vocab_size=3000, lowercase=True, max_characters=bad)

@@ -166,7 +166,8 @@ def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
     else:  # the cached vocabulary the run trained (retrained identically when missing)
         names = tuple(data["names"])
         key = dict(datasets=names, split=data["train_split"], vocab_size=data["vocab_size"],
-                   lowercase=data["lowercase"])
+                   lowercase=data["lowercase"],
+                   max_characters=data.get("vocab_max_characters", 0))  # absent before it was
         if build:
             tok = wordpiece.vocab_for_documents(
                 lambda: [d for name in names for d in read_documents(name, data["train_split"])],

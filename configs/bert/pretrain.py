@@ -138,6 +138,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # of all its characters, if more: see
                                              # data/vocab/wordpiece.py)
     config.data.vocab_sample_documents = 0   # tfds: articles the vocabulary is trained on (0 local)
+    config.data.vocab_max_characters = 0     # characters it keeps, the most frequent; words with
+                                             # others are [UNK] (0: all; data/vocab/alphabet.py)
     config.data.shuffle_window = 0           # tfds: examples shuffled together in the stream
                                              # (0 local: the whole corpus is shuffled)
     config.data.worker_count = 0             # tfds: processes making the stream's batches (0: this
@@ -183,7 +185,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.data.update(names=(WIKIPEDIA,), source="tfds",
                            train_split=f"train[:-{WIKIPEDIA_EVAL_ARTICLES}]",
                            eval_split=f"train[-{WIKIPEDIA_EVAL_ARTICLES}:]",
-                           vocab_sample_documents=100_000, shuffle_window=10_000)
+                           vocab_sample_documents=100_000, shuffle_window=10_000,
+                           vocab_max_characters=1000)  # HF's BertWordPieceTokenizer's default
 
     if args.smoke:  # a few seconds on a CPU: tiny model, few steps, every code path once
         config.model.update(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64,

@@ -34,12 +34,13 @@ files. Every character seen gets both its forms ('e' and '##e'), so a known char
 makes a word [UNK] only because it was not seen at that place in a word during training. Those
 and the special tokens are the smallest vocabulary of the texts (`minimum_size`: 3,103 tokens for
 the spam emails' 1,549 characters): a smaller `vocab_size` gets exactly them, characters only,
-and `load_or_train` says so.
+and `load_or_train` says so. `max_characters` keeps only that many, the most frequent, the
+words with any other becoming [UNK] (data/vocab/alphabet.py: why, and what it costs).
 
 The cache. A trained vocabulary is a `tokenizer.json` (loadable by any HF `tokenizers`), trained
 once and kept (data/vocab/cache.py: the folder, the lock, the atomic write) under a name that
 encodes the datasets, split, vocabulary size, casing and `FORMAT` (bumped when the training
-procedure changes), e.g.
+procedure changes; `.c1000` after the casing with max_characters=1000), e.g.
     brown+austen+sotu.train.wordpiece.v8000.uncased.wp1.json
 A different setting never reuses a stale file; a change of the texts under the same names is not
 seen: delete the file then (a training run keeps its own copy in its workdir, so deleting or
@@ -65,6 +66,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from data.errors import DataError
 from data.vocab import cache
+from data.vocab.alphabet import check_max_characters, limit_alphabet
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 of a trained vocabulary
@@ -277,18 +279,23 @@ def minimum_size(tok: WordPieceTokenizer) -> int:
 
 
 def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool,
-                    min_frequency: int = MIN_FREQUENCY) -> WordPieceTokenizer:
+                    min_frequency: int = MIN_FREQUENCY, max_characters: int = 0,
+                    verbose: bool = False) -> WordPieceTokenizer:
     """A WordPiece vocabulary of at most `vocab_size` tokens learned from `texts` (module
     docstring: BPE merges with continuation symbols; deterministic). It has fewer tokens when
     the texts run out of pairs seen `min_frequency` times, and more (`minimum_size`: the special
-    tokens and every character in both forms, nothing longer) when `vocab_size` is smaller."""
+    tokens and every character in both forms, nothing longer) when `vocab_size` is smaller.
+    `max_characters` > 0 keeps that many characters (data/vocab/alphabet.py; `verbose`: a note)."""
     if not isinstance(vocab_size, (int, np.integer)) or vocab_size <= len(SPECIAL_TOKENS):
         raise DataError(f"vocab_size={vocab_size!r} must be an integer > {len(SPECIAL_TOKENS)}")
+    max_characters = check_max_characters(max_characters)
     counts = word_counts(texts, lowercase=lowercase)
     counts.pop("", None)
     if not counts:
         raise DataError("no words to train a WordPiece vocabulary on: the texts are empty")
-    alphabet = sorted({c for word in counts for c in word})
+    counts, alphabet, note = limit_alphabet(counts, max_characters)
+    if note and verbose:
+        print(f"note: {note}", flush=True)
     used = set(alphabet)
     free = (chr(cp) for cp in _PRIVATE_USE if chr(cp) not in used)
     to_cont = {c: next(free, None) for c in alphabet}
@@ -333,9 +340,10 @@ def _names(datasets: str | Sequence[str]) -> str:
 
 
 def cache_path(datasets: str | Sequence[str], split: str, *, vocab_size: int, lowercase: bool,
-               cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
+               cache_dir: str | os.PathLike | None = None, max_characters: int = 0) -> pathlib.Path:
     """The cache file of a vocabulary of these texts and settings (module docstring)."""
-    casing = "uncased" if lowercase else "cased"
+    casing = ("uncased" if lowercase else "cased") + (
+        f".c{check_max_characters(max_characters)}" if max_characters else "")
     name = cache.safe_name(_names(datasets) + "." + str(split))
     return cache.folder(cache_dir) / f"{name}.wordpiece.v{int(vocab_size)}.{casing}.{FORMAT}.json"
 
@@ -375,11 +383,12 @@ def _note_size(tok: WordPieceTokenizer, vocab_size: int) -> None:
 
 
 def cached(datasets: str | Sequence[str], split: str, *, vocab_size: int, lowercase: bool,
-           cache_dir: str | os.PathLike | None = None) -> WordPieceTokenizer | None:
+           cache_dir: str | os.PathLike | None = None,
+           max_characters: int = 0) -> WordPieceTokenizer | None:
     """The cached vocabulary of `datasets`/`split` and these settings, or None when it has not
     been trained: nothing is trained here (what `python -m train --print_config` reads)."""
     path = cache_path(datasets, split, vocab_size=vocab_size, lowercase=lowercase,
-                      cache_dir=cache_dir)
+                      cache_dir=cache_dir, max_characters=max_characters)
     if path.exists():  # files appear only by an atomic rename: no lock needed to read
         return _load_cached(path, vocab_size, lowercase)
     return None
@@ -388,15 +397,16 @@ def cached(datasets: str | Sequence[str], split: str, *, vocab_size: int, lowerc
 def load_or_train(datasets: str | Sequence[str], split: str,
                   texts_fn: Callable[[], Iterable[str]], *, vocab_size: int, lowercase: bool,
                   cache_dir: str | os.PathLike | None = None,
-                  verbose: bool = True) -> WordPieceTokenizer:
+                  verbose: bool = True, max_characters: int = 0) -> WordPieceTokenizer:
     """The cached vocabulary of `datasets`/`split`, trained on `texts_fn()` when missing.
 
     `texts_fn()` yields the training texts (e.g. every sentence of the training split, in a fixed
     order) and is called only when the vocabulary must be trained. A `vocab_size` below the
-    texts' `minimum_size` gives that many tokens (a note says so when `verbose`).
+    texts' `minimum_size` gives that many tokens (`verbose`: notes say so and what
+    `max_characters` cost).
     """
     path = cache_path(datasets, split, vocab_size=vocab_size, lowercase=lowercase,
-                      cache_dir=cache_dir)
+                      cache_dir=cache_dir, max_characters=max_characters)
 
     def train() -> bytes:
         """The vocabulary, checked as the cache checks a file before it is written: one this
@@ -406,7 +416,8 @@ def load_or_train(datasets: str | Sequence[str], split: str,
             print(f"training a WordPiece vocabulary of {vocab_size} tokens "
                   f"({'uncased' if lowercase else 'cased'}) on {_names(datasets)} {split} -> "
                   f"{path}", flush=True)
-        tok = train_wordpiece(texts_fn(), vocab_size=vocab_size, lowercase=lowercase)
+        tok = train_wordpiece(texts_fn(), vocab_size=vocab_size, lowercase=lowercase,
+                              max_characters=max_characters, verbose=verbose)
         problem = _mismatch(tok, vocab_size, lowercase)
         if problem:
             raise RuntimeError(f"the WordPiece vocabulary just trained for {path} has {problem}: "
@@ -429,11 +440,11 @@ def document_texts(documents) -> Iterator[str]:
 def vocab_for_documents(documents_fn: Callable[[], Iterable], *, datasets: str | Sequence[str],
                         split: str, vocab_size: int, lowercase: bool,
                         cache_dir: str | os.PathLike | None = None,
-                        verbose: bool = True) -> WordPieceTokenizer:
+                        verbose: bool = True, max_characters: int = 0) -> WordPieceTokenizer:
     """The cached vocabulary of the training documents of `datasets`/`split`.
 
     `documents_fn()` returns the Documents (called only when the vocabulary must be trained).
     """
     return load_or_train(datasets, split, lambda: document_texts(documents_fn()),
                          vocab_size=vocab_size, lowercase=lowercase, cache_dir=cache_dir,
-                         verbose=verbose)
+                         verbose=verbose, max_characters=max_characters)
