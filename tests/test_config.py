@@ -199,6 +199,20 @@ def test_a_workdir_written_before_a_key_was_added_resumes_with_its_old_value(tmp
         check_workdir(tmp_path, to_json(config), allow_change=False)
 
 
+def test_a_bert_workdir_from_before_the_alphabet_limit_resumes(tmp_path):
+    """BERT pretraining gained data.vocab_max_characters (0: every character, what runs before
+    it did): a workdir saved without it resumes; a limit is another experiment."""
+    config = load_config_file("configs/bert/pretrain.py:smoke")
+    saved = json.loads(to_json(config))
+    del saved["data"]["vocab_max_characters"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    (tmp_path / "checkpoints" / "6").mkdir(parents=True)
+    assert check_workdir(tmp_path, to_json(config), allow_change=False) == []
+    apply_override(config, "data.vocab_max_characters", "1000")
+    with pytest.raises(ConfigError, match="data.vocab_max_characters: 0 in the workdir, 1000"):
+        check_workdir(tmp_path, to_json(config), allow_change=False)
+
+
 def test_smoke_variants_measure_the_peak_their_mfu_is_computed_against():
     """A smoke run's MFU is a measurement like any other run's: no config fixes a made-up peak
     (train.peak_flops=0: measured by train/flops.py measure_matmul_peak in the run)."""

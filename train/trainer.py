@@ -319,7 +319,7 @@ class Trainer:
         `self.interrupted` set to the signal's name. Before it the caller's handlers apply
         (Python's KeyboardInterrupt; `python -m train` exits 130 or 143), with nothing saved.
         With several processes, a signal to any of them stops all of them after the same step,
-        the one after the signal's (train/preemption.py).
+        one or two after the signal's (train/preemption.py).
         """
         cfg = self.config.train
         stop = cfg.num_steps if until_step is None else min(until_step, cfg.num_steps)

@@ -65,6 +65,8 @@ ADDED_KEYS = {"init": "scratch", "init_head": "auto", "data.resize": False,
               "model.tie_output": None, "model.scale_embeddings": True,
               "model.logits_bias": False, "model.decoder_start": "bos",
               "model.mlp_dropout_rate": None,
+              # BERT pretraining's vocabulary kept every character before its limit existed
+              "data.vocab_max_characters": 0,
               # DeiT's recipe and token, before the image configs declared them
               "train.ema_decay": 0.0, "model.drop_path_rate": 0.0, "model.distill_token": False,
               "data.repeated_augment": 1, "task.mixup_alpha": 0.0, "task.cutmix_alpha": 0.0,

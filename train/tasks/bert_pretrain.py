@@ -63,7 +63,7 @@ def _vocabulary(config: ml_collections.ConfigDict, saved, documents_fn):
                                  where=f"config.data.vocab_file={data.vocab_file!r}")
     key = dict(datasets=tuple(data.names), split=_vocabulary_split(data),
                vocab_size=data.vocab_size, lowercase=data.lowercase,
-               max_characters=data.vocab_max_characters)
+               max_characters=data.get("vocab_max_characters", 0))  # absent in older runs
     if documents_fn is None:
         return vocabulary.choose(saved, lambda: wordpiece.cached(**key), kind="wordpiece")
     return vocabulary.choose(
@@ -98,7 +98,7 @@ class BertPretrainingTask(MaskedLMData, Task):
                               f"'segment_pair' (got {data.input_format!r}, which has no pairs)")
         if not data.vocab_file:  # (the alphabet's limit only where set: older runs lack it)
             self.vocabulary_settings = ("data.vocab_size", "data.lowercase") + (
-                ("data.vocab_max_characters",) if data.vocab_max_characters else ())
+                ("data.vocab_max_characters",) if data.get("vocab_max_characters", 0) else ())
         self.tokenizer = _vocabulary(config, saved_vocabulary, self._vocabulary_documents)
         self.inputs.use_tokenizer(self.tokenizer)
         self.model_config = _model_config(config, self.tokenizer.vocab_size)
