@@ -88,8 +88,8 @@ def relative_attention_logits(query, table, index):
     ``index`` int ``[q, k]``, the relation of each pair (``relative_offset_index``).
     ``logits[b, h, i, j] = query[b, i, h] . table[index[i, j], h] / sqrt(d)``.
     """
-    d = query.shape[-1]
-    query = query / jnp.asarray(math.sqrt(d), query.dtype)   # the content logits' scale
+    d = query.shape[-1]  # the content logits' scale, divided in float32 as attention.py does
+    query = (query.astype(jnp.float32) / math.sqrt(d)).astype(query.dtype)
     per_relation = jnp.einsum('bqhd,rhd->bhqr', query, table.astype(query.dtype),
                               preferred_element_type=jnp.float32)                  # [b, h, q, R]
     index = jnp.asarray(index)[None, None]                                         # [1, 1, q, k]
