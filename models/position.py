@@ -126,9 +126,9 @@ class LearnedPositionEmbedding(nn.Module):
 
     ``__call__(positions [b, l] int) -> [b, l, features]``. Cannot extrapolate: positions
     ``>= max_length`` have no row, so a longer static sequence is an error. Position *values*
-    are traced under jit and cannot be checked here: one past the table reads a row of NaN
-    (``mode='fill'``), never another row silently; callers that choose positions check them
-    (``models/lm_decode.generate``).
+    are traced under jit and cannot be checked here: one past the table, or a negative one,
+    reads a row of NaN (``mode='fill'``), never another row silently; callers that choose
+    positions check them (``models/lm_decode.generate``).
     """
 
     max_length: int
@@ -146,7 +146,8 @@ class LearnedPositionEmbedding(nn.Module):
         table = self.param(
             'embedding', nn.with_logical_partitioning(self.embedding_init, ('length', 'embed')),
             (self.max_length, self.features), self.param_dtype)
-        return jnp.take(table, positions, axis=0, mode='fill',
+        outside = jnp.where(positions < 0, self.max_length, positions)  # take would wrap -1
+        return jnp.take(table, outside, axis=0, mode='fill',
                         fill_value=jnp.nan).astype(self.dtype)
 
 

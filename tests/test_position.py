@@ -88,6 +88,11 @@ def test_learned_position_embedding():
         'length', 'embed')
     with pytest.raises(ValueError, match='max_length'):
         module.apply(variables, np.zeros((1, 7), np.int32))
+    # Traced positions outside the table read NaN rows, never another row: one past the end,
+    # and a negative one (which jnp.take would wrap to the last row).
+    out = jax.jit(module.apply)(variables, np.array([[6, -1, 2]]))
+    assert np.isnan(out[0, :2]).all()
+    np.testing.assert_allclose(out[0, 2], table[2])
 
 
 # ---------------------------------------------------------------------------------------------
