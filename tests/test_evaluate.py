@@ -108,3 +108,34 @@ def test_the_moving_average_is_scored_as_the_run_scored_it(ema_run, fixture_data
     raw_run, ema = load_run(ema_run), load_run(ema_run, "ema")
     leaves = [(a, b) for a, b in zip(*(jax.tree.leaves(r.params) for r in (raw_run, ema)))]
     assert len(leaves) > 1 and any(not np.array_equal(a, b) for a, b in leaves)
+
+
+def test_a_run_from_before_keys_were_added_is_scored_as_it_ran(vit_run, tmp_path,
+                                                               fixture_data_root):
+    """A workdir written before configs gained keys (train/workdir.py ADDED_KEYS: the moving
+    average, DeiT's recipe, init and resize) is rebuilt with the values those runs had, and
+    scores what the run scored; a key is added only to the tasks whose configs declare it."""
+    import shutil
+
+    from train.workdir import ADDED_KEYS, completed_request
+
+    old = tmp_path / "old"
+    shutil.copytree(vit_run, old)
+    request = json.loads((old / "requested_config.json").read_text())
+    removed = []
+    for key in ADDED_KEYS:
+        *sections, name = key.split(".")
+        section = request
+        for part in sections:
+            section = section.get(part, {})
+        if name in section:
+            del section[name]
+            removed.append(key)
+    assert {"train.ema_decay", "data.repeated_augment", "init"} <= set(removed)
+    (old / "requested_config.json").write_text(json.dumps(request))
+    with data_root(fixture_data_root):
+        assert evaluate_cli.evaluate(old)[1] == evaluate_cli.evaluate(vit_run)[1]
+    translate = {"task": {"name": "translate"}, "model": {}, "data": {}, "train": {}}
+    completed = completed_request(translate)
+    assert completed["train"]["ema_decay"] == 0.0 and completed["model"]["mlp_dropout_rate"] is None
+    assert "repeated_augment" not in completed["data"] and translate["train"] == {}

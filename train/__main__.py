@@ -27,12 +27,9 @@ import time
 from pathlib import Path
 
 from train import run_config, storage
-from train.config import ConfigError, apply_override, describe_configs, load_config_file, to_json
+from train.config import (CONFIGS, ConfigError, apply_override, describe_configs,
+                          load_config_file, to_json)
 from train.workdir import check_workdir
-
-# The experiment configs --help lists: the configs package beside this one (in a checkout and
-# in an installed site-packages alike).
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def parse_args(argv):

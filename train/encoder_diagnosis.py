@@ -25,6 +25,7 @@ from train import encoder_probe, run_config, storage
 from train.checkpointing import CheckpointError, load_state
 from train.config import ConfigError, apply_override, load_config_file
 from train.trainer import Trainer
+from train.workdir import completed_request
 
 LOG_KEYS = ("learning_rate", "grad_norm", "loss", "mlm_accuracy", "nsp_accuracy")
 
@@ -34,7 +35,7 @@ def _config(workdir) -> ml_collections.ConfigDict:
     if saved is None:
         raise ConfigError(f"{workdir} holds no run (no {run_config.REQUESTED_FILE}): give the "
                           "workdir of a `python -m train --config configs/bert/pretrain.py` run")
-    config = ml_collections.ConfigDict(saved)
+    config = ml_collections.ConfigDict(completed_request(saved))  # keys added since it ran
     if config.task.name != "bert_pretrain":
         raise ConfigError(f"{workdir} is a {config.task.name!r} run; the diagnosis reads BERT "
                           "pretraining runs (task bert_pretrain)")

@@ -35,6 +35,7 @@ import jax
 import ml_collections
 
 from train import run_config, storage
+from train.workdir import completed_request
 
 WRITTEN_SPLIT = "evaluate"  # the metrics.jsonl records of this command
 
@@ -66,7 +67,7 @@ def run_config_of(workdir, split: str | None) -> ml_collections.ConfigDict:
     if saved is None:
         raise ConfigError(f"{workdir} holds no run ({run_config.REQUESTED_FILE} is missing): give "
                           "the workdir of a `python -m train` run")
-    config = ml_collections.ConfigDict(saved)
+    config = ml_collections.ConfigDict(completed_request(saved))  # keys added since it ran
     if split is not None:
         if not split.strip():
             raise ConfigError("--split is empty: name a split, e.g. validation or test")

@@ -13,11 +13,14 @@ from it is sorted by what the difference does to resuming:
 
 from __future__ import annotations
 
+import collections
+import copy
+import functools
 import json
 import os
 
 from train import run_config, storage
-from train.config import ConfigError
+from train.config import CONFIGS, ConfigError, experiment_configs, load_config_file
 
 # Where a run computes, not what: the same experiment may resume on another mesh (the
 # checkpoint restores into the new shardings; the global batch stays the same), so these keys
@@ -82,6 +85,32 @@ def _importance(key: str) -> tuple:
     section = next((i for i, prefix in enumerate(SECTIONS) if key.startswith(prefix)),
                    len(SECTIONS))
     return section, not key.endswith(".name"), key
+
+
+def completed_request(saved: dict) -> dict:
+    """`saved`, a run's requested config (train/run_config.py), with each ADDED_KEYS key that the
+    configs of its task declare now and it lacks, at the value runs without the key had: what
+    rebuilding an older run from its workdir alone needs (train.evaluate, train.diagnose_encoder;
+    a resume compares with the command's config instead, `check_workdir`)."""
+    declared = _declared_keys().get(saved.get("task", {}).get("name"), frozenset())
+    have = _flatten(saved)
+    completed = copy.deepcopy(saved)
+    for key, value in ADDED_KEYS.items():
+        if key in declared and key not in have:
+            *sections, name = key.split(".")
+            functools.reduce(lambda tree, part: tree.setdefault(part, {}), sections,
+                             completed)[name] = value
+    return completed
+
+
+@functools.cache
+def _declared_keys() -> dict[str, frozenset]:
+    """task name -> the keys its experiment configs (their defaults) declare."""
+    found = collections.defaultdict(set)
+    for config in experiment_configs(CONFIGS):
+        loaded = load_config_file(str(config.path)).to_dict()
+        found[loaded["task"]["name"]].update(_flatten(loaded))
+    return {task: frozenset(keys) for task, keys in found.items()}
 
 
 def has_checkpoints(workdir: str | os.PathLike) -> bool:
