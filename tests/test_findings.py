@@ -242,3 +242,34 @@ def test_the_findings_table_shows_each_verdict_and_counts_them(tmp_path):
         assert set(verdicts) <= set(findings.VERDICTS)
         for verdict in set(verdicts):
             assert f"{verdicts.count(verdict)} {verdict}" in text.splitlines()[-1]
+
+
+def test_a_non_finite_metric_is_never_judged():
+    """A NaN (or Inf) among the seeds' metrics makes Δ or its s.e. NaN: the finding is not
+    testable, naming why, where a NaN s.e. used to count as a clear change (and a NaN seed as
+    one that reached its requirement's threshold)."""
+    finding = Finding("a beats ref", metric="accuracy", row="a", expect="lower", paper="p")
+    j = _judge(finding, _runs(ref=(REF, [5, 5, 5]), a=([0.9, float("nan"), 0.9], [5, 5, 5])))
+    assert j.verdict == "not testable at this scale" and "not finite" in j.reason
+    need = Reached("accuracy", 0.7, ("a",), why="never left the plateau")
+    required = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p",
+                       requires=(need,))
+    j = _judge(required, _runs(ref=(REF, [5, 5, 5]), a=([0.95, float("nan"), 0.94], [5, 5, 5])))
+    assert "1 of 3 seeds of `a` did not reach" in j.reason
+
+
+def test_the_statistic_rounds_the_ratio_down_and_a_level_finding_shows_none():
+    """The shown ratio |Δ| / s.e. is rounded down alike in the statistic and in the reason (one
+    number, never clear-looking where the verdict is not); a level finding, judged by its
+    interval against the tolerance, shows no ratio."""
+    a = [0.781, 0.807, 0.789]  # the opposite of 'higher', within noise
+    finding = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p")
+    j = _judge(finding, _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5])))
+    delta, se = _paired(a, REF)
+    shown = f"{math.floor(100 * abs(delta) / se) / 100:.2f} s.e."
+    assert j.verdict == "inconclusive" and shown in j.reason
+    assert shown in findings._statistic(finding, j)
+    level = Finding("a is ref", metric="accuracy", row="a", expect="level", tolerance=5.0,
+                    paper="p")
+    j = _judge(level, _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5])))
+    assert findings._statistic(level, j) == f"{j.delta:+.2f} ± {j.se:.2f} (n = 3)"

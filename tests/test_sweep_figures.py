@@ -168,3 +168,17 @@ def test_the_extrapolation_sweep_draws_perplexity_against_length():
     assert f"15 of 18 runs recorded so far; not yet: rope (seed {missing})" in " ".join(
         fig._suptitle.get_text().split())
     assert missing_runs(sweep, runs) == [f"rope seed {s}" for s in range(3)]
+
+
+def test_a_seed_the_sweep_does_not_declare_is_refused(tmp_path):
+    """A fourth seed's records in a committed 3-seed sweep would join its row's mean while the
+    others are of three: refused, naming the run."""
+    from train.sweep_compare import load
+    from train.sweep_spec import SweepError
+
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "notebooks" / "results" / "bert_table8", results / "bert_table8")
+    row = results / "bert_table8" / "80-0-20"
+    shutil.copytree(row / "seed_2", row / "seed_3")
+    with pytest.raises(SweepError, match=r"80-0-20 seed 3; declare seeds=4"):
+        load("bert_table8", results)

@@ -113,7 +113,7 @@ def _reached(need: Reached, runs: dict) -> str:
     for row in need.rows:
         values = scale(need.metric, runs[row][need.metric])
         target = scale(need.metric, np.float64(need.value))
-        short = values < target if need.at_least else values > target
+        short = ~(values >= target) if need.at_least else ~(values <= target)  # NaN: short
         if short.any():
             unit = "%" if in_percent(need.metric) else ""
             return (f"{int(short.sum())} of {len(values)} seeds of `{row}` did not reach "
@@ -167,6 +167,9 @@ def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str | None, res
         why = _requirement(need, finding, sweep, runs, results, folder)
         if why:  # the change is shown, measured as it is, but it does not test the paper
             return Judgement(UNTESTABLE, delta, se, n, why)
+    if n >= 2 and not (math.isfinite(delta) and math.isfinite(se)):
+        return Judgement(UNTESTABLE, delta, se, n,
+                         f"a seed's {finding.metric} is not finite (NaN or Inf in its record)")
     if n < 2:
         return Judgement(UNTESTABLE, delta, se, n,
                          f"one seed (of the sweep's {sweep.seeds}): no seed-to-seed spread to "
@@ -193,7 +196,7 @@ def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str | None, res
             verdict = NOT_REPRODUCED
         else:
             reason = ("no change at all" if delta == 0 else
-                      f"the opposite direction, but within noise ({abs(delta) / se:.2f} s.e., "
+                      f"the opposite direction, but within noise ({_ratio(delta, se)} s.e., "
                       f"clear from {t:.2f})")
             return Judgement(INCONCLUSIVE, delta, se, n,
                              reason + (f"; {finding.if_not}" if finding.if_not else ""))
@@ -208,11 +211,15 @@ def _statistic(finding: Finding, j: Judgement) -> str:
     unit = "%" if "perplexity" in finding.metric else ""
     digits = 2  # also in % of perplexity: a small s.e. of a perplexity ratio is not 0.0
     error = "" if math.isnan(j.se) else f" ± {j.se:.{digits}f}"
-    ratio = ""
-    if not math.isnan(j.se) and j.se > 0:
-        ratio = (f", {math.floor(100 * abs(j.delta) / j.se) / 100:.2f} s.e.; clear from "
-                 f"{critical_t(j.seeds):.2f}")
+    ratio = ""  # (a level finding's test is its interval against the tolerance: no ratio)
+    if not math.isnan(j.se) and j.se > 0 and finding.expect != "level":
+        ratio = f", {_ratio(j.delta, j.se)} s.e.; clear from {critical_t(j.seeds):.2f}"
     return f"{j.delta:+.{digits}f}{unit}{error} (n = {j.seeds}{ratio})"
+
+
+def _ratio(delta: float, se: float) -> str:
+    """|delta| / se to two decimals, rounded down: it never reads as clear where it is not."""
+    return f"{math.floor(100 * abs(delta) / se) / 100:.2f}"
 
 
 def _comparison(finding: Finding, reference: str | None) -> str:

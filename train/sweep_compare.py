@@ -22,7 +22,7 @@ import numpy as np
 
 from train.run_record import REPO
 from train.sweep_report import collect
-from train.sweep_spec import Sweep, load_sweep_file
+from train.sweep_spec import Sweep, SweepError, load_sweep_file
 
 RESULTS = REPO / "notebooks" / "results"
 
@@ -93,7 +93,8 @@ def load(folder: str, results: str | Path = RESULTS, *,
     (unless `allow_missing`; by default, unless the sweep is declared `in_progress`) when any run
     of the sweep's rows x seeds has no finished record: a table or figure with a row or seed
     silently left out would read as complete. Whoever allows them names them
-    (`missing_runs`), as `markdown_table` and train/sweep_figures.py do."""
+    (`missing_runs`), as `markdown_table` and train/sweep_figures.py do. A run of a seed the sweep
+    does not declare is a SweepError (it would join its row's mean unannounced)."""
     committed = SWEEPS[folder]
     sweep = load_sweep_file(str(REPO / committed.config))
     directory = Path(results) / folder
@@ -104,6 +105,12 @@ def load(folder: str, results: str | Path = RESULTS, *,
             f"`{sweep_command(folder)}` makes them (then copy workdirs/{folder} to {directory}, "
             f"or point RESULTS at the folder holding it as {folder}/)")
     runs = runs_of(sweep, records)
+    extra = [f"{row} seed {seed}" for row in runs for seed in runs[row]["seed"]
+             if seed >= sweep.seeds]
+    if extra:  # they would join their rows' means, and the seeds column would not say so
+        raise SweepError(f"{directory} holds runs of seeds its sweep ({committed.config}) does "
+                         f"not declare: {', '.join(extra)}; declare seeds={sweep.seeds + 1} or "
+                         "more there, or remove them")
     missing = missing_runs(sweep, runs)
     if allow_missing is None:
         allow_missing = committed.in_progress
