@@ -10,12 +10,12 @@ With several processes every one must stop after the same step: the checkpoint a
 log are collectives, and a process that stopped a step before the others would wait in them
 for ever while the others wait in the next train step. A signal rarely reaches every host
 between the same two steps (or reaches only one: Ctrl-C in one terminal, `kill` of one
-process), so `stop_now`
-stops on what all processes had received one step earlier (so a signal that arrives while a
-step is logged or saved stops the run two steps later): after each step it launches, on the
-devices, the maximum over the processes of the signal each has received (a number, 0 for none),
-and reads the one launched after the previous step. Reading it waits for that previous step
-only, which the devices have finished or nearly, so the host keeps a step ahead of them.
+process), so `stop_now` stops on what all processes had received one step earlier (a signal
+that arrives while a step is logged or saved stops the run two steps later): after each step
+it launches, on the devices, the maximum over the processes of the signal each has received (a
+number, 0 for none), and reads the one launched after the previous step. Reading it waits for
+that previous step only, which the devices have finished or nearly, so the host keeps a step
+ahead of them.
 """
 
 from __future__ import annotations
