@@ -59,9 +59,9 @@ def _distil_speed(task: str, shape: str) -> HeadlineRun:
 
 def _gpu_row(name: str, row: str, model: str, attention: str, file: str) -> HeadlineRun:
     """A row of benchmarks/gpu_table.sh (bfloat16, attention dropout 0, 5 rounds of 10 steps) on
-    one H100, without the peer."""
+    one GPU (its record names which), without the peer."""
     return HeadlineRun(
-        name, f"the GPU table's {row} on one H100, MFU against its data-sheet peak",
+        name, f"the GPU table's {row} on one GPU, MFU against its data-sheet peak",
         f"python -m benchmarks.train_step {model} --dtype bfloat16 --attention {attention} "
         f"--attention_dropout 0 --steps 10 --repeats 5 --peer none "
         f"--json workdirs/bench/gpu/{file}.json")
@@ -146,6 +146,8 @@ RUNS = {run.name: run for run in (
                 _BENCH.format(model="--model vit --size B/16 --batch 8", file="vit_b16")),
     _gpu_row("bench_gpu_bert_base_128", "BERT-base row (seq 128, batch 256, bfloat16)",
              "--model bert --size base --seq 128 --batch 256", "auto", "bert_base_128"),
+    _gpu_row("bench_gpu_bert_large_512", "BERT-large row (seq 512, batch 32, bfloat16)",
+             "--model bert --size large --seq 512 --batch 32", "auto", "bert_large_512"),
     _gpu_row("bench_gpu_vit_b16", "ViT-B/16 row (batch 256, bfloat16)",
              "--model vit --size B/16 --batch 256", "auto", "vit_b16"),
     _gpu_row("bench_gpu_vit_b16_xla", "ViT-B/16 row (batch 256, attention by XLA's einsums, as "

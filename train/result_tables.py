@@ -380,6 +380,8 @@ def headline(records: Records) -> str:
     add("ViT-B/16 train step, 2-core CPU", "bench_vit_b16", bench, benchmarks)
     add("BERT-base train step, seq 128, bf16, one H100", "bench_gpu_bert_base_128", bench,
         benchmarks)
+    add("BERT-large train step, seq 512, bf16, one GPU", "bench_gpu_bert_large_512", bench,
+        benchmarks)
     add("ViT-B/16 train step, bf16, one H100", "bench_gpu_vit_b16", bench, benchmarks)
     return _table(["result", "value", "wall clock", "machine load (15 min)", "record", "table"],
                   rows)

@@ -76,6 +76,7 @@ TABLES: dict[str, Callable[[rt.Records], str]] = {
     "bench_bert_base": rt.benchmark("bench_bert_base"),
     "bench_vit_b16": rt.benchmark("bench_vit_b16"),
     "bench_gpu_bert_base_128": rt.benchmark("bench_gpu_bert_base_128"),
+    "bench_gpu_bert_large_512": rt.benchmark("bench_gpu_bert_large_512"),
     "bench_gpu_vit_b16": rt.benchmark("bench_gpu_vit_b16"),
     "bench_gpu_vit_b16_xla": rt.benchmark("bench_gpu_vit_b16_xla"),
     "bench_mae_step": rt.benchmark("bench_mae_step"),
