@@ -1,8 +1,8 @@
 """A process that feeds on two grain workers (data/pipelines/workers.py), then waits to be killed.
 
-It takes one element, prints "ready PID", and sleeps. Worker 0 then blocks on its queue and
+It takes one element, prints "ready", and sleeps. Worker 0 then blocks on its queue and
 worker 1 sits in an element that never ends: the two ways a worker can be busy when its parent
-is killed outright. tests/test_data.py kills this process with SIGKILL and checks that the
+is killed outright. tests/test_workers.py kills this process with SIGKILL and checks that the
 workers end with it.
 """
 
