@@ -434,4 +434,3 @@ def test_worker_processes_make_the_same_batches_and_resume():
         batches_of(source, batch_size=4, train=False, worker_count=2)
     with pytest.raises(DataError, match="non-negative integer"):
         batches_of(source, worker_count=-1, **kw)
-
