@@ -210,4 +210,3 @@ def replace_encoder(variables: dict, encoder_params: Any, *, where: str = "bert"
     params[where] = put_pretrained(variables["params"][where], encoder_params,
                                    what=f"the pretrained encoder (the model's {where!r})")
     return {**variables, "params": params}
-
