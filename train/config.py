@@ -19,11 +19,11 @@ from typing import Any
 import ml_collections
 
 
-# How a bool may be written on the command line (overrides and config `:arg`s alike).
 # The experiment configs: the configs package beside this one (in a checkout and in an installed
 # site-packages alike).
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
+# How a bool may be written on the command line (overrides and config `:arg`s alike).
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True,
               "0": False, "false": False, "no": False, "off": False}
 
