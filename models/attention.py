@@ -25,7 +25,7 @@ from models.cudnn_attention import (cudnn_attention, cudnn_attention_blocker, ev
                                     log_fallback)
 from models.dropout import dropout
 from models.position import apply_rope
-from models.relative_attention import RelativeAttention1D
+from models.relative_attention import RelativeAttention1D, scale_query
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -48,12 +48,6 @@ def _group_query_heads(query, num_kv_heads: int):
     return query.reshape(b, q, num_kv_heads, h // num_kv_heads, d)
 
 
-def scale_query(query):
-    """``query / sqrt(d)`` in ``query``'s dtype, divided in float32 (one rounding, no biased
-    scale)."""
-    return (query.astype(jnp.float32) / math.sqrt(query.shape[-1])).astype(query.dtype)
-
-
 def attention_weights(query, key, *, bias=None, mask=None):
     """Attention probabilities ``softmax(Q K^T / sqrt(d) + bias)``, float32 ``[b, h, q, k]``.
 
@@ -61,7 +55,7 @@ def attention_weights(query, key, *, bias=None, mask=None):
     (rather than the NaN of a softmax over nothing), so padding queries produce zero outputs.
     Grouped-query attention: query head ``i`` is compared with key head ``i // (h // kv_heads)``.
     """
-    b, q_len, h, d = query.shape
+    b, q_len, h, _ = query.shape
     k_len, num_kv_heads = key.shape[1], key.shape[2]
     # Vaswani et al. 2017, eq. 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V. The scale
     # is applied to Q ([b, q, h, d]), which is smaller than the logits ([b, h, q, k]) once q > d,

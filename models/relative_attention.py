@@ -79,6 +79,12 @@ def relative_offset_index(num_positions: int, num_prefix_tokens: int = 0) -> np.
     return index
 
 
+def scale_query(query):
+    """``query / sqrt(d)`` (eq. 1's scale, also models/attention.py's) in ``query``'s dtype,
+    divided in float32: one rounding, no scale rounded to bfloat16 first."""
+    return (query.astype(jnp.float32) / math.sqrt(query.shape[-1])).astype(query.dtype)
+
+
 def relative_attention_logits(query, table, index):
     """ViT Appendix D.4 (Shaw et al. 2018, eq. 5, key term; Huang et al. 2018, S_rel): the logits
     of the "extra attention" of the original queries against the relative embeddings as keys,
@@ -88,8 +94,7 @@ def relative_attention_logits(query, table, index):
     ``index`` int ``[q, k]``, the relation of each pair (``relative_offset_index``).
     ``logits[b, h, i, j] = query[b, i, h] . table[index[i, j], h] / sqrt(d)``.
     """
-    d = query.shape[-1]  # the content logits' scale, divided in float32 as attention.py does
-    query = (query.astype(jnp.float32) / math.sqrt(d)).astype(query.dtype)
+    query = scale_query(query)   # the content logits' scale
     per_relation = jnp.einsum('bqhd,rhd->bhqr', query, table.astype(query.dtype),
                               preferred_element_type=jnp.float32)                  # [b, h, q, R]
     index = jnp.asarray(index)[None, None]                                         # [1, 1, q, k]
