@@ -71,10 +71,20 @@ def test_batched_prompts_continue_as_each_alone(lm_run):
     cold = _args("--prompt", PROMPTS[1], "--max_new_tokens", "6", "--decoding", "sample",
                  "--temperature", "0")
     assert causal_lm.predict(run, cold, out=len) == [_alone(run, PROMPTS[1])]
-    hot = _args("--prompt", PROMPTS[1], "--max_new_tokens", "6", "--decoding", "sample",
-                "--top_k", "5", "--seed", "3")
-    assert causal_lm.predict(run, hot, out=len) == causal_lm.predict(run, hot, out=len)
+    # the options reach the draw: the first batch samples with the seed's key split once
+    def sampled(*options):
+        return causal_lm.predict(run, _args("--prompt", PROMPTS[1], "--max_new_tokens", "6",
+                                            "--decoding", "sample", "--batch_size", "1",
+                                            *options), out=len)
+    import jax
 
+    from models.sampling import Sampling
+    hot = sampled("--top_k", "5", "--seed", "3")
+    assert hot == [_alone(run, PROMPTS[1], sampling=Sampling(top_k=5),
+                          rng=jax.random.split(jax.random.PRNGKey(3))[1])]
+    assert hot != sampled("--top_k", "5", "--seed", "4")
+    assert sampled("--top_k", "1", "--seed", "3") == [_alone(run, PROMPTS[1])]  # top-1: greedy
+    assert sampled("--top_p", "1e-6", "--seed", "3") == [_alone(run, PROMPTS[1])]
 
 
 def test_prompts_from_a_file_or_stdin(lm_run, tmp_path):
