@@ -8,11 +8,13 @@ import io
 import json
 import re
 
+import jax
 import numpy as np
 import pytest
 from conftest import run_python
 
 from models.lm_decode import generate
+from models.sampling import Sampling
 from train.predict import __main__ as predict_cli
 from train.predict import causal_lm, load_run
 
@@ -76,9 +78,6 @@ def test_batched_prompts_continue_as_each_alone(lm_run):
         return causal_lm.predict(run, _args("--prompt", PROMPTS[1], "--max_new_tokens", "6",
                                             "--decoding", "sample", "--batch_size", "1",
                                             *options), out=len)
-    import jax
-
-    from models.sampling import Sampling
     hot = sampled("--top_k", "5", "--seed", "3")
     assert hot == [_alone(run, PROMPTS[1], sampling=Sampling(top_k=5),
                           rng=jax.random.split(jax.random.PRNGKey(3))[1])]
