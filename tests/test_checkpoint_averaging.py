@@ -13,8 +13,11 @@ import pytest
 from flax import traverse_util
 
 from train.checkpoint_averaging import average_params, steps_to_average
-from train.checkpointing import Checkpointer, load_params
+from train import evaluate as evaluate_cli
+from train.checkpointing import CheckpointError, Checkpointer, checkpoint_steps, load_params
 from train.config import ConfigError, apply_override, load_config_file
+from train.predict import load_run
+from train.run_weights import load_weights
 from train.train_step import TrainState
 from train.trainer import Trainer
 
@@ -86,6 +89,28 @@ def test_the_final_eval_is_of_the_average_and_a_resumed_run_averages_alike(fashi
     assert by_hand["accuracy"] == pytest.approx(final["accuracy"], rel=1e-5)
     last = straight.evaluate(straight.final_state.params)
     assert last["loss"] != pytest.approx(final["loss"], rel=1e-5)  # the average, not the last
+
+    # python -m train.evaluate and train.predict read the weights the final eval scored
+    _, scored = evaluate_cli.evaluate(tmp_path / "straight")
+    assert scored["loss"] == pytest.approx(final["loss"], rel=1e-5)
+    _, raw = evaluate_cli.evaluate(tmp_path / "straight", weights="raw")
+    assert raw["loss"] == pytest.approx(last["loss"], rel=1e-5)
+    for got, want in zip(jax.tree.leaves(load_run(tmp_path / "straight").params),
+                         jax.tree.leaves(mean)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    up_to_15 = load_weights(tmp_path / "straight", 15, "average")  # the last 3 up to step 15
+    earlier = [load_params(tmp_path / "straight", step) for step in checkpoint_steps(
+        tmp_path / "straight") if step <= 15][-3:]
+    assert len(earlier) >= 2
+    for got, *want in zip(jax.tree.leaves(up_to_15), *map(jax.tree.leaves, earlier)):
+        np.testing.assert_allclose(got, np.mean(want, axis=0), rtol=1e-6, atol=1e-7)
+    plain = tmp_path / "plain"  # a run that averages nothing has no average to read
+    plain.mkdir()
+    config = json.loads((tmp_path / "straight" / "config.json").read_text())
+    config["train"]["average_checkpoints"] = 0
+    (plain / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"averages no checkpoints \(train.average_che"):
+        load_weights(plain, weights="average")
 
     Trainer(_config(), tmp_path / "resumed").run(until_step=12)
     assert _evals(tmp_path / "resumed") == []  # stopped before the end: nothing averaged

@@ -1,4 +1,4 @@
-"""python -m train.evaluate WORKDIR [--split S] [--step N] [--weights raw|ema] [--write]: score a
+"""python -m train.evaluate WORKDIR [--split S] [--step N] [--weights W] [--write]: score a
 run's checkpoint.
 
     python -m train.evaluate workdirs/vit_fashion_mnist
@@ -16,11 +16,11 @@ to metrics.jsonl as a record of its own kind, `"split": "evaluate"` with the spl
 them never confuse with theirs.
 
 --split replaces config.data.eval_split (e.g. 'test' for a run that selected on 'validation');
---step picks a saved checkpoint (default: the latest); --weights ema scores the moving average
-of its weights that a run with train.ema_decay > 0 keeps beside them (the `ema.<name>` metrics
-of its own evals). A checkpoint is scored as saved: a run
-that averages its last checkpoints (train.average_checkpoints) reported the average, which
-this command does not recompute. Exit status: 0 scored, 2 a config, data or checkpoint error
+--step picks a saved checkpoint (default: the latest); --weights raw scores its weights as
+saved, ema the moving average of them that a run with train.ema_decay > 0 keeps beside them
+(the `ema.<name>` metrics of its own evals), and average the mean of the last
+train.average_checkpoints checkpoints up to it, as a run that averages them reports its final
+eval (the default for such a run; raw for the others; train/run_weights.py). Exit status: 0 scored, 2 a config, data or checkpoint error
 (the message names it and what to do).
 """
 
@@ -50,9 +50,11 @@ def parse_args(argv):
     parser.add_argument("--step", type=int, help="the checkpoint's step (default: the latest)")
     from train.run_weights import WEIGHTS
 
-    parser.add_argument("--weights", choices=WEIGHTS, default="raw",
-                        help="the trained weights, or their moving average (a run with "
-                             "train.ema_decay > 0)")
+    parser.add_argument("--weights", choices=WEIGHTS, default=None,
+                        help="raw: the checkpoint's; ema: their moving average (a run with "
+                             "train.ema_decay > 0); average: the last train.average_checkpoints "
+                             "checkpoints up to it averaged (default: those the run's final "
+                             "eval scored, average where the run averages)")
     parser.add_argument("--write", action="store_true",
                         help=f"append the result to the run's metrics.jsonl (\"split\": "
                              f"\"{WRITTEN_SPLIT}\")")
@@ -76,12 +78,12 @@ def run_config_of(workdir, split: str | None) -> ml_collections.ConfigDict:
 
 
 def evaluate(workdir, *, split: str | None = None, step: int | None = None,
-             weights: str = "raw", log=print) -> tuple[int, dict[str, float]]:
+             weights: str | None = None, log=print) -> tuple[int, dict[str, float]]:
     """(the checkpoint's step, its metrics on the split) for the run in `workdir` (module
-    docstring), of its trained weights or (weights='ema') their moving average; `log` gets the
-    task's messages (translation samples)."""
+    docstring), of the `weights` of train/run_weights.py (None: those the run's final eval
+    scored); `log` gets the task's messages (translation samples)."""
     from train.checkpointing import CheckpointError, checkpoint_steps
-    from train.run_weights import load_weights
+    from train.run_weights import final_eval_weights, load_weights
     from train.trainer import Trainer
 
     workdir = storage.run_path(workdir)
@@ -93,7 +95,7 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
                               "(python -m train --workdir ...) or give one of the saved --step")
     step = steps[-1] if step is None else step
     trainer = Trainer(config, workdir)  # builds; writes nothing before run()
-    saved = load_weights(workdir, step, weights)
+    saved = load_weights(workdir, step, weights or final_eval_weights(config.to_dict()))
     params = jax.tree.map(
         lambda value, like: jax.make_array_from_callback(value.shape, like.sharding,
                                                          lambda index: value[index]),
@@ -119,14 +121,18 @@ def main(argv=None) -> int:
     from train.config import ConfigError
     from train.metrics_writer import format_value
 
+    from train.run_weights import final_eval_weights
+
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        config = run_config_of(storage.run_path(args.workdir), args.split)
+        weights = args.weights or final_eval_weights(config.to_dict())
         step, metrics = evaluate(args.workdir, split=args.split, step=args.step,
-                                 weights=args.weights,
+                                 weights=weights,
                                  log=lambda message: print(message, file=sys.stderr))
-        split = run_config_of(storage.run_path(args.workdir), args.split).data.eval_split
+        split = config.data.eval_split
         if args.write:
-            write_record(args.workdir, step, split, metrics, args.weights)
+            write_record(args.workdir, step, split, metrics, weights)
     except (ConfigError, CheckpointError, DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,25 +1,45 @@
-"""Which weights of a run's checkpoint a command reads: the trained parameters (`raw`) or the
+"""Which weights of a run's checkpoints a command reads: the trained parameters (`raw`), the
 exponential moving average of them (`ema`) that a run with train.ema_decay > 0 checkpoints
-beside them (train/trainer.py). Used by python -m train.predict and python -m train.evaluate
-(`--weights`)."""
+beside them (train/trainer.py), or the average of its last train.average_checkpoints
+checkpoints (`average`), the weights a run that averages reports its final eval of (Vaswani et
+al. 2017, Sec. 6.1; train/checkpoint_averaging.py). Used by python -m train.predict and python
+-m train.evaluate (`--weights`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
-from train.checkpointing import CheckpointError, load_state
+import jax
+import numpy as np
 
-WEIGHTS = ("raw", "ema")  # which weights of a checkpoint: the trained ones or their average
+from train import storage
+from train.checkpoint_averaging import steps_to_average
+from train.checkpointing import CheckpointError, checkpoint_steps, load_state
+
+# which weights of a run: the trained ones, their moving average, its last checkpoints averaged
+WEIGHTS = ("raw", "ema", "average")
+
+
+def final_eval_weights(config: dict) -> str:
+    """The weights a run's final eval scored, from its config.json: 'average' for a run with
+    train.average_checkpoints > 0, else 'raw'."""
+    return "average" if config.get("train", {}).get("average_checkpoints", 0) > 0 else "raw"
 
 
 def load_weights(workdir: str | os.PathLike, step: int | None = None,
                  weights: str = "raw") -> Any:
-    """The parameters of a run's checkpoint (train/checkpointing.py `load_params`), or with weights='ema' the
-    exponential moving average of them that a run with train.ema_decay > 0 checkpoints beside
-    them (train/trainer.py). CheckpointError naming the fix for a run that kept none."""
+    """The parameters of a run's checkpoint (train/checkpointing.py `load_params`; default the
+    latest step), or with weights='ema' the exponential moving average of them that a run with
+    train.ema_decay > 0 checkpoints beside them (train/trainer.py), or with weights='average'
+    the mean of the last train.average_checkpoints saved checkpoints up to `step`, as the
+    trainer's final eval averages them. CheckpointError naming the fix for a run that kept no
+    such weights."""
     if weights not in WEIGHTS:
         raise ValueError(f"weights={weights!r} is not one of {list(WEIGHTS)}")
+    if weights == "average":
+        return _averaged(workdir, step)
     state = load_state(workdir, step)
     if weights == "raw":
         return state["params"]
@@ -29,3 +49,29 @@ def load_weights(workdir: str | os.PathLike, step: int | None = None,
                               "weights: the run trained with train.ema_decay=0; use the raw "
                               "weights (--weights raw)")
     return averaged
+
+
+def _averaged(workdir: str | os.PathLike, step: int | None) -> Any:
+    """The element-wise mean, summed in float32, of the parameters of the run's last
+    train.average_checkpoints checkpoints up to `step` (all of them when fewer are saved, as
+    the trainer does), in their saved dtypes."""
+    config = json.loads((storage.run_path(workdir) / "config.json").read_text())
+    count = config.get("train", {}).get("average_checkpoints", 0)
+    if count < 1:
+        raise CheckpointError(f"the run in {workdir} averages no checkpoints "
+                              "(train.average_checkpoints=0): use its raw weights "
+                              "(--weights raw)")
+    saved = checkpoint_steps(workdir)
+    if step is not None and step not in saved:
+        raise CheckpointError(f"no checkpoint of step {step} in {workdir} (saved steps: "
+                              f"{saved})")
+    steps = steps_to_average([s for s in saved if step is None or s <= step], count)
+    if not steps:
+        raise CheckpointError(f"no checkpoint in {workdir}: train the run first")
+    total = None
+    for each in steps:
+        params = load_state(workdir, each)["params"]
+        total = (jax.tree.map(lambda x: x.astype(np.float32), params) if total is None else
+                 jax.tree.map(lambda s, x: s + x.astype(np.float32), total, params))
+        like = params
+    return jax.tree.map(lambda s, x: (s / len(steps)).astype(x.dtype), total, like)

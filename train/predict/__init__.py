@@ -2,9 +2,11 @@
 
 A run's workdir holds all a prediction needs: config.json (the model that ran and its task,
 train/run_config.py), vocabulary/ (train/vocabulary.py) and checkpoints/ (the latest is used,
-train/checkpointing.py `load_params`). `load_run` reads them (`--weights ema`: the checkpoint's moving average of the weights, for
-a run with train.ema_decay > 0); each task that predicts has a
-module here, named in PREDICTORS, with
+train/checkpointing.py `load_params`). `load_run` reads them with the weights the run's final
+eval scored: the average of its last checkpoints for a run with train.average_checkpoints > 0,
+else the latest's (`--weights` chooses: `raw`, the latest's; `ema`, its moving average of the
+weights, for a run with train.ema_decay > 0; `average`; train/run_weights.py). Each task that
+predicts has a module here, named in PREDICTORS, with
     add_arguments(parser)           its own options
     predict(run, args) -> outputs   what it makes of the inputs (and prints)
 so `python -m train.predict WORKDIR --help` lists the options of that run's task.
@@ -84,16 +86,16 @@ def predictor(task: str):
     return importlib.import_module(PREDICTORS[task])
 
 
-def load_run(workdir: str | os.PathLike, weights: str = "raw") -> Run:
-    """The run in `workdir` (module docstring), with its trained weights or (weights='ema')
-    their moving average; ConfigError for a workdir that is not a run's or of a task without a
-    predictor, CheckpointError when it holds no checkpoint yet (or no average)."""
+def load_run(workdir: str | os.PathLike, weights: str | None = None) -> Run:
+    """The run in `workdir` (module docstring), with the `weights` of train/run_weights.py
+    (None: those its final eval scored); ConfigError for a workdir that is not a run's or of a
+    task without a predictor, CheckpointError when it holds no checkpoint yet (or no average)."""
     from train import vocabulary
-    from train.run_weights import load_weights
+    from train.run_weights import final_eval_weights, load_weights
 
     task, config = task_of(workdir)
     directory = storage.run_path(workdir)
     tokenizer = vocabulary.load(directory, fix="it is the vocabulary the run was trained with: "
                                                "restore it from a copy")
-    params = load_weights(directory, weights=weights)
+    params = load_weights(directory, weights=weights or final_eval_weights(config))
     return Run(directory, config, tokenizer, params)

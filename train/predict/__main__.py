@@ -21,9 +21,11 @@ def build_parser(task: str | None, workdir_optional: bool = False) -> argparse.A
                "WORKDIR --help` lists that run's options")
     parser.add_argument("workdir", nargs="?" if workdir_optional else None,
                         help="a trained run's workdir (config.json, vocabulary/, checkpoints/)")
-    parser.add_argument("--weights", choices=WEIGHTS, default="raw",
-                        help="the trained weights, or their moving average (a run with "
-                             "train.ema_decay > 0)")
+    parser.add_argument("--weights", choices=WEIGHTS, default=None,
+                        help="raw: the latest checkpoint's; ema: their moving average (a run "
+                             "with train.ema_decay > 0); average: the last "
+                             "train.average_checkpoints checkpoints averaged (default: those "
+                             "the run's final eval scored, average where the run averages)")
     if task is not None:
         predictor(task).add_arguments(parser)
     return parser

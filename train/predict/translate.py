@@ -13,6 +13,8 @@ length_penalty unless --beam_size / --alpha say otherwise (--decoding greedy: on
 each sentence up to its input length + config.task.extra_decode_length tokens (Vaswani et al.
 2017, Sec. 6.1), within the run's decoding width. The output is detokenized by the same
 vocabulary. Sentences go --batch_size at a time over all local devices (train/predict/batching.py).
+The weights are those of the run's final BLEU: for the base and big recipes the average of the
+last checkpoints (train.average_checkpoints; `--weights raw` for the latest alone).
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ def settings(run, args) -> dict:
     beam = task["beam_size"] if args.beam_size is None else args.beam_size
     if beam < 1:
         raise ConfigError(f"--beam_size={beam} must be >= 1")
+    if beam == 1 and args.alpha is not None:
+        raise ConfigError(f"--alpha={args.alpha} with a beam of 1: the length penalty ranks "
+                          "beams, and one beam is greedy search, which never reads it (use "
+                          "--beam_size 2 or more)")
     alpha = task["length_penalty"] if args.alpha is None else args.alpha
     if alpha < 0:
         raise ConfigError(f"--alpha={alpha} must be >= 0 (0: no length penalty)")
