@@ -145,6 +145,15 @@ def test_text_key_names_the_field_of_the_text(lm_sources):
     scored = rows["targets"][rows["weights"] > 0]
     np.testing.assert_array_equal(scored[scored != tok.eos_id], expected)
 
+    # each field its own cached vocabulary: the default 'text' trains one of its own words, and
+    # --print_config's look-up (nothing trained) finds each
+    from train.tasks.causal_lm import _cached_vocabulary
+    other = _lm_task().tokenizer
+    assert all(word in " ".join(other.tokens) for word in WORDS["text"].split())
+    for key, want in (("body", tok), ("text", other)):
+        config = _config("configs/lm/english.py:smoke", **{"data.text_key": key})
+        assert _cached_vocabulary(config, None).tokenizer_json == want.tokenizer_json
+
 
 def test_default_text_key_on_documents_without_it_fails_naming_the_field(lm_sources):
     """Documents whose text lives under 'body' and the default data.text_key='text': the

@@ -85,10 +85,12 @@ def test_a_run_without_the_parts_is_told_to_fetch_english_lm(tmp_path, monkeypat
 def test_bpe_round_trips_and_counts_the_bytes_of_its_tokens(tmp_path):
     tok = bpe.train_bpe(TEXTS, vocab_size=300)
     assert (tok.pad_id, tok.eos_id) == (0, 1) and tok.vocab_size <= 300
-    for text in TEXTS[:3] + ["unseen \u00e6 \U0001F600 text"]:
+    literal = "a web page quoting <|endoftext|> and <|pad|> as text"
+    for text in TEXTS[:3] + ["unseen \u00e6 \U0001F600 text", literal]:
         ids = tok.encode(text)
-        assert tok.decode(ids) == text
+        assert tok.decode(ids) == text and tok.encode_batch([text]) == [ids]
         assert tok.token_bytes[ids].sum() == len(text.encode("utf-8"))
+        assert tok.pad_id not in ids and tok.eos_id not in ids
     assert tok.token_bytes[[tok.pad_id, tok.eos_id]].tolist() == [0, 0]
     again = bpe.train_bpe(TEXTS, vocab_size=300)
     assert again.tokenizer_json == tok.tokenizer_json  # deterministic

@@ -64,6 +64,9 @@ class BPETokenizer:
             self._tok = Tokenizer.from_str(self.tokenizer_json)
             self._tok.no_padding()
             self._tok.no_truncation()
+            # the special tokens' strings inside a text are text (bytes like any other), never
+            # the ids of padding or of a document's end
+            self._tok.encode_special_tokens = True
         except Exception as e:  # json errors, and the Rust library's own exception type
             raise DataError(f"{where} is corrupt: not a tokenizer.json ({type(e).__name__}: "
                             f"{str(e).strip()[:200]})") from e
@@ -164,10 +167,12 @@ def _load_cached(path: pathlib.Path, vocab_size: int) -> BPETokenizer:
     return tok
 
 
-def cache_name(name: str, source: str = "local") -> str:
+def cache_name(name: str, source: str = "local", key: str = "text") -> str:
     """The name a dataset's vocabularies are cached under: `name` for our local datasets,
-    'tfds.NAME' for the TFDS catalog's (the two may share a name)."""
-    return name if source == "local" else f"{source}.{name}"
+    'tfds.NAME' for the TFDS catalog's (the two may share a name), followed by '.KEY' for a
+    vocabulary of another field than 'text' (each field its own vocabulary)."""
+    name = name if source == "local" else f"{source}.{name}"
+    return name if key == "text" else f"{name}.{key}"
 
 
 def cached(dataset: str, split: str, *, vocab_size: int,
@@ -212,5 +217,5 @@ def load_or_train_for_dataset(name: str, split: str = "train", *, vocab_size: in
                                 "field that holds the text")
             yield as_text(example[key])
 
-    return load_or_train(cache_name(name, source), split, texts, vocab_size=vocab_size,
+    return load_or_train(cache_name(name, source, key), split, texts, vocab_size=vocab_size,
                          cache_dir=cache_dir, verbose=verbose)

@@ -65,8 +65,8 @@ def _cached_vocabulary(config, saved):
     if saved is not None:
         return vocabulary.choose(saved, lambda: None, kind="bpe")
     data = config.data
-    return bpe.cached(bpe.cache_name(data.name, data.source), data.train_split,
-                      vocab_size=data.vocab_size)
+    return bpe.cached(bpe.cache_name(data.name, data.source, data.text_key),
+                      data.train_split, vocab_size=data.vocab_size)
 
 
 def eval_lengths(config) -> tuple[int, ...]:
