@@ -3,6 +3,7 @@ paper's and the AugReg "How to train your ViT?" checkpoints) and google-research
 
     cfg, params = load_npz("ViT-B_16.npz")                  # sizes read off the shapes
     cfg, params = load_npz("B_16-i21k-...npz", image_size=(224, 224))   # non-square grids
+    read_npz_architecture("x.npz", run_image_size=(192, 384))  # a non-square table: the run's
     save_npz("out.npz", cfg, params)                          # vision_transformer's layout
 
 An ``.npz`` holds the Flax parameter tree flattened with '/' and nothing else: no config. So the
@@ -10,9 +11,12 @@ model is read off the tensors: the patch size, channels and width from ``embeddi
 [P, P, C, D], the depth from the ``encoderblock_i`` present, the heads from a query kernel
 [D, n, d], the MLP width, the class token (``cls``: pool 'cls', else the published 'gap', our
 'mean'), the pre-logits and head widths, and the patch grid from the position table (square
-unless ``image_size`` says otherwise). What the names cannot tell comes from the published code:
+unless ``image_size`` says otherwise; a table of no square length is read at the grid of
+``run_image_size``, the image size of the run that starts from it, when that grid has its
+length). What the names cannot tell comes from the published code:
 LayerNorm epsilon 1e-6 and Flax's ``nn.gelu``, the tanh approximation (our 'gelu_tanh'), both
-overridable.
+overridable. Written: a square patch grid only (`_check_square`), in float32 (bfloat16 params
+cast, as the published checkpoints are float32).
 
 The two layouts (``layout='auto'`` tells them apart by the position table's name; the block's
 submodule numbers differ because vision_transformer's files were written by the pre-Linen
@@ -124,6 +128,21 @@ def _mapping(cfg: ViTConfig, channels: int, layout: str, has_head: bool) -> list
     return entries
 
 
+def _check_square(cfg: ViTConfig) -> None:
+    """CheckpointError unless cfg's patch grid is square. The .npz keeps the position table flat
+    ([1, T, D]) and no config: every reader takes its grid for the square of side sqrt(T)
+    (vision_transformer's and big_vision's resample_posemb, our load_npz without image_size), so
+    a 2 x 8 grid would come back as 4 x 4, silently, and a 2 x 3 one not at all. A user of these
+    files expects square grids (every published one is); the HF format keeps [H, W]."""
+    if cfg.grid[0] != cfg.grid[1]:
+        raise CheckpointError(
+            f"image_size={tuple(cfg.image_size)} with {cfg.patch_size}-pixel patches makes a "
+            f"{cfg.grid[0]}x{cfg.grid[1]} patch grid, which an .npz cannot record (its readers "
+            "take the position table for a square grid): export to the Hugging Face format "
+            "(models/hf_vit.py, `python -m train.export --format hf`), which keeps image_size "
+            "[H, W], or train at a square image size")
+
+
 def _check_convertible(cfg: ViTConfig, computed: Mapping[str, Any] = {}) -> None:
     """CheckpointError unless the layouts hold `cfg`'s parameters (and, writing, unless the
     published code computes what cfg does: `computed`, PUBLISHED)."""
@@ -144,7 +163,8 @@ def _check_convertible(cfg: ViTConfig, computed: Mapping[str, Any] = {}) -> None
 
 
 def _architecture(shapes: Mapping[str, tuple[int, ...]], layout: str,
-                  image_size: tuple[int, int] | None, overrides: dict
+                  image_size: tuple[int, int] | None, overrides: dict,
+                  run_image_size: tuple[int, int] | None = None
                   ) -> tuple[ViTConfig, int, bool]:
     """(cfg, channels, has_head) from the tensors' names and shapes (module docstring)."""
     def shape(name):
@@ -161,11 +181,24 @@ def _architecture(shapes: Mapping[str, tuple[int, ...]], layout: str,
     mlp_dim = shape(f"Transformer/encoderblock_0/{_BLOCK[layout][3]}/Dense_0/kernel")[1]
     pool = "cls" if "cls" in shapes else "mean"
     rows = shape(_POSEMB[layout])[1] - (pool == "cls" and layout == "vit")
+    run_grid = None if run_image_size is None else (run_image_size[0] // p,
+                                                    run_image_size[1] // p)
+    side = int(round(rows ** 0.5))
+    if image_size is None and side * side != rows and run_grid and (
+            run_grid[0] * run_grid[1] == rows):
+        # Not square, so not a published grid: the run's, which has the table's length, is
+        # the only one a user can mean. (A square table stays square even where a run's
+        # non-square grid has as many patches: every published checkpoint is square, and
+        # reading one as 7 x 28 would scramble its 14 x 14 positions.)
+        image_size = (run_grid[0] * p, run_grid[1] * p)
     if image_size is None:
-        side = int(round(rows ** 0.5))
         if side * side != rows:
-            raise CheckpointError(f"{_POSEMB[layout]} holds {rows} patch positions, not a "
-                                  "square grid: pass image_size=(height, width)")
+            raise CheckpointError(
+                f"{_POSEMB[layout]} holds {rows} patch positions, not a square grid"
+                + (f" nor the {run_grid[0]}x{run_grid[1]} grid of the run's image size "
+                   f"{tuple(run_image_size)} ({p}-pixel patches): use an image size whose "
+                   f"grid has {rows} patches" if run_grid else
+                   ": pass image_size=(height, width)"))
         image_size = (side * p, side * p)
     elif (image_size[0] // p) * (image_size[1] // p) != rows:
         raise CheckpointError(f"image_size={tuple(image_size)} with {p}-pixel patches makes "
@@ -186,8 +219,10 @@ def _architecture(shapes: Mapping[str, tuple[int, ...]], layout: str,
 
 
 def npz_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of an .npz file's arrays from their .npy headers alone (no data read)."""
-    shapes = {}
+    """{name: shape} of an .npz file's arrays from their .npy headers alone (no data read).
+    CheckpointError naming the first array stored as raw bytes (a void dtype such as '|V2':
+    what np.savez makes of bfloat16, a type NumPy lacks), whose numbers no reader can know."""
+    shapes, raw = {}, {}
     try:
         with zipfile.ZipFile(path) as archive:
             for member in archive.namelist():
@@ -195,14 +230,25 @@ def npz_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
                     version = np.lib.format.read_magic(f)
                     read = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
                             np.lib.format.read_array_header_2_0)
-                    shapes[member.removesuffix(".npy")] = tuple(read(f)[0])
+                    shape, _, dtype = read(f)
+                    shapes[member.removesuffix(".npy")] = tuple(shape)
+                    if dtype.kind == "V":
+                        raw[member.removesuffix(".npy")] = dtype
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise CheckpointError(f"{path}: not a readable .npz file ({e})") from e
+    if raw:
+        name, dtype = next(iter(raw.items()))
+        more = f" (and {len(raw) - 1} more arrays)" if len(raw) > 1 else ""
+        raise CheckpointError(
+            f"{path}: {name!r}{more} is stored as raw bytes (dtype {dtype.str!r}), not numbers: "
+            "np.savez writes bfloat16 arrays so. Save the arrays as float32 (the published "
+            "checkpoints' dtype; `python -m train.export` casts bfloat16 to it)")
     return shapes
 
 
 def read_npz_architecture(path: str | os.PathLike, *, image_size: tuple[int, int] | None = None,
-                          layout: str = "auto", **overrides) -> tuple[ViTConfig, int, bool]:
+                          run_image_size: tuple[int, int] | None = None, layout: str = "auto",
+                          **overrides) -> tuple[ViTConfig, int, bool]:
     """(cfg, channels, has_head) of an .npz checkpoint without reading its weights; the
     arguments as in `load_npz`."""
     if layout not in LAYOUTS:
@@ -210,7 +256,7 @@ def read_npz_architecture(path: str | os.PathLike, *, image_size: tuple[int, int
     shapes = npz_shapes(path)
     layout = _detect_layout(shapes) if layout == "auto" else layout
     try:
-        return _architecture(shapes, layout, image_size, overrides)
+        return _architecture(shapes, layout, image_size, overrides, run_image_size)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from e
 
@@ -246,6 +292,7 @@ def params_to_npz(params: Mapping, cfg: ViTConfig, *, layout: str = "vit") -> di
     if set(params) == {"params"}:
         params = params["params"]
     _check_convertible(cfg, PUBLISHED)
+    _check_square(cfg)
     params = with_layer_layout(unboxed(params), scan=False)
     channels = input_channels(params, cfg)
     if layout == "big_vision" and "posemb" in params:
@@ -254,19 +301,25 @@ def params_to_npz(params: Mapping, cfg: ViTConfig, *, layout: str = "vit") -> di
         if prefix:  # big_vision adds no position to the class token: fold ours into it
             params["cls"] = np.asarray(params["cls"]) + table[:prefix][None]
         params = {**{k: v for k, v in params.items() if k != "posemb"}, _GRID_ROW: table[prefix:]}
-    return tensors_from_tree(_mapping(cfg, channels, layout, HEAD in params), params,
-                             f"params do not match our ViT in the {layout} .npz layout")
+    tensors = tensors_from_tree(_mapping(cfg, channels, layout, HEAD in params), params,
+                                f"params do not match our ViT in the {layout} .npz layout")
+    # ml_dtypes' floats (bfloat16, a param_dtype='bfloat16' run's) are no .npy dtype: np.savez
+    # would write their raw bytes ('|V2'). float32, the published checkpoints', holds them all.
+    return {name: x.astype(np.float32) if x.dtype.kind == "V" else x
+            for name, x in tensors.items()}
 
 
 def load_npz(path: str | os.PathLike, *, image_size: tuple[int, int] | None = None,
-             layout: str = "auto", **overrides) -> tuple[ViTConfig, dict]:
+             run_image_size: tuple[int, int] | None = None, layout: str = "auto",
+             **overrides) -> tuple[ViTConfig, dict]:
     """(cfg, params) of an .npz checkpoint; params without ``head`` when it has none (then
     cfg.num_classes is 1 unless overridden: a run adds its own head, models/vit_transfer.py).
     `image_size` (height, width) for a non-square patch grid (default: square, from the position
-    table); `layout` 'vit' | 'big_vision' | 'auto'; `overrides` set ViTConfig fields
-    (activation, layer_norm_eps, dtype, ...)."""
-    cfg, channels, has_head = read_npz_architecture(path, image_size=image_size, layout=layout,
-                                                    **overrides)
+    table); `run_image_size` instead: the image size of a run to start from it, whose patch grid
+    is taken for a table of no square length that has the grid's (module docstring); `layout` 'vit' | 'big_vision' |
+    'auto'; `overrides` set ViTConfig fields (activation, layer_norm_eps, dtype, ...)."""
+    cfg, channels, has_head = read_npz_architecture(
+        path, image_size=image_size, run_image_size=run_image_size, layout=layout, **overrides)
     try:
         with np.load(path, allow_pickle=False) as archive:
             tensors = {name: archive[name] for name in archive.files}
@@ -279,7 +332,8 @@ def load_npz(path: str | os.PathLike, *, image_size: tuple[int, int] | None = No
 def save_npz(path: str | os.PathLike, cfg: ViTConfig, params: Mapping, *,
              layout: str = "vit") -> pathlib.Path:
     """Writes our ViT's params as an .npz in `layout` ('vit': vision_transformer / AugReg;
-    'big_vision'), through a temporary file renamed over `path`."""
+    'big_vision'), float32, through a temporary file renamed over `path`. CheckpointError for
+    a model the layouts cannot describe, a non-square patch grid included."""
     path = pathlib.Path(path)
     tensors = params_to_npz(params, cfg, layout=layout)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -183,3 +183,52 @@ def test_export_refuses_what_its_format_cannot_describe(fashion_mnist_env, tmp_p
     assert task.model_config.stem_channels == 16 and ("stem", "kernel") in flat
     assert task.model.apply({"params": traverse_util.unflatten_dict(flat)},
                             jnp.zeros((1, 56, 56, 1))).shape == (1, 10)
+
+
+def test_an_npz_table_as_long_as_the_runs_grid_is_read_at_that_grid(tmp_path):
+    """An .npz keeps no grid: a 2 x 6 table (12 rows, no square) is read at a run's 2 x 6 grid
+    (it was refused); a square 4 x 4 one stays 4 x 4 and is resampled to a 2 x 8 run's."""
+    from test_vit_npz import published_names, write_fixture
+
+    from train.vit_init import resolve_init
+
+    tensors = write_fixture(tmp_path / "wide.npz", published_names(grid=(2, 6)))
+    init = resolve_init(_config(str(tmp_path / "wide.npz"), **{"model.image_size": "(8, 24)"}))
+    assert (init.model_config.image_size, init.model_config.grid) == ((8, 24), (2, 6))
+    assert not any("resampled" in note for note in init.notes), init.notes
+    np.testing.assert_array_equal(init.params["posemb"]["embedding"],
+                                  tensors["Transformer/posembed_input/pos_embedding"][0])
+    write_fixture(tmp_path / "square.npz", published_names(grid=(4, 4)))
+    init = resolve_init(_config(str(tmp_path / "square.npz"), **{"model.image_size": "(8, 32)"}))
+    assert init.model_config.grid == (2, 8)
+    assert any("resampled" in note for note in init.notes), init.notes
+    write_fixture(tmp_path / "six.npz", published_names(grid=(2, 3)))
+    with pytest.raises(ConfigError, match=r"six.npz: .*6 patch positions, not a square grid nor "
+                                          r"the 2x8 grid of the run's image size \(8, 32\)"):
+        resolve_init(_config(str(tmp_path / "six.npz"), **{"model.image_size": "(8, 32)"}),
+                     build=False)
+
+
+def test_export_refuses_a_convnet_and_options_of_the_other_format(tmp_path, capsys):
+    """Refused by name before any checkpoint is read (these workdirs hold only config.json)."""
+    from train.config import to_json
+    from train.export import export, main
+
+    convnet, vit = tmp_path / "convnet", tmp_path / "vit"
+    for workdir, config in ((convnet, "convnet_teacher.py:smoke"),
+                            (vit, "fashion_mnist.py:plain")):
+        workdir.mkdir()
+        (workdir / "config.json").write_text(to_json(load_config_file(f"configs/vit/{config}")))
+    for out in ("out.npz", "hf"):
+        assert main([str(convnet), str(tmp_path / out)]) == 2
+        err = capsys.readouterr().err
+        assert "config.model.name='convnet', not a ViT: a convnet has no Hugging Face ViT or " \
+               ".npz layout" in err, err
+    with pytest.raises(ConfigError, match=r"--head model: for a Hugging Face folder; .*out.npz "
+                                          r"is written as an .npz.*drop --head"):
+        export(str(vit), str(tmp_path / "out.npz"), head="model")
+    for out, format in (("hf", "auto"), ("out.npz", "hf")):
+        with pytest.raises(ConfigError, match=r"--layout big_vision: for an .npz; .* is written "
+                                              r"as a Hugging Face folder.*drop --layout"):
+            export(str(vit), str(tmp_path / out), format=format, layout="big_vision")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["convnet", "vit"]

@@ -164,18 +164,68 @@ def test_written_checkpoints_have_the_published_names_and_read_back_the_same(tmp
 
 
 def test_our_class_position_is_folded_into_big_visions_class_token(tmp_path):
-    cfg = ViTConfig(num_classes=5, image_size=(12, 8), patch_size=4, hidden_size=D, num_layers=1,
+    cfg = ViTConfig(num_classes=5, image_size=(8, 8), patch_size=4, hidden_size=D, num_layers=1,
                     num_heads=HEADS, mlp_dim=F, activation="gelu_tanh")
     params = random_params(cfg)  # its class row of the position table is not zero
     save_npz(tmp_path / "bv.npz", cfg, params, layout="big_vision")
+    loaded_cfg, loaded = load_npz(tmp_path / "bv.npz")
+    assert loaded_cfg == cfg
+    np.testing.assert_allclose(ViT(cfg).apply({"params": loaded}, IMAGES[:, :8, :8]),
+                               ViT(cfg).apply({"params": params}, IMAGES[:, :8, :8]),
+                               atol=1e-6, rtol=0)
+
+
+def test_a_non_square_grid_is_refused_on_export_and_read_at_the_grid_asked_for(tmp_path):
+    """An .npz keeps the position table's length only: 2 x 8 patches would read back as 4 x 4,
+    silently, so we do not write one; one written elsewhere (big_vision) reads at the grid
+    given, or, of no square length, at the run's when its length fits that grid; a square
+    table stays square whatever the run's grid."""
+    cfg = ViTConfig(num_classes=5, image_size=(8, 32), patch_size=4, hidden_size=D, num_layers=1,
+                    num_heads=HEADS, mlp_dim=F, activation="gelu_tanh")
+    with pytest.raises(CheckpointError, match=r"\(8, 32\) with 4-pixel patches makes a 2x8 "
+                                              r"patch grid.*--format hf.*keeps image_size"):
+        save_npz(tmp_path / "wide.npz", cfg, random_params(cfg))
+    assert not (tmp_path / "wide.npz").exists()
+    tensors = write_fixture(tmp_path / "bv.npz", published_names("big_vision", grid=(2, 6)))
+    images = np.random.default_rng(6).normal(size=(2, 8, 24, C)).astype(np.float32)
+    expected = numpy_vit(tensors, images, "big_vision")
+    for kwargs in ({"image_size": (8, 24)}, {"run_image_size": (8, 24)}):
+        read, params = load_npz(tmp_path / "bv.npz", **kwargs)
+        assert (read.image_size, read.grid) == ((8, 24), (2, 6)), kwargs
+        np.testing.assert_allclose(ViT(read).apply({"params": params}, images), expected,
+                                   atol=1e-5, rtol=0)
+    # A square table (every published one) stays square under a 2 x 8 run of as many patches.
+    write_fixture(tmp_path / "square.npz", published_names("big_vision", grid=(4, 4)))
+    assert read_npz_architecture(tmp_path / "square.npz",
+                                 run_image_size=(8, 32))[0].grid == (4, 4)
+    write_fixture(tmp_path / "six.npz", published_names(grid=(2, 3)))
     with pytest.raises(CheckpointError, match=r"6 patch positions, not a square grid: pass "
                                               r"image_size=\(height, width\)"):
-        load_npz(tmp_path / "bv.npz")
-    loaded_cfg, loaded = load_npz(tmp_path / "bv.npz", image_size=(12, 8))
+        load_npz(tmp_path / "six.npz")
+    with pytest.raises(CheckpointError, match=r"6 patch positions, not a square grid nor the "
+                                              r"2x8 grid of the run's image size \(8, 32\)"):
+        read_npz_architecture(tmp_path / "six.npz", run_image_size=(8, 32))
+
+
+def test_bfloat16_params_are_written_as_float32_and_raw_bytes_refused(tmp_path):
+    cfg = ViTConfig(num_classes=5, image_size=(8, 8), patch_size=4, hidden_size=D, num_layers=1,
+                    num_heads=HEADS, mlp_dim=F, activation="gelu_tanh", param_dtype="bfloat16")
+    params = random_params(cfg)
+    assert params["cls"].dtype.name == "bfloat16"
+    save_npz(tmp_path / "bf16.npz", cfg, params)
+    with np.load(tmp_path / "bf16.npz") as archive:
+        assert {archive[name].dtype for name in archive.files} == {np.dtype(np.float32)}
+    loaded_cfg, loaded = load_npz(tmp_path / "bf16.npz", param_dtype="bfloat16")
     assert loaded_cfg == cfg
-    np.testing.assert_allclose(ViT(cfg).apply({"params": loaded}, IMAGES[:, :, :8]),
-                               ViT(cfg).apply({"params": params}, IMAGES[:, :, :8]),
-                               atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(loaded["block_0"]["mlp"]["wi"]["kernel"],
+                                  params["block_0"]["mlp"]["wi"]["kernel"])
+    # What np.savez makes of bfloat16 (raw '|V2' bytes) is refused by file and name.
+    tensors = params_to_npz(params, cfg)
+    np.savez(tmp_path / "raw.npz", **{**tensors, "cls": np.asarray(params["cls"])})
+    for read in (load_npz, read_npz_architecture):
+        with pytest.raises(CheckpointError, match=rf"raw.npz: 'cls' is stored as raw bytes "
+                                                  rf"\(dtype '.V2'\).*as float32"):
+            read(tmp_path / "raw.npz")
 
 
 def test_a_checkpoint_without_head_reads_as_an_encoder(tmp_path):

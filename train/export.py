@@ -11,9 +11,12 @@ classification run (a ViT, configs/vit/...) becomes:
         the encoder, its pre-logits layer as ViTModel's pooler, no classifier);
   npz   the .npz of google-research/vision_transformer (--layout vit, the AugReg checkpoints'
         names, the default) or big_vision (--layout big_vision) (models/vit_npz.py).
---format auto picks npz for an OUT ending in .npz, else hf. The run's config.json (the model
-that ran, train/run_config.py) gives the architecture. A model the format cannot describe
-(a hybrid stem, mean pooling for HF, a ReLU model as .npz, ...) is refused with what differs.
+--format auto picks npz for an OUT ending in .npz, else hf; --head is for hf and --layout for
+npz only, and given for the other format is refused. The run's config.json (the model that ran,
+train/run_config.py) gives the architecture. A model the format cannot describe (a hybrid
+stem, mean pooling for HF, a ReLU model or a non-square patch grid as .npz, ...) is refused
+with what differs, and so is a classification run of another model than a ViT (the convnet of
+configs/vit/convnet_teacher.py), which has neither layout.
 Either file starts another run: `--config configs/vit/fashion_mnist.py:init=OUT` (a Marian
 folder: `--config configs/transformer/translate.py:init=OUT`).
 """
@@ -50,7 +53,8 @@ def _saved_config(workdir) -> dict:
 def export(workdir: str, out: str, *, format: str = "auto", head: str | None = None,
            layout: str | None = None, overwrite: bool = False) -> str:
     """Writes the run's latest checkpoint to `out` (module docstring); returns what was written,
-    as a line to print. `head` and `layout` (ViT only) default to 'auto' and 'vit'."""
+    as a line to print. `head` (ViT, hf only) defaults to 'auto', `layout` (ViT, npz only)
+    to 'vit'."""
     from models.hf_vit import save_hf_checkpoint
     from models.vit_npz import save_npz
     from train.checkpointing import load_params
@@ -71,15 +75,30 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str | None = N
         return export_translation(directory, saved, pathlib.Path(out),  # local path: as below
                                   format=format,
                                   overwrite=overwrite)
+    model = saved.get("model", {}).get("name")
+    if model != "vit":
+        raise ConfigError(
+            f"{directory} holds a classification run of config.model.name={model!r}, not a "
+            f"ViT: a {model} has no Hugging Face ViT or .npz layout, so python -m train.export "
+            "cannot write it; other runs read its workdir as it is (configs/vit/deit.py's "
+            "teacher= takes the convnet's)")
+    out_path = pathlib.Path(out)  # local path: models/ writes the .npz or HF folder locally
+    if format == "auto":
+        format = "npz" if out_path.suffix == ".npz" else "hf"
+    if format == "npz" and head is not None:
+        raise ConfigError(f"--head {head}: for a Hugging Face folder; {out_path} is written as an "
+                          ".npz, which holds the run's classifier as it is: drop --head, or "
+                          "write a folder (--format hf)")
+    if format == "hf" and layout is not None:
+        raise ConfigError(f"--layout {layout}: for an .npz; {out_path} is written as a Hugging "
+                          "Face folder, whose names are HF's: drop --layout, or write an .npz "
+                          "(--format npz, or an OUT ending in .npz)")
     head, layout = head or "auto", layout or "vit"
     cfg = saved_model(ViTConfig, saved, directory)
     if cfg.probe_norm:
         raise ConfigError(f"{directory} is a linear probe with probe_norm=True: neither format "
                           "has its feature standardisation before the head; export the "
                           "encoder's run (its config.init) instead")
-    out_path = pathlib.Path(out)  # local path: models/ writes the .npz or HF folder locally
-    if format == "auto":
-        format = "npz" if out_path.suffix == ".npz" else "hf"
     if format == "npz" and out_path.exists() and not overwrite:
         raise CheckpointError(f"{out_path} exists; pass --overwrite to replace it")
     params = load_params(directory)

@@ -93,8 +93,10 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
         if local.suffix == ".npz":
             if not local.is_file():
                 raise ConfigError(f"config.init={init!r}: no such .npz file")
-            return _Checkpoint("npz", f"the .npz checkpoint {local}",
-                               *read_npz_architecture(local))
+            # An .npz keeps no grid, only the position table's length: one as long as the
+            # run's patch grid is read at that grid, else as square (models/vit_npz.py).
+            return _Checkpoint("npz", f"the .npz checkpoint {local}", *read_npz_architecture(
+                local, run_image_size=_run_image_size(config)))
         if (local / WEIGHTS_FILE).is_file():
             return _Checkpoint("hf", f"the Hugging Face checkpoint {local}",
                                *read_hf_architecture(local))
@@ -125,6 +127,14 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
                            int(saved["data"]["image_shape"][-1]), False)
     return _Checkpoint("workdir", f"the run in {workdir}, its latest checkpoint", cfg,
                        int(saved["data"]["image_shape"][-1]), True)
+
+
+def _run_image_size(config: ml_collections.ConfigDict) -> tuple[int, int] | None:
+    """The image size the run's model will have; None unless a (height, width) pair (the
+    run's ViTConfig then names the key)."""
+    section = _model_section(config)
+    size = section.image_size if "image_size" in section else ViTConfig.image_size
+    return tuple(size) if isinstance(size, (tuple, list)) and len(size) == 2 else None
 
 
 def _describe(cfg: ViTConfig) -> str:
@@ -174,7 +184,7 @@ def _read(found: _Checkpoint, init: str) -> Any:
 
     try:
         if found.kind == "npz":
-            return load_npz(init)[1]
+            return load_npz(init, image_size=found.model_config.image_size)[1]  # as _find
         if found.kind == "hf":
             return load_hf_checkpoint(init)[1]
     except CheckpointError as error:
