@@ -426,3 +426,27 @@ def test_the_teacher_is_sharded_like_the_student_on_a_mesh(teachers, brown_data_
     word = specs["bert/embeddings/word_embeddings/embedding"]
     assert word[0] == "P('tensor', 'fsdp')" and word[2] == 4
     assert specs["bert/encoder/layer_2/mlp/wi/kernel"][0] == "P('fsdp', 'tensor')"
+
+
+def test_a_teacher_trained_with_cudnn_attention_runs_where_there_is_none(teachers, tmp_path):
+    """A teacher's config.json from a GPU run (attention_implementation='cudnn', which refuses
+    a CPU): the teacher runs 'auto' (cuDNN where there is one, XLA's attention elsewhere), its
+    logits those of the XLA teacher; remat off; an XLA teacher stays XLA."""
+    from models.bert_pretraining import BertForPreTraining
+    from train.teacher import load_teacher
+
+    gpu = tmp_path / "gpu_teacher"
+    shutil.copytree(teachers["pretrain"], gpu)
+    saved = json.loads((gpu / "config.json").read_text())
+    saved["model"].update(attention_implementation="cudnn", remat="full")
+    (gpu / "config.json").write_text(json.dumps(saved))
+    here, there = load_teacher(str(teachers["pretrain"])), load_teacher(str(gpu))
+    assert here.model_config.attention_implementation == "xla"
+    assert there.model_config.attention_implementation == "auto"
+    assert there.model_config.remat == "none"
+    ids = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 9)), jnp.int32)
+    inputs = (ids, jnp.zeros_like(ids), jnp.ones_like(ids))
+    logits = [BertForPreTraining(t.model_config).apply(
+        {"params": t.params}, *inputs, method=BertForPreTraining.hidden_and_mlm_logits)[1]
+        for t in (here, there)]
+    np.testing.assert_array_equal(*logits)

@@ -51,12 +51,23 @@ IMAGE = "image"      # DeiT: an image classifier (task 'classify')
 IMAGE_TASK = "classify"
 
 
+def forward_only(cfg: Any) -> Any:
+    """The teacher's model config as this run runs it, forward only: no rematerialisation, and
+    cuDNN's attention (the choice of the run that trained it on a GPU) only where this machine
+    has it ('auto'; XLA's, the same computation, elsewhere). Its sizes, dtype and layer layout
+    stay as trained."""
+    changes = {"remat": "none"} if hasattr(cfg, "remat") else {}
+    if getattr(cfg, "attention_implementation", None) == "cudnn":
+        changes["attention_implementation"] = "auto"
+    return dataclasses.replace(cfg, **changes)
+
+
 @dataclasses.dataclass
 class Teacher:
     kind: str                 # 'encoder' (MiniLM), 'pretraining' (MLM head), 'finetune' (a
                               # head), 'image' (an image classifier: DeiT's teacher)
     model_config: Any         # the model that ran (a BertConfig, or for 'image' a ViTConfig or
-                              # ConvNetConfig), remat off (the teacher runs forward only)
+                              # ConvNetConfig), as `forward_only` runs it
     tokenizer: Any            # its WordPiece vocabulary: the student's too (None for 'image')
     params: Any               # its parameter tree (NumPy, the config's layer layout); None: plan
     source: str               # 'minilm', or the workdir as given
@@ -120,7 +131,7 @@ def _minilm(build: bool) -> Teacher:
         raise DataError(f"config.distill.teacher='minilm': {error}; run: python -m data.fetch "
                         "minilm --force") from error
     tokenizer = wordpiece.load_tokenizer(folder / "tokenizer.json")
-    return Teacher(ENCODER, dataclasses.replace(cfg, remat="none"), tokenizer, params, MINILM,
+    return Teacher(ENCODER, forward_only(cfg), tokenizer, params, MINILM,
                    -1, fingerprint(params) if build else "", {})
 
 
@@ -163,7 +174,7 @@ def _workdir(source: str, step: int, build: bool) -> Teacher:
         if "bert" not in params:
             raise ConfigError(f"the checkpoint of {source!r} has no 'bert' encoder (top-level "
                               f"parameters {sorted(params)})")
-    return Teacher(KINDS[task], dataclasses.replace(cfg, remat="none"), tokenizer, params,
+    return Teacher(KINDS[task], forward_only(cfg), tokenizer, params,
                    source, step, fingerprint(params) if build else "", saved)
 
 
@@ -210,8 +221,7 @@ def load_image_teacher(source: str, step: int = -1, *, build: bool = True) -> Te
     if getattr(cfg, "distill_token", False):
         raise ConfigError(f"config.distill.teacher={source!r} has a distillation token of its "
                           "own; teach with a classifier of one head (distill_token=False)")
-    if hasattr(cfg, "remat"):
-        cfg = dataclasses.replace(cfg, remat="none")
+    cfg = forward_only(cfg)
     step = _checkpoint_step(workdir, source, step)
     params = load_params(workdir, step) if build else None
     return Teacher(IMAGE, cfg, None, params, source, step,
