@@ -101,7 +101,8 @@ def _theirs(hf_model, prompts, new_tokens: int, decoding: str):
     @jax.jit
     def run(params, prompts, key):
         return hf_model.generate(prompts, params=params, prng_key=key, max_new_tokens=new_tokens,
-                                 pad_token_id=0, eos_token_id=None, **settings).sequences
+                                 pad_token_id=0, eos_token_id=hf_model.config.vocab_size,
+                                 **settings).sequences  # as ours: an id no token has
     key = jax.random.PRNGKey(0)
     width = prompts.shape[1]
     return lambda: np.asarray(run(hf_model.params, prompts, key))[:, width:]
@@ -120,7 +121,8 @@ def build(args) -> tuple[list[Contender], int, dict]:
     params = jax.jit(lambda key: model.init(key, dummy)["params"])(jax.random.PRNGKey(args.seed))
     weight_bytes = sum(int(x.nbytes) for x in jax.tree.leaves(params))
     with tempfile.TemporaryDirectory() as folder:
-        save_hf_checkpoint(Path(folder) / "gpt2", cfg, params)
+        # random weights, no vocabulary: id 0 is named its EOS (both runs stop at no id)
+        save_hf_checkpoint(Path(folder) / "gpt2", cfg, params, eos_id=0)
         hf_model = transformers.FlaxGPT2LMHeadModel.from_pretrained(Path(folder) / "gpt2")
     rng = np.random.default_rng(args.seed)
     contenders, same = [], {}

@@ -2,7 +2,7 @@
 
     cfg, params = load_hf_checkpoint("path/to/gpt2")     # config.json + model.safetensors
     logits = DecoderLM(cfg).apply({"params": params}, tokens)
-    save_hf_checkpoint("out_dir", cfg, params)             # loadable by HF GPT2LMHeadModel
+    save_hf_checkpoint("out_dir", cfg, params, eos_id=tokenizer.eos_id)  # HF GPT2LMHeadModel
 
 A folder holds ``config.json`` (HF ``GPT2Config``) and ``model.safetensors``. The tensors of HF
 ``GPT2LMHeadModel`` (``transformer.*`` and, untied, ``lm_head.weight``) or of ``GPT2Model``
@@ -41,6 +41,13 @@ we have ('gelu_new' and 'gelu_pytorch_tanh' are our 'gelu_tanh', 'gelu' the exac
 'relu'); the export needs GPT-2's architecture (learned positions, pre-LN LayerNorm, biases,
 unscaled embeddings, d_model / num_heads wide heads, as many key/value heads as heads).
 
+The export writes ``bos_token_id`` = ``eos_token_id`` = ``eos_id``, the EOS of the vocabulary
+the model learned (a run's tokenizer's ``eos_id``: every document starts and ends with it,
+data/pipelines/lm.py), on which HF's ``generate`` stops. Left out, HF would take GPT-2's own
+id 50256, which a vocabulary of a few thousand tokens lacks (generation would never stop): so
+without ``eos_id`` a vocabulary holding id 50256 gets it, and a smaller one is refused rather
+than given an id it does not have.
+
 This module is pure NumPy (plus our ``DecoderLMConfig``): it never imports train or data.
 """
 
@@ -67,6 +74,7 @@ _BUFFERS = ("attn.bias", "attn.masked_bias")   # per layer: h.i.attn.bias, h.i.a
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
                 "relu": "relu"}
 _EXPORTED_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+GPT2_EOS = 50256  # GPT-2's '<|endoftext|>', HF GPT2Config's default bos and eos id
 
 
 # ----------------------------------------------------------------------------- config.json
@@ -134,12 +142,34 @@ def _check_convertible(cfg: DecoderLMConfig) -> None:
         raise CheckpointError("this DecoderLM has no HF GPT-2 equivalent: " + ", ".join(problems))
 
 
-def config_to_hf(cfg: DecoderLMConfig) -> dict[str, Any]:
-    """The HF GPT-2 ``config.json`` dict of ``cfg`` (without ``architectures``)."""
+def _eos(cfg: DecoderLMConfig, eos_id: int | None) -> int:
+    """The bos/eos id config.json gets (module docstring); CheckpointError for an id outside
+    the vocabulary, or none given for a vocabulary without GPT-2's."""
+    if eos_id is None:
+        if cfg.vocab_size > GPT2_EOS:
+            return GPT2_EOS
+        raise CheckpointError(f"no eos_id for a vocabulary of {cfg.vocab_size} tokens: HF's "
+                              f"default EOS id {GPT2_EOS} (GPT-2's '<|endoftext|>') is not one "
+                              "of them, and HF generate would never stop; pass eos_id=the EOS "
+                              "id of the tokenizer the model was trained with (a run's "
+                              "tokenizer.eos_id)")
+    if isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer)) or not (
+            0 <= eos_id < cfg.vocab_size):
+        raise CheckpointError(f"eos_id={eos_id!r} is not an id of this model's vocabulary "
+                              f"(0..{cfg.vocab_size - 1}): pass the EOS id of the tokenizer it "
+                              "was trained with (a run's tokenizer.eos_id)")
+    return int(eos_id)
+
+
+def config_to_hf(cfg: DecoderLMConfig, eos_id: int | None = None) -> dict[str, Any]:
+    """The HF GPT-2 ``config.json`` dict of ``cfg`` (without ``architectures``), with ``eos_id``
+    (the vocabulary's EOS) as its bos and eos ids (module docstring)."""
     _check_convertible(cfg)
+    eos = _eos(cfg, eos_id)
     out: dict[str, Any] = {"model_type": "gpt2", "n_inner": cfg.d_ff,
                            "activation_function": _EXPORTED_ACTIVATIONS[cfg.activation],
-                           "embd_pdrop": cfg.dropout_rate, "scale_attn_weights": True}
+                           "embd_pdrop": cfg.dropout_rate, "scale_attn_weights": True,
+                           "bos_token_id": eos, "eos_token_id": eos}
     out.update({hf: getattr(cfg, ours) for hf, ours in {**_CONFIG_KEYS, **_OPTIONAL_KEYS}.items()})
     return dict(sorted(out.items()))
 
@@ -299,12 +329,13 @@ def load_hf_checkpoint(directory: str | os.PathLike, **overrides) -> tuple[Decod
 
 
 def save_hf_checkpoint(directory: str | os.PathLike, cfg: DecoderLMConfig, params: Mapping, *,
-                       overwrite: bool = False) -> pathlib.Path:
+                       eos_id: int | None = None, overwrite: bool = False) -> pathlib.Path:
     """Writes ``config.json`` + ``model.safetensors`` loadable by HF ``GPT2LMHeadModel`` (and
     its Flax twin) ``.from_pretrained`` into ``directory``, atomically
-    (``models.hf_folder.write_folder``; an occupied folder only with ``overwrite``)."""
+    (``models.hf_folder.write_folder``; an occupied folder only with ``overwrite``). ``eos_id``:
+    the EOS id of the model's vocabulary (a run's ``tokenizer.eos_id``; module docstring)."""
+    config = config_to_hf(cfg, eos_id)
     tensors = params_to_hf(params, cfg)
-    config = config_to_hf(cfg)
     config["architectures"] = ["GPT2LMHeadModel"]
     return write_checkpoint(directory, config, tensors, overwrite=overwrite)
 

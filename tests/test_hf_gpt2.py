@@ -2,12 +2,13 @@
 from a small GPT2Config with random weights (nothing downloaded): a checkpoint HF writes loads
 into our DecoderLM with its logits within 1e-5, under both naming schemes (GPT2LMHeadModel's
 'transformer.' prefix and GPT2Model's bare names), with HF's old mask buffers and its tied
-lm_head copy; ours exported loads into FlaxGPT2LMHeadModel with the same logits; the name, shape
-and config checks name what differs."""
+lm_head copy; ours exported loads into FlaxGPT2LMHeadModel with the same logits, its config.json
+naming the vocabulary's EOS; the name, shape and config checks name what differs."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import jax
 import numpy as np
@@ -17,6 +18,7 @@ from flax.traverse_util import flatten_dict
 from hf_loading import load_pretrained
 from random_params import perturbed
 
+from data.vocab.bpe import EOS_ID
 from models import hf_gpt2
 from models.decoder_lm import DecoderLM, with_layer_layout
 from models.hf_folder import write_folder as write_checkpoint
@@ -101,7 +103,7 @@ def test_exported_model_runs_in_transformers(tmp_path, tie):
     cfg = tiny(vocab_size=50, max_length=16, posemb="learned", tie_embeddings=tie,
                dropout_rate=0.1, attention_dropout_rate=0.1, scan_layers=True)
     params = with_layer_layout(random_params(cfg, seed=3, scale=0.1), scan=True)
-    folder = hf_gpt2.save_hf_checkpoint(tmp_path / "ours", cfg, params)
+    folder = hf_gpt2.save_hf_checkpoint(tmp_path / "ours", cfg, params, eos_id=EOS_ID)
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == ["GPT2LMHeadModel"]
     assert ("lm_head.weight" in read_safetensors(folder / "model.safetensors")) == (not tie)
@@ -113,6 +115,32 @@ def test_exported_model_runs_in_transformers(tmp_path, tie):
     _, again = hf_gpt2.load_hf_checkpoint(folder, scan_layers=True)
     for got, want in zip(jax.tree.leaves(again), jax.tree.leaves(params)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_export_names_the_vocabularys_eos_for_hf_generate(tmp_path):
+    """config.json's bos and eos ids are the vocabulary's EOS (ours: data/vocab/bpe.py EOS_ID,
+    which begins every document), not HF's default 50256, an id a small vocabulary lacks."""
+    cfg = tiny(vocab_size=50, max_length=16, posemb="learned")
+    folder = hf_gpt2.save_hf_checkpoint(tmp_path / "ours", cfg, random_params(cfg),
+                                        eos_id=EOS_ID)
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (EOS_ID, EOS_ID)
+    hf = transformers.GPT2Config.from_pretrained(folder)
+    assert (hf.bos_token_id, hf.eos_token_id) == (EOS_ID, EOS_ID)
+    # Unknown: refused for a vocabulary without id 50256, GPT-2's own id for one that has it.
+    with pytest.raises(CheckpointError, match=re.escape(
+            "no eos_id for a vocabulary of 50 tokens: HF's default EOS id 50256 (GPT-2's "
+            "'<|endoftext|>') is not one of them, and HF generate would never stop; pass "
+            "eos_id=the EOS id of the tokenizer the model was trained with")):
+        hf_gpt2.save_hf_checkpoint(tmp_path / "bad", cfg, random_params(cfg))
+    gpt2 = hf_gpt2.config_from_hf(transformers.GPT2Config().to_dict())
+    assert hf_gpt2.config_to_hf(gpt2)["eos_token_id"] == 50256
+    for bad in (50, -1, 50256, 1.0, True):
+        with pytest.raises(CheckpointError, match=re.escape(
+                f"eos_id={bad!r} is not an id of this model's vocabulary (0..49): pass the EOS "
+                "id of the tokenizer it was trained with")):
+            hf_gpt2.save_hf_checkpoint(tmp_path / "bad", cfg, random_params(cfg), eos_id=bad)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_mismatched_tensors_are_all_named(tmp_path):
@@ -162,7 +190,7 @@ def test_configs_that_do_not_convert_are_named():
     cfg = hf_gpt2.config_from_hf({**base, "embd_pdrop": 0.0}, dropout_rate=0.0)
     assert (cfg.d_ff, cfg.max_length, cfg.dropout_rate) == (128, 16, 0.0)
     # Round trip of the config through config.json.
-    assert hf_gpt2.config_from_hf(hf_gpt2.config_to_hf(cfg)) == cfg
+    assert hf_gpt2.config_from_hf(hf_gpt2.config_to_hf(cfg, EOS_ID)) == cfg
     for field, value in (("posemb", "rope"), ("norm_position", "post"), ("num_kv_heads", 2),
                          ("norm", "rmsnorm"), ("scale_embeddings", True)):
         with pytest.raises(CheckpointError, match=f"{field}="):

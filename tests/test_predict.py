@@ -100,6 +100,9 @@ def test_prompts_from_a_file_or_stdin(lm_run, tmp_path):
 def test_errors_name_the_problem(lm_run, tmp_path, capsys):
     assert predict_cli.main([str(lm_run), "--prompt", "ok", "--prompt", " "]) == 2
     assert "prompt 2 of --prompt is empty" in capsys.readouterr().err
+    absent = tmp_path / "prompts.txt"  # an error line naming the file, not a traceback
+    assert predict_cli.main([str(lm_run), "--prompts_file", str(absent)]) == 2
+    assert f"error: --prompts_file {absent}: No such file" in capsys.readouterr().err
     other = tmp_path / "distill"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"task": {"name": "mae_pretrain"}}))

@@ -23,6 +23,7 @@ from train import run_config
 from train.config import ConfigError, load_config_file
 from train.predict import __main__ as predict_cli
 from train.predict import classify, load_run
+from train.predict.image_files import read_image
 
 SMOKE = "configs/vit/fashion_mnist.py:smoke"
 
@@ -108,6 +109,33 @@ def test_another_size_and_channels_are_converted_with_a_message_or_refused(
             r"--resize refuse")):
         classify.predict(run, predictor_args(classify, "--image", str(path), "--resize",
                                              "refuse"), out=len, note=len)
+
+
+def test_16_bit_grey_is_scaled_to_8_bits_and_wider_modes_refused(tmp_path):
+    """A 16-bit PNG (PIL mode I;16) is value / 257 rounded, not PIL's convert('L'), which clips
+    at 255 (a nearly white image); modes I and F have no fixed range and are refused."""
+    wide = (np.arange(28 * 28).reshape(28, 28) * 83).astype(np.uint16)  # 0..64989
+    path = tmp_path / "wide.png"
+    Image.fromarray(wide).save(path)
+    assert Image.open(path).mode == "I;16"
+    notes = []
+    grey = read_image(str(path), channels=1, size=(28, 28), resize="refuse", note=notes.append)
+    np.testing.assert_array_equal(grey[..., 0], np.round(wide / 257).astype(np.uint8))
+    scaled = (f"{path}: 16-bit grey (PIL mode I;16) scaled to 8 bits, value / 257 (0..65535 "
+              "onto 0..255)")
+    assert notes == [scaled]
+    rgb = read_image(str(path), channels=3, size=(28, 28), resize="refuse", note=notes.append)
+    np.testing.assert_array_equal(rgb, np.repeat(grey, 3, axis=-1))
+    assert notes[1:] == [scaled, f"{path}: converted from PIL mode L to RGB (3 channels, as "
+                                 "the run's images)"]
+    for dtype, mode in ((np.int32, "I (32-bit integer pixels)"),
+                        (np.float32, "F (floating-point pixels)")):
+        path = tmp_path / f"{mode[0]}.tif"
+        Image.fromarray(wide.astype(dtype)).save(path)
+        with pytest.raises(ConfigError, match=re.escape(
+                f"{path} has PIL mode {mode}, which has no fixed range to scale to the run's "
+                "8-bit pixels: export it as an 8-bit image")):
+            read_image(str(path), channels=1, size=(28, 28), resize="refuse", note=len)
 
 
 def test_errors_name_the_problem(vit_run, tmp_path, capsys, fixture_data_root):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
 import jax
 import numpy as np
@@ -28,6 +27,7 @@ from models.decoder_lm import DecoderLM, DecoderLMConfig
 from models.lm_decode import generate
 from models.sampling import Sampling
 from train.config import ConfigError
+from train.predict.texts import read_lines
 
 DECODINGS = ("greedy", "beam", "sample")
 # Each decoding's own options and their defaults: given with another --decoding, one is refused.
@@ -59,25 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_prompts(args, stdin=None) -> list[str]:
-    """The prompts (module docstring); ConfigError for none or an empty one."""
-    if args.prompt:
-        prompts, where = list(args.prompt), "--prompt"
-    elif args.prompts_file:
-        with open(args.prompts_file, encoding="utf-8") as f:  # local path: the user's file
-            prompts, where = f.read().splitlines(), args.prompts_file
-    else:
-        stdin = sys.stdin if stdin is None else stdin
-        if stdin.isatty():
-            raise ConfigError("no prompt: give --prompt TEXT, --prompts_file FILE, or prompts "
-                              "on standard input, one per line")
-        prompts, where = stdin.read().splitlines(), "standard input"
-    if not prompts:
-        raise ConfigError(f"no prompt in {where}")
-    empty = [i + 1 for i, p in enumerate(prompts) if not p.strip()]
-    if empty:
-        raise ConfigError(f"prompt {empty[0]} of {where} is empty: a continuation needs "
-                          "something to continue (remove the blank lines)")
-    return prompts
+    """The prompts (module docstring); ConfigError for none, an empty one or an unreadable
+    --prompts_file (train/predict/texts.py `read_lines`, as the other predictors read theirs)."""
+    return read_lines(args.prompt, args.prompts_file, what="prompt", flag="--prompt",
+                      file_flag="--prompts_file", stdin=stdin)
 
 
 def _model(run) -> DecoderLM:

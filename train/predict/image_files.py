@@ -9,6 +9,12 @@ run's by PIL's own conversions (grey to RGB repeats the grey value; RGB to grey 
 to the run's by data/pipelines/image_crops.py `eval_resize` ('resize': the whole image,
 bilinear and antialiased; 'center_crop'), as the eval pipeline of a run of any-size images
 does. Each change is told to `note`; `resize='refuse'` makes a wrong size an error instead.
+
+Wider pixels: a 16-bit grey image (PIL mode I;16, I;16B, ...: a 16-bit PNG or TIFF) is scaled
+to 8 bits by its type's fixed range, value / 257 rounded (0..65535 onto 0..255), before any
+channel conversion; PIL's own conversion would clip it at 255, a nearly white image. Modes I
+(32-bit integers) and F (floats) have no fixed range to scale by, so they are refused rather
+than guessed at (min-max would make a faint image as contrasty as a bright one).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from train.config import ConfigError
 
 RESIZES = ("resize", "center_crop", "refuse")
 PIL_MODES = {1: "L", 3: "RGB"}  # the channels a run's images have -> PIL's mode of them
+UNSCALED = {"I": "32-bit integer", "F": "floating-point"}  # PIL modes with no fixed range
 
 
 def _open(path: str) -> Image.Image:
@@ -53,6 +60,20 @@ def _open(path: str) -> Image.Image:
     return image
 
 
+def _to_8_bits(image: Image.Image, path: str, note: Callable[[str], None]) -> Image.Image:
+    """A 16-bit grey image as 8-bit grey (mode L), scaled by its range; ConfigError for modes
+    I and F (module docstring)."""
+    pixels = np.asarray(image)
+    if image.mode.startswith("I;16") and pixels.dtype.kind == "u":
+        note(f"{path}: 16-bit grey (PIL mode {image.mode}) scaled to 8 bits, value / 257 "
+             "(0..65535 onto 0..255)")
+        return Image.fromarray(((pixels.astype(np.uint32) + 128) // 257).astype(np.uint8))
+    kind = UNSCALED.get(image.mode, f"{pixels.dtype}")
+    raise ConfigError(f"{path} has PIL mode {image.mode} ({kind} pixels), which has no fixed "
+                      "range to scale to the run's 8-bit pixels: export it as an 8-bit image "
+                      "(grey or RGB PNG), or as a .npy array of uint8 pixels")
+
+
 def read_image(path: str, *, channels: int, size: tuple[int, int], resize: str,
                note: Callable[[str], None]) -> np.ndarray:
     """uint8 [size[0], size[1], channels] of the file (module docstring)."""
@@ -60,6 +81,8 @@ def read_image(path: str, *, channels: int, size: tuple[int, int], resize: str,
         raise ConfigError(f"the run's images have {channels} channels; image files give 1 "
                           "(grey) or 3 (RGB)")
     image = _open(path)
+    if image.mode in UNSCALED or image.mode.startswith("I;16"):
+        image = _to_8_bits(image, path, note)
     mode = PIL_MODES[channels]
     if image.mode != mode:
         note(f"{path}: converted from PIL mode {image.mode} to {mode} ({channels} channel"
