@@ -100,6 +100,9 @@ def test_a_stage_may_change_one_rows_run_of_it(tmp_path):
     (dict(rows={"a": ["posemb=none"]}), "neither a config `:arg` string nor"),
     (dict(paper={"c": {"accuracy": 1.0}}), "not a row"),
     (dict(paper={"a": {"acc": 1.0}}), "unknown metrics"),
+    (dict(paper_reference={"c": {"accuracy": 1.0}}), "paper reference numbers for 'c', which "
+                                                     "is not a row"),
+    (dict(paper_reference={"a": {"acc": 1.0}}), "reference numbers for 'a' name unknown"),
     (dict(metrics=(sweep_spec.Metric("accuracy", stage="x"),)), "stage 'x'"),
     (dict(stages=(sweep_spec.Stage("s", "f.py", previous_workdir_key="k"),)), "no previous stage"),
     (dict(stages=(sweep_spec.Stage("s", "f.py", row_overrides={"z": {"seed": 1}}),)),

@@ -389,9 +389,27 @@ def test_a_sweep_without_paper_numbers_shows_every_metric_change_from_its_refere
 def test_a_paper_number_without_one_on_the_reference_row_has_no_paper_change():
     """DeiT Table 3 gives the distillation token's class and distillation heads but nothing of
     the kind for the reference row: their paper cells show the number alone, not a KeyError."""
+    from types import SimpleNamespace
+
     from train.sweep_compare import paper_change
 
     paper = {"none": {"accuracy": 0.818}, "token": {"accuracy": 0.834, "class_accuracy": 0.83}}
-    assert paper_change("accuracy", paper, "token", "none") == pytest.approx(1.6)
-    assert math.isnan(paper_change("class_accuracy", paper, "token", "none"))
-    assert math.isnan(paper_change("accuracy", paper, "other", "none"))
+    sweep = SimpleNamespace(paper=paper, paper_reference={})
+    assert paper_change("accuracy", sweep, "token", "none") == pytest.approx(1.6)
+    assert math.isnan(paper_change("class_accuracy", sweep, "token", "none"))
+    assert math.isnan(paper_change("accuracy", sweep, "other", "none"))
+
+
+def test_a_rows_paper_change_starts_from_its_own_baseline_in_the_paper():
+    """MAE Table 1: our default is the paper's Table 1d normalised-pixel row (85.4 / 73.9), but
+    its decoder-depth rows (1a) and mask-token row (1c) change the unnormalised 84.9 / 73.5 (2
+    blocks: 70.0): each paper change is the paper's own, not 1d's gain added to it."""
+    from configs.ablations import mae_table1
+    from train.sweep_compare import paper_change
+
+    sweep = mae_table1.get_sweep()
+    for row, fine_tuned, probed in (("mask_token_in_encoder", -0.7, -13.9),
+                                    ("decoder_1", -0.1, -4.5), ("decoder_4", 0.0, 1.9),
+                                    ("pixels", -0.5, -0.4)):
+        assert paper_change("accuracy", sweep, row, "default") == pytest.approx(fine_tuned), row
+        assert paper_change("probe.accuracy", sweep, row, "default") == pytest.approx(probed)

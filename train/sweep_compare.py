@@ -170,12 +170,16 @@ def change(label: str, row: dict, base: dict) -> tuple[float, float]:
     return paired_change(label, *by_seed(row, base, label)[:2])
 
 
-def paper_change(label: str, paper: dict, row: str, base: str) -> float:
-    """The paper's change from its reference row, in the units of `change`; nan if it has none."""
-    if label not in paper.get(row, {}) or label not in paper.get(base, {}):
+def paper_change(label: str, sweep, row: str, base: str) -> float:
+    """The paper's change of `row` from its reference, in the units of `change`: from the
+    paper's numbers of `base`, or of the row's own baseline in the paper where the sweep names
+    one (`Sweep.paper_reference`); nan if it has none."""
+    start = sweep.paper_reference.get(row, {}).get(label,
+                                                   sweep.paper.get(base, {}).get(label))
+    if label not in sweep.paper.get(row, {}) or start is None:
         return math.nan
-    a = scale(label, np.float64(paper[row][label]))
-    b = scale(label, np.float64(paper[base][label]))
+    a = scale(label, np.float64(sweep.paper[row][label]))
+    b = scale(label, np.float64(start))
     return float(100 * (a / b - 1) if "perplexity" in label else a - b)
 
 
@@ -275,7 +279,7 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
                 cells.append("-")
             else:
                 value = f"{scale(label, paper):.2f}"
-                shift = paper_change(label, sweep.paper, row, reference)
+                shift = paper_change(label, sweep, row, reference)
                 cells.append(value if row == reference or math.isnan(shift) else
                              f"{value} ({_delta(label, shift, math.nan)})")
         if wall_clock:

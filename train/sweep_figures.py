@@ -93,7 +93,7 @@ def _rows_figure(folder: str, sweep: Sweep, runs: dict):
             ax_change.set_axis_off()
             continue
         ours = [change(label, runs[r], runs[reference]) for r in rows]
-        theirs = [paper_change(label, sweep.paper, r, reference) for r in rows]
+        theirs = [paper_change(label, sweep, r, reference) for r in rows]
         beside = not np.isnan(theirs).all()  # no paper bars where the paper has no numbers
         ax_change.bar(x - 0.2 * beside, [d for d, _ in ours], 0.4,
                       yerr=np.nan_to_num([s for _, s in ours]), capsize=3, color="tab:blue",

@@ -138,6 +138,9 @@ class Sweep:
     seeds: int = 3                               # default of --seeds: seeds 0 .. seeds-1
     paper: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     paper_note: str = ""                         # what the paper's numbers measure
+    # A row's paper change is from the reference row's paper numbers, unless the paper's own
+    # comparison starts elsewhere (another of its tables' baselines): {row: {metric: value}}.
+    paper_reference: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     findings: tuple[Finding, ...] = ()           # the paper's findings this table tests
 
     def __post_init__(self):
@@ -179,14 +182,16 @@ class Sweep:
         labels = [self.label(metric) for metric in self.metrics]
         if len(set(labels)) != len(labels):
             raise SweepError(f"metrics repeat: {labels}")
-        for row, values in self.paper.items():
-            if row not in self.rows:
-                raise SweepError(f"paper numbers for {row!r}, which is not a row: "
-                                 f"{list(self.rows)}")
-            unknown = set(values) - {self.label(m) for m in self.metrics}
-            if unknown:
-                raise SweepError(f"paper numbers for {row!r} name unknown metrics "
-                                 f"{sorted(unknown)}")
+        for what, numbers in (("paper numbers", self.paper),
+                              ("paper reference numbers", self.paper_reference)):
+            for row, values in numbers.items():
+                if row not in self.rows:
+                    raise SweepError(f"{what} for {row!r}, which is not a row: "
+                                     f"{list(self.rows)}")
+                unknown = set(values) - {self.label(m) for m in self.metrics}
+                if unknown:
+                    raise SweepError(f"{what} for {row!r} name unknown metrics "
+                                     f"{sorted(unknown)}")
         if self.seeds < 1:
             raise SweepError(f"seeds={self.seeds} must be >= 1")
         for finding in self.findings:
