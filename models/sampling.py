@@ -30,6 +30,9 @@ import jax
 import jax.numpy as jnp
 
 
+FLOAT32_TINY = float(jnp.finfo(jnp.float32).tiny)  # the least temperature a device divides by
+
+
 @dataclasses.dataclass(frozen=True)
 class Sampling:
     """How to draw each token: ``temperature`` (0 = greedy), ``top_k`` (0 = off), ``top_p``
@@ -44,6 +47,10 @@ class Sampling:
                 and self.temperature >= 0):
             raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0 "
                              "(0 = greedy)")
+        if 0 < self.temperature < FLOAT32_TINY:  # XLA flushes it to 0: logits / 0
+            raise ValueError(f"temperature={self.temperature!r} is below float32's smallest "
+                             f"normal number ({FLOAT32_TINY:.3g}), which the devices read as 0: "
+                             "use 0 for greedy decoding")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k={self.top_k!r} must be an integer >= 0 (0 = keep every "
                              "token)")
@@ -61,7 +68,10 @@ def filter_logits(logits, sampling: Sampling):
     ``-inf`` outside the top-k and the nucleus (module docstring). Not for ``temperature=0``."""
     if sampling.greedy:
         raise ValueError("temperature=0 is greedy decoding: there is no distribution to filter")
-    z = jnp.asarray(logits, jnp.float32) / jnp.float32(sampling.temperature)
+    z = jnp.asarray(logits, jnp.float32)
+    # The most probable token at 0 before the division (the distribution is the same): a tiny
+    # temperature then sends the others to -inf, never every token (nor the best to +inf).
+    z = (z - jnp.max(z, axis=-1, keepdims=True)) / jnp.float32(sampling.temperature)
     vocab = z.shape[-1]
     k = min(sampling.top_k, vocab) if sampling.top_k else vocab
     if k == vocab and sampling.top_p == 1:

@@ -87,12 +87,22 @@ def test_temperature_zero_is_greedy_and_the_settings_are_checked():
             choose_tokens(logits, Sampling(temperature=1e-3), jax.random.PRNGKey(key)), greedy)
     np.testing.assert_array_equal(
         sampling_probabilities(logits, Sampling(temperature=0.0)), np.eye(9)[greedy])
+    # ... even where logits / temperature overflows float32: every logit negative, the best is
+    # still drawn (not token 0 of an all -inf row, padding), and positive, not nan
+    for shift in (-100.0, 100.0):
+        tiny = Sampling(temperature=1e-37)
+        np.testing.assert_array_equal(
+            choose_tokens(logits + shift, tiny, jax.random.PRNGKey(0)), greedy)
+        np.testing.assert_array_equal(sampling_probabilities(logits + shift, tiny),
+                                      np.eye(9)[greedy])
     with pytest.raises(ValueError, match="greedy decoding"):
         filter_logits(logits, Sampling(temperature=0.0))
     with pytest.raises(ValueError, match="needs a jax.random key"):
         choose_tokens(logits, Sampling())
     for fields, message in ((dict(temperature=-1.0), "temperature=-1.0 must be a finite"),
                             (dict(temperature=float("inf")), "temperature=inf"),
+                            (dict(temperature=1e-40), "temperature=1e-40 is below float32's "
+                                                      "smallest normal number"),
                             (dict(top_k=-2), "top_k=-2 must be an integer >= 0"),
                             (dict(top_k=2.5), "top_k=2.5"),
                             (dict(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
