@@ -159,6 +159,13 @@ def test_the_command_scores_the_lm_task_targets_and_writes_a_record(english_lm_e
     assert ev["bits_per_byte"] == pytest.approx(ev["nll"] * ev["tokens"] / ev["bytes"] / np.log(2))
 
 
+def test_an_eval_budget_of_nothing_to_score_is_an_error(english_lm_env, tmp_path, capsys):
+    assert kneser_ney.main(["--config", "configs/lm/english.py:smoke",
+                            "--config.task.eval_tokens=1", "--workdir", str(tmp_path)]) == 2
+    assert "eval_tokens=1: the first 1 token(s) of" in capsys.readouterr().err
+    assert not (tmp_path / "record.json").exists()
+
+
 @pytest.mark.parametrize("eval_tokens", [0, 600])
 def test_at_order_two_the_commands_nll_is_the_mean_over_the_lm_targets(english_lm_env, tmp_path,
                                                                        eval_tokens):

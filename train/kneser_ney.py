@@ -208,6 +208,11 @@ def evaluate(config, *, order: int, discounts: str) -> dict:
     if limit:  # the LM scores the first eval_tokens tokens of the stream [EOS] + ids + [EOS] ...
         evaluation = _first_tokens(evaluation, limit, order)
     nats, tokens = model.score(evaluation)
+    if not tokens:  # as the LM's eval stream refuses it (data/pipelines/lm.py)
+        from data.errors import DataError
+        raise DataError(f"config.task.eval_tokens={limit}: the first {limit} token(s) of "
+                        f"{data.eval_split} leave nothing to score (a target needs a token "
+                        "before it): raise it, or 0 for the whole split")
     skip = history_length(order)
     scored_bytes = int(sum(tok.token_bytes[np.asarray(s[skip:])].sum() for s in evaluation))
     return {"order": order, "discounts": discounts,
