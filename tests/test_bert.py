@@ -375,11 +375,16 @@ def test_sequence_longer_than_position_table_raises(posemb):
 
 @pytest.mark.parametrize("posemb", ["rope", "alibi", "none"])
 def test_relative_encodings_have_no_length_limit(posemb):
-    cfg = tiny(posemb=posemb)                   # max_position_embeddings=16
-    ids = jnp.ones((1, 24), jnp.int32)
-    variables = jax.eval_shape(lambda: BertModel(cfg).init(jax.random.PRNGKey(0), ids))
-    seq, _ = jax.eval_shape(lambda v: BertModel(cfg).apply(v, ids), variables)
-    assert seq.shape == (1, 24, 32)
+    """24 tokens under max_position_embeddings=16 give the outputs they give under 32, where
+    every position is in range: positions 16..23 neither clamped nor wrapped."""
+    ids = jnp.asarray(np.random.default_rng(4).integers(1, 50, (2, 24)), jnp.int32)
+    variables = BertModel(tiny(posemb=posemb, max_position_embeddings=32)).init(
+        jax.random.PRNGKey(0), ids)
+    short, wide = (BertModel(tiny(posemb=posemb, max_position_embeddings=n)).apply(variables, ids)
+                   for n in (16, 32))
+    assert short[0].shape == (2, 24, 32)
+    for a, b in zip(short, wide):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
 def test_from_size_and_validation():

@@ -3,8 +3,11 @@ and the training subsets of a limited-labels run (data/pipelines/subsets.py)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from scipy import stats
 
 from data.errors import DataError
 from data.pipelines import images as image_data
@@ -38,6 +41,11 @@ def test_patch_orders_are_uniform_permutations():
     assert (np.sort(orders, axis=1) == np.arange(5)).all()
     first = np.bincount(orders[:, 0], minlength=5) / 4000  # each patch first 1/5 of the time
     np.testing.assert_allclose(first, 0.2, atol=0.03)
+    # every one of the 5! orders equally likely (a rotation of 0..4, whose visible patches are
+    # always neighbours, passes the check above): Pearson's chi-square over the 120 orders
+    index = {order: i for i, order in enumerate(itertools.permutations(range(5)))}
+    counts = np.bincount([index[tuple(order)] for order in orders.tolist()], minlength=120)
+    assert stats.chisquare(counts).pvalue > 1e-3, counts
 
 
 def test_training_masks_are_seeded_new_each_batch_and_resume_with_the_iterator():
