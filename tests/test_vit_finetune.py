@@ -150,6 +150,11 @@ def test_what_config_init_cannot_use_is_named(exported, fashion_mnist_env, tmp_p
     (other / "config.json").write_text(json.dumps({"task": {"name": "translate"}}))
     with pytest.raises(ConfigError, match="that run's task is 'translate', not 'classify'"):
         ClassificationTask(_config(str(other)))
+    (other / "config.json").write_text(json.dumps(  # the convnet teacher's run
+        {"task": {"name": "classify"}, "model": {"name": "convnet", "channels": [8]},
+         "data": {"image_shape": [28, 28, 1]}}))
+    with pytest.raises(ConfigError, match="that run trained a 'convnet', not a ViT"):
+        ClassificationTask(_config(str(other)))
     with pytest.raises(ConfigError, match="set config.data.resize=True"):
         ClassificationTask(_config(str(hf), **{"model.image_size": "(56, 56)"}))
     with pytest.raises(ConfigError, match="config.init_head='old' is not one of"):

@@ -116,6 +116,10 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
                           f"{MAE_TASK!r}")
     mae = task == MAE_TASK
     model = saved["model"]["encoder"] if mae else saved["model"]
+    if not mae and model.get("name", "vit") != "vit":
+        raise ConfigError(f"config.init={init!r}: that run trained a {model['name']!r}, not a "
+                          "ViT, so no ViT can start from its weights (a convnet teaches DeiT: "
+                          "configs/vit/deit.py's teacher=)")
     fields = {f.name for f in dataclasses.fields(ViTConfig)}
     try:
         cfg = ViTConfig(**{k: v for k, v in model.items() if k in fields})
