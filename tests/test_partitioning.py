@@ -34,3 +34,28 @@ def test_the_free_axis_takes_the_remaining_devices(mesh, devices, expected):
 def test_impossible_meshes_are_named(mesh, devices, message):
     with pytest.raises(MeshError, match=message):
         resolve_mesh_shape(mesh, devices)
+
+
+def test_a_tensor_axis_across_processes_is_refused():
+    """Each process loads the rows of the batch shards it holds: a shard whose tensor-parallel
+    devices sit in two processes would get two sets of rows, which jax silently reads as one
+    replicated shard (half the batch, its sums mixing examples). One device per process (one
+    SLURM task per GPU) and tensor=2: refused; two per process: each shard in one process."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from train.partitioning import check_batch_shards_in_one_process, make_mesh
+
+    def devices(processes, each):
+        return [SimpleNamespace(id=i, process_index=i // each, platform="cpu")
+                for i in range(processes * each)]
+
+    with pytest.raises(MeshError, match=r"mesh tensor=2 spans processes \[0, 1\]: .* here each "
+                                        r"process has 1 device\(s\). Use --config.mesh.tensor "
+                                        r"at most 1"):
+        make_mesh({"data": -1, "fsdp": 1, "tensor": 2}, devices(4, 1))
+    check_batch_shards_in_one_process(np.array(devices(2, 2), object).reshape(2, 1, 2))
+    check_batch_shards_in_one_process(np.array(devices(4, 1), object).reshape(2, 2, 1))
+    with pytest.raises(MeshError, match="mesh tensor=4 spans processes"):
+        check_batch_shards_in_one_process(np.array(devices(2, 2), object).reshape(1, 1, 4))

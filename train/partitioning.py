@@ -95,7 +95,26 @@ def make_mesh(mesh_cfg: Mapping[str, int], devices: Sequence[jax.Device] | None 
         grid = mesh_utils.create_device_mesh(shape, devices=devices)
     except Exception:  # noqa: BLE001 - any topology failure falls back to the simple order.
         grid = np.array(devices).reshape(shape)
+    check_batch_shards_in_one_process(grid)
     return Mesh(grid, MESH_AXES)
+
+
+def check_batch_shards_in_one_process(grid: np.ndarray) -> None:
+    """MeshError unless the devices of each shard of the batch (one (data, fsdp) position: its
+    `tensor` devices) belong to one process. Each process loads rows of its own
+    (`global_batch`): two processes holding one shard would each give it other rows, which
+    jax takes for one replicated shard, silently a smaller batch whose tensor-parallel sums
+    mix examples and whose "replicated" state differs between processes."""
+    for position in np.ndindex(grid.shape[:-1]):
+        owners = sorted({device.process_index for device in grid[position]})
+        if len(owners) > 1:
+            per_process = sum(d.process_index == owners[0] for d in grid.flat)
+            raise MeshError(
+                f"mesh tensor={grid.shape[-1]} spans processes {owners}: the tensor-parallel "
+                f"devices of a batch shard must belong to one process, which loads its rows; "
+                f"here each process has {per_process} device(s). Use --config.mesh.tensor at "
+                f"most {per_process} (a divisor of it), or one process per host driving all "
+                "its devices")
 
 
 def data_parallel_size(mesh: Mesh) -> int:
