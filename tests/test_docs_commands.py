@@ -269,18 +269,25 @@ def test_an_export_of_a_model_the_format_cannot_hold_would_be_caught():
         _check_exportable("README.md:0", parsed)
 
 
-def test_a_misspelt_variant_in_a_page_would_be_caught(monkeypatch):
-    """The check has teeth: a page with a wrong variant or override fails it."""
+def test_a_misspelt_variant_in_a_page_would_be_caught(monkeypatch, minilm_root, tmp_path):
+    """The check has teeth: a page with a wrong variant or override fails it; one that starts
+    from MiniLM is planned against the stand-in, and fails rather than passes unplanned where
+    MiniLM is missing."""
     from train.config import ConfigError
 
     with pytest.raises((ConfigError, ValueError), match="sincos2d"):
         test_command_runs_as_written("x", ["train", "--config",
                                            "configs/vit/fashion_mnist.py:posemb=sincos2d",
-                                           "--workdir", "w"], monkeypatch)
+                                           "--workdir", "w"], monkeypatch, minilm_root)
     with pytest.raises(ConfigError, match="num_layer"):
         test_command_runs_as_written("x", ["train", "--config", "configs/vit/fashion_mnist.py",
                                            "--config.model.num_layer=8", "--workdir", "w"],
-                                     monkeypatch)
+                                     monkeypatch, minilm_root)
+    minilm = ["train", "--config", "configs/bert/finetune.py:task=spam,init=minilm",
+              "--workdir", "w"]
+    test_command_runs_as_written("x", minilm, monkeypatch, minilm_root)
+    with pytest.raises(AssertionError, match="minilm"):  # not fetched: failed, not skipped
+        test_command_runs_as_written("x", minilm, monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("argv", [
@@ -292,9 +299,9 @@ def test_a_misspelt_variant_in_a_page_would_be_caught(monkeypatch):
     ["train.tables", "--chek"],
     ["benchmarks.train_step", "--model", "vit", "--size", "B/16", "--batch", "0"],
 ], ids=lambda argv: " ".join(argv))
-def test_an_option_its_command_does_not_take_would_be_caught(argv, monkeypatch):
+def test_an_option_its_command_does_not_take_would_be_caught(argv, monkeypatch, minilm_root):
     with pytest.raises(AssertionError, match=f"python -m {re.escape(argv[0])} .*: exit 2"):
-        test_command_runs_as_written("x", argv, monkeypatch)
+        test_command_runs_as_written("x", argv, monkeypatch, minilm_root)
 
 
 def test_inline_commands_are_read_and_a_bare_module_is_a_name(tmp_path, monkeypatch):
