@@ -132,6 +132,20 @@ def test_random_replacements_never_draw_excluded_ids():
     assert all(within(c / drawn.size, 1 / 20, drawn.size) for c in counts)
 
 
+def test_a_google_vocabularys_unused_placeholders_are_never_drawn():
+    """Google's vocab.txt holds [unused0] ... between its special tokens: the pretraining
+    pipeline's masking (data/pipelines/pretraining.py) draws random replacements from the real
+    tokens only."""
+    from data.pipelines.pretraining import masking_config
+    from data.vocab import wordpiece
+
+    tokens = ["[PAD]", *(f"[unused{i}]" for i in range(3)), "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+              "[unused3]", "the", "cat", "##s", "unused", "[unused]"]
+    tok = wordpiece.from_vocab({t: i for i, t in enumerate(tokens)}, lowercase=True)
+    pool = masking_config(tok, max_predictions=20).random_pool
+    assert [tokens[i] for i in pool] == ["the", "cat", "##s", "unused", "[unused]"]
+
+
 def _words(rng, rows, length=64):
     """Ids and word starts for [CLS] words... [SEP], words of 1-4 pieces."""
     tokens = np.full((rows, length), PAD, np.int32)

@@ -60,6 +60,7 @@ tokenizer and arguments.
 from __future__ import annotations
 
 import collections
+import re
 import threading
 from typing import Any, Iterable
 
@@ -78,11 +79,19 @@ BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_positions", "mas
 _DEFAULT_READ = grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)
 
 
+UNUSED = re.compile(r"\[unused\d+\]")  # Google's vocabularies' placeholders, [unused0] ...
+
+
 def masking_config(tokenizer, **rates) -> MaskingConfig:
     """A MaskingConfig for `tokenizer` (its vocab size, [MASK] id and special ids) with the
-    given fields (select_prob, mask_prob, random_prob, keep_prob, max_predictions, whole_word)."""
+    given fields (select_prob, mask_prob, random_prob, keep_prob, max_predictions, whole_word).
+    A random replacement is never a special token nor one of the ~1,000 [unusedN] placeholders
+    of Google's vocab.txt (BERT's script drew from the whole vocabulary, placeholders and all:
+    tokens that never occur in text, here 3% of the random replacements)."""
+    unused = [i for i, token in enumerate(tokenizer.tokens) if UNUSED.fullmatch(token)]
     return MaskingConfig(vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
-                         special_ids=tokenizer.special_ids, **rates)
+                         special_ids=tokenizer.special_ids,
+                         random_exclude_ids=(*tokenizer.special_ids, *unused), **rates)
 
 
 # ------------------------------------------------------------------------------ examples
