@@ -155,9 +155,14 @@ def test_length_and_format_checks(brown_env):
                                             "model.posemb": "learned"}))
     BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128}))  # ALiBi: no limit
     with pytest.raises(ConfigError, match="nsp=True needs config.data.input_format"):
-        BertPretrainingTask(smoke_config(**{"data.input_format": "doc_sentences"}))
+        BertPretrainingTask(smoke_config(**{"data.input_format": "doc_sentences",
+                                            "data.short_seq_prob": 0.0}))
     with pytest.raises(ConfigError, match="mask_prob"):
         BertPretrainingTask(smoke_config(**{"data.mask_prob": 0.5}))
+    with pytest.raises(ConfigError, match=r"short_seq_prob=0.1 with input_format='doc_sentences'"
+                                          r": only segment_pair draws short pairs"):
+        BertPretrainingTask(smoke_config(**{"data.input_format": "doc_sentences",
+                                            "model.nsp": False, "data.short_seq_prob": 0.1}))
 
 
 def test_table8_mask_variants_read_mask_same_random():

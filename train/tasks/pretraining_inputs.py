@@ -96,6 +96,10 @@ class PretrainingInputs:
         if data.dupe_factor < 0:
             raise ConfigError(f"config.data.dupe_factor={data.dupe_factor} must be >= 0 (0: "
                               "dynamic pairs and masks; N: N static copies)")
+        if data.input_format != "segment_pair" and data.short_seq_prob:
+            raise ConfigError(f"config.data.short_seq_prob={data.short_seq_prob} with "
+                              f"input_format={data.input_format!r}: only segment_pair draws short "
+                              "pairs (packed rows are filled to the length); set it to 0")
         if not 0.0 <= data.phase2_fraction < 1.0:
             raise ConfigError(f"config.data.phase2_fraction={data.phase2_fraction} must be in "
                               "[0, 1)")
