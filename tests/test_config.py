@@ -181,7 +181,14 @@ def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_pat
     with pytest.raises(ConfigError, match="model.num_layers: 2 in the workdir, 3 now") as error:
         check_workdir(tmp_path, to_json(moved), allow_change=False)
     assert "mesh" not in str(error.value)  # only what changes the experiment is listed
-    assert len(check_workdir(tmp_path, to_json(moved), allow_change=True)) == 2
+    assert len(check_workdir(tmp_path, to_json(moved), allow_change=True)) == 2  # no checkpoint
+    (tmp_path / "checkpoints" / "100").mkdir(parents=True)  # a train state of 2 layers
+    with pytest.raises(ConfigError, match=r"(?s)another experiment: .*--allow_config_change resumes "
+                                          r"only changes that keep the train state"):
+        check_workdir(tmp_path, to_json(moved), allow_change=True)
+    resumable = load_config_file("configs/vit/fashion_mnist.py:smoke")
+    apply_override(resumable, "train.num_steps", "40")
+    assert check_workdir(tmp_path, to_json(resumable), allow_change=True) == []
 
 
 def test_a_workdir_written_before_a_key_was_added_resumes_with_its_old_value(tmp_path):

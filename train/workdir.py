@@ -43,6 +43,9 @@ RESUMABLE = (
     "task.label_smoothing", "task.mixup_alpha", "task.cutmix_alpha", "task.mixup_prob",
     "task.mixup_switch_prob", "task.beam_size", "task.length_penalty", "task.max_decode_length",
     "task.extra_decode_length", "task.decode_every", "task.num_samples", "task.max_answer_length",
+    "task.eval_tokens", "task.eval_lengths",
+    "distill.alpha", "distill.alpha_ce", "distill.alpha_mlm", "distill.alpha_cos",
+    "distill.alpha_gold", "distill.temperature",
     "data.source", "data.train_split", "data.eval_split", "data.batch_size",
     "data.eval_batch_size", "data.augment", "data.eval_resize", "data.normalize", "data.pack",
     "data.long_examples", "data.max_length",
@@ -158,27 +161,37 @@ def check_workdir(workdir: str | os.PathLike, config_json: str, allow_change: bo
                   f"{current.get(key, '<absent>')!r} now" for key in changed}
     placement = [key for key in changed if key.startswith(PLACEMENT_PREFIXES)]
     differ = [key for key in changed if key not in placement]
-    if differ and not allow_change:
-        state = sorted((key for key in differ
-                        if not keeps_train_state(key, saved.get(key), current.get(key))),
-                       key=_importance)
+    state = sorted((key for key in differ
+                    if not keeps_train_state(key, saved.get(key), current.get(key))),
+                   key=_importance)
+    checkpoints = has_checkpoints(workdir)
+    if differ and (not allow_change or (state and checkpoints)):
         shown = (state + [key for key in differ if key not in state])[:LISTED]
         listed = [lines[key] for key in shown]
         if len(differ) > len(shown):
             listed.append(f"  and {len(differ) - len(shown)} more (the workdir's config is "
                           f"{saved_path}; --print_config shows this one)")
-        if state and has_checkpoints(workdir):
+        if state and checkpoints:  # --allow_config_change too: it resumes the same experiment
+            flag = ("; --allow_config_change resumes only changes that keep the train state "
+                    "(train.*, learning rates, evaluation and data settings)"
+                    if allow_change else "")
             raise ConfigError(
                 f"workdir {workdir} holds another experiment: its checkpoints hold a train state "
                 "(model, optimizer) that this config does not build. It differs in:\n"
                 + "\n".join(listed) + f"\nUse a new --workdir for this config (or remove "
-                f"{workdir} to start over in it).")
+                f"{workdir} to start over in it){flag}.")
         if state:
             raise ConfigError(
                 f"workdir {workdir} holds the config of another experiment, which saved no "
                 "checkpoint. It differs in:\n" + "\n".join(listed) + "\nUse a new --workdir "
                 "for this config, or pass --allow_config_change to start it in this one (the "
                 "old run's metrics.jsonl moves to metrics.superseded.jsonl).")
+        if not checkpoints:
+            raise ConfigError(
+                f"workdir {workdir} holds a run with another config, which saved no "
+                "checkpoint:\n" + "\n".join(listed) + "\nPass --allow_config_change to start "
+                "it again with the new values (the old run's metrics.jsonl moves to "
+                "metrics.superseded.jsonl), or use another --workdir.")
         raise ConfigError(
             f"workdir {workdir} holds a run with another config:\n" + "\n".join(listed)
             + "\nThese keys leave the train state as its checkpoints hold it: pass "
