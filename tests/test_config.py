@@ -147,6 +147,8 @@ def test_overrides_are_typed():
     ("--config.model.image_size=(56,56)", "config.model.image_size=(56, 56) does not match config.data.image_shape"),
     ("--config.optimizer.schedule=step", "config.optimizer.schedule='step' is not one of"),
     ("--config.optimizer.weight_decay=-1.0", "config.optimizer.weight_decay"),
+    # read only by the evals: checked before training, not after eval_every lost steps
+    ("--config.data.eval_split=tset", "dataset 'fashion_mnist' (local) has no split 'tset'"),
 ])
 def test_bad_config_fails_before_compiling_and_names_the_key(override, message, tmp_path, capsys,
                                                             fashion_mnist_env):

@@ -258,6 +258,23 @@ def test_resumed_run_ends_bit_identical_to_uninterrupted(fashion_mnist_env, tmp_
     assert steps == [5, 10, 15, 20]  # logging continues without gaps or repeats
 
 
+def test_a_step_is_saved_before_its_eval_runs(fashion_mnist_env, tmp_path, monkeypatch):
+    """An eval that fails (out of memory, a decoding bug) at a step that is also checkpointed
+    loses no training: the checkpoint is written first."""
+    from train.checkpointing import checkpoint_steps
+
+    trainer = Trainer(smoke_config(**{"train.eval_every": 10, "train.checkpoint_every": 10}),
+                      tmp_path / "w")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("eval out of memory")
+
+    monkeypatch.setattr(trainer, "evaluate_state", fail)
+    with pytest.raises(RuntimeError, match="eval out of memory"):
+        trainer.run()
+    assert checkpoint_steps(tmp_path / "w") == [10]
+
+
 def _warnings(stderr: str) -> list[str]:
     """The lines of a run's stderr that warn (absl's WARNING:..., Python's ...Warning: ...)."""
     return [line for line in stderr.splitlines() if re.search("warning", line, re.IGNORECASE)]

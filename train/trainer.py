@@ -327,6 +327,7 @@ class Trainer:
         train_iter = self.task.train_iterator(  # data errors surface before anything is written
             batch_size=global_batch // self.process_count, seed=self.config.seed,
             process_index=self.process_index, process_count=self.process_count)
+        self.task.check_eval_split()
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint,
                                     keep_on_interval=cfg.average_checkpoints > 0)
@@ -373,6 +374,10 @@ class Trainer:
                     values, steps = log.flush(train_iter)
                     writer.write(done, "train", values)
                     writer.advance(steps, loss=values["loss"], steps_s=values["steps_per_second"])
+                if done % cfg.checkpoint_every == 0 or stopping:  # saved before an eval fails
+                    log.check_finite(kept())  # a non-finite step is never checkpointed
+                    checkpointer.save(done, state, {"train_iterator": train_iter.get_state()},
+                                      force=True)
                 decode = self._decodes_at(done)
                 evaluate = ((cfg.eval_every and done % cfg.eval_every == 0)
                             or done == cfg.num_steps or decode)
@@ -380,10 +385,6 @@ class Trainer:
                     final_eval = self.evaluate_state(state, decode=decode, log=writer.message)
                     writer.write(done, "eval", final_eval)
                     log.restart_clock()  # eval time is not train time
-                if done % cfg.checkpoint_every == 0 or stopping:
-                    log.check_finite(kept())  # a non-finite step is never checkpointed
-                    checkpointer.save(done, state, {"train_iterator": train_iter.get_state()},
-                                      force=True)
                 if signalled:
                     checkpointer.wait()  # committed before we exit; more signals are ignored
                     self.interrupted = preemption.cause

@@ -148,3 +148,12 @@ class Task:
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
         return ()
+
+    def check_eval_split(self) -> None:
+        """DataError when config.data.eval_split cannot be read, checked before training so that
+        a misspelt split costs no steps (the first eval reads it). Tasks reading their eval
+        split from a data source (`_source`, opened lazily) open it here; others read it whole
+        at the start anyway."""
+        source = getattr(self, "_source", None)
+        if source is not None:
+            source(self.config.data.eval_split)
