@@ -140,6 +140,11 @@ def smoke():
 def test_run_path_keeps_urls_and_makes_local_paths_absolute(gs, tmp_path):
     assert os.fspath(storage.run_path("gs://bucket/run")) == "gs://bucket/run"
     assert os.fspath(storage.run_path("runs/a")) == str(tmp_path / "runs" / "a")
+    # `--workdir=~/run`: the shell leaves the ~; a folder named ~ in the current one is a trap
+    assert os.fspath(storage.run_path("~/run")) == os.path.expanduser("~/run")
+    for empty in ("", "  "):  # "$UNSET": the current folder would be the workdir
+        with pytest.raises(ConfigError, match="the path is empty"):
+            storage.run_path(empty)
     with pytest.raises(ConfigError, match=r"s3://b/run: s3:// is not supported.*Mount the bucket"):
         storage.run_path("s3://b/run")
     with pytest.raises(ConfigError, match=r"the bucket gs://nobucket does not exist"):

@@ -10,6 +10,7 @@ and what changed; config.json records the model that ran."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jax
@@ -67,15 +68,17 @@ def _initial_params(config):
                                                          nn.meta.unbox(variables["params"])))
 
 
-def test_the_exports_compute_the_run_they_came_from(exported, fashion_mnist_env):
+def test_the_exports_compute_the_run_they_came_from(exported, fashion_mnist_env, monkeypatch):
     """At the checkpoint's resolution a run from either export starts with the very function
-    the pretraining run ended with: nothing lost or reordered on the way out and back."""
+    the pretraining run ended with: nothing lost or reordered on the way out and back; named
+    from the home folder too (`init=~/...`, which the shell leaves unexpanded in `:init=`)."""
     workdir, hf, npz, params = exported
+    monkeypatch.setenv("HOME", str(npz.parent))
     images = np.random.default_rng(0).normal(size=(3, 28, 28, 1)).astype(np.float32)
     saved = json.loads((workdir / "config.json").read_text())["model"]
     expected = ViT(ViTConfig(**{k: v for k, v in saved.items() if k != "name"})).apply(
         {"params": params}, images)
-    for init in (hf, npz, workdir):
+    for init in (hf, npz, workdir, *(f"~/{os.path.relpath(p, npz.parent)}" for p in (hf, npz))):
         task, flat = _initial_params(_config(str(init)))
         start = traverse_util.unflatten_dict(flat)
         np.testing.assert_allclose(task.model.apply({"params": start}, images), expected,

@@ -52,12 +52,15 @@ def is_url(path: str | os.PathLike) -> bool:
 
 def run_path(path: str | os.PathLike) -> epath.Path:
     """`path` (a workdir, a file or folder in one) as the path type every run file goes
-    through: a gs:// URL as it is, a local path made absolute. ConfigError for a URL scheme
-    other than gs://, or gs:// without gcsfs installed."""
+    through: a gs:// URL as it is, a local path made absolute (a leading ~ expanded: the shell
+    leaves it in `--workdir=~/run`). ConfigError for an empty path, a URL scheme other than
+    gs://, or gs:// without gcsfs installed."""
     text = os.fspath(path)
+    if not text.strip():
+        raise ConfigError("the path is empty (an unset shell variable?): name a folder")
     scheme, has_scheme, _ = text.partition("://")
     if not has_scheme:
-        return epath.Path(pathlib.Path(text).absolute())
+        return epath.Path(pathlib.Path(text).expanduser().absolute())
     if scheme not in SCHEMES:
         raise ConfigError(
             f"{text}: {scheme}:// is not supported; a run's files go to a local folder or to "

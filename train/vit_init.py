@@ -88,7 +88,7 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
     from models.vit_npz import read_npz_architecture
 
     init = config.init
-    local = pathlib.Path(init)  # local path: an .npz or HF folder (models/ reads local files)
+    local = pathlib.Path(init).expanduser()  # local path: an .npz or HF folder (models/ reads)
     try:
         if local.suffix == ".npz":
             if not local.is_file():
@@ -186,11 +186,12 @@ def _read(found: _Checkpoint, init: str) -> Any:
     from models.vit_npz import load_npz
     from train.checkpointing import load_params
 
+    local = pathlib.Path(init).expanduser()  # as _find
     try:
         if found.kind == "npz":
-            return load_npz(init, image_size=found.model_config.image_size)[1]  # as _find
+            return load_npz(local, image_size=found.model_config.image_size)[1]  # as _find
         if found.kind == "hf":
-            return load_hf_checkpoint(init)[1]
+            return load_hf_checkpoint(local)[1]
     except CheckpointError as error:
         raise ConfigError(f"config.init={init!r}: {error}") from error
     params = load_params(storage.run_path(init))
