@@ -55,6 +55,9 @@ class ViTConfig:
     drop_path_rate: float = 0.0        # stochastic depth: the last block's rate (linear in depth)
 
     def __post_init__(self):
+        if not isinstance(self.image_size, (tuple, list)):
+            raise ValueError(f"image_size={self.image_size!r} must be (height, width), e.g. "
+                             f"({self.image_size}, {self.image_size}) for a square image")
         object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
         if len(self.image_size) != 2:
             raise ValueError(f"image_size={self.image_size} must be (height, width)")

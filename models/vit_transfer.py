@@ -145,10 +145,10 @@ def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
         where = (f"image {source.image_size[0]}x{source.image_size[1]} -> "
                  f"{target.image_size[0]}x{target.image_size[1]}, patch grid "
                  f"{source.grid[0]}x{source.grid[1]} -> {target.grid[0]}x{target.grid[1]}")
-        if source.posemb_mode != "stem" and source.posemb != "none":
-            raise ValueError(f"posemb_mode={source.posemb_mode!r}: the position tables added at "
-                             f"every layer are not resampled ({where}); fine-tune at the "
-                             "checkpoint's image_size")
+        if source.posemb_mode != "stem" and source.posemb in ("learned_1d", "learned_2d"):
+            raise ValueError(f"posemb_mode={source.posemb_mode!r}: the learned position tables "
+                             f"added at every layer are not resampled ({where}); fine-tune at "
+                             "the checkpoint's image_size")
         if source.posemb in GRID_TABLES:
             raise ValueError(f"posemb={source.posemb!r}: its {GRID_TABLES[source.posemb]!r} "
                              f"table is sized by the patch grid and is not resampled ({where}); "

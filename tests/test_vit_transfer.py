@@ -136,11 +136,17 @@ def test_what_cannot_be_carried_is_named():
             plan_transfer(tiny(posemb=posemb), tiny(posemb=posemb, image_size=(12, 12)),
                           source_channels=3, target_channels=3)
     for mode in ("every_layer", "every_layer_shared"):  # tables inside the blocks
-        with pytest.raises(ValueError, match=f"posemb_mode='{mode}': the position tables added "
-                                             "at every layer are not resampled"):
+        with pytest.raises(ValueError, match=f"posemb_mode='{mode}': the learned position "
+                                             "tables added at every layer are not resampled"):
             plan_transfer(tiny(posemb_mode=mode), tiny(posemb_mode=mode, image_size=(12, 12)),
                           source_channels=3, target_channels=3)
-    plan = plan_transfer(tiny(posemb="sincos_2d"), tiny(posemb="sincos_2d", image_size=(12, 12)),
-                         source_channels=3, target_channels=3)
-    assert not plan.resample and "nothing to resample" in plan.notes[0]
+    for mode in ("stem", "every_layer_shared"):  # sines: computed for any grid
+        source = tiny(posemb="sincos_2d", posemb_mode=mode)
+        target = tiny(posemb="sincos_2d", posemb_mode=mode, image_size=(12, 12))
+        plan = plan_transfer(source, target, source_channels=3, target_channels=3)
+        assert not plan.resample and "nothing to resample" in plan.notes[0]
+        params = transfer(random_params(source), plan)
+        assert ViT(target).apply({"params": params}, jnp.zeros((1, 12, 12, 3))).shape == (1, 5)
+    with pytest.raises(ValueError, match=r"image_size=8 must be \(height, width\), e.g. \(8, 8\)"):
+        tiny(image_size=8)
 

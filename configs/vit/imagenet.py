@@ -23,8 +23,9 @@ Variants (`:arg`, comma-separated):
                             initialised linear head, from the pretraining run in `init`
   init=DIR                  finetune: the workdir of the pretraining run (required; a local
                             folder or gs:// URL)
-  size=Ti/16|S/16|B/16|B/32|L/16|L/32|H/14   Table 1's models (default B/16); finetune takes
-                            the pretraining run's architecture, whatever size says
+  size=Ti/16|S/16|B/16|B/32|L/16|L/32|H/14   Table 1's models B, L, H and DeiT's Ti, S
+                            (default B/16); finetune takes the pretraining run's
+                            architecture, whatever size says
   resolution=N              images of N x N pixels (default 224 pretrain, 384 finetune)
   lr=X                      peak learning rate; finetune default 0.03 (Table 4's ImageNet grid:
                             0.003, 0.01, 0.03, 0.06)
