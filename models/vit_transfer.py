@@ -12,7 +12,7 @@ fields of `RUN_FIELDS`; every other field is the architecture, which the weights
 
   image_size   with learned 1-D position embeddings the patch grid's part of the table is
                resampled bilinearly to the new grid, the class token's row kept apart
-               (`resample_posemb`). Other parameter-free encodings (sincos_2d, rope_2d,
+               (`resample_posemb`; the patches at their centres, or the corner ones aligned). Other parameter-free encodings (sincos_2d, rope_2d,
                alibi_2d, none) work at any grid as they are; 'learned_2d' and 'relative' tables
                are not resampled (an error says so).
   num_classes, head_hidden_size
@@ -73,13 +73,25 @@ def input_channels(params: Mapping[str, Any], cfg: ViTConfig) -> int:
 
 
 # ViT paper Sec. 3.2: "we perform 2D interpolation of the pre-trained position embeddings,
-# according to their location in the original image" (bilinear, each patch at its centre).
-def bilinear_matrix(n_in: int, n_out: int) -> np.ndarray:
+# according to their location in the original image". Where a patch is: at its cell's centre
+# ('centres'), or, as the released code's scipy.ndimage.zoom(order=1) has it, the first and last
+# patches at the grid's two ends ('corners').
+ALIGNS = ("centres", "corners")
+
+
+def bilinear_matrix(n_in: int, n_out: int, align: str = "centres") -> np.ndarray:
     """[n_out, n_in] weights of 1-D linear interpolation from n_in cells to n_out cells over the
-    same extent: output cell i (centre at (i + 1/2) / n_out of the extent) reads the input at
-    coordinate x = (i + 1/2) n_in / n_out - 1/2, clamped to [0, n_in - 1], as
-    (1 - t) v[floor x] + t v[floor x + 1] with t = x - floor x."""
-    x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+    same extent: output cell i reads the input at coordinate x as
+    (1 - t) v[floor x] + t v[floor x + 1] with t = x - floor x, where x is, with each cell at
+    its centre ('centres', (i + 1/2) / n_out of the extent), (i + 1/2) n_in / n_out - 1/2
+    clamped to [0, n_in - 1]; with the end cells on the ends ('corners'),
+    i (n_in - 1) / (n_out - 1)."""
+    if align not in ALIGNS:
+        raise ValueError(f"align={align!r} is not one of {list(ALIGNS)}")
+    if align == "corners":
+        x = np.arange(n_out) * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    else:
+        x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
     lo = np.floor(x).astype(np.int64)
     hi = np.minimum(lo + 1, n_in - 1)
     t = x - lo
@@ -90,19 +102,20 @@ def bilinear_matrix(n_in: int, n_out: int) -> np.ndarray:
 
 
 def resample_posemb(table: np.ndarray, old_grid: tuple[int, int], new_grid: tuple[int, int],
-                    num_prefix_tokens: int) -> np.ndarray:
+                    num_prefix_tokens: int, align: str = "centres") -> np.ndarray:
     """A learned 1-D position table [prefix + old_h * old_w, D] (prefix rows first, then the
     patches in row-major order, models/vit.py) resampled to [prefix + new_h * new_w, D]: the
     prefix (class token) rows kept as they are, the patch rows, seen as an old_h x old_w grid,
-    bilinearly interpolated to new_h x new_w (separably: rows, then columns), in float64."""
+    bilinearly interpolated to new_h x new_w (separably: rows, then columns; `align` as in
+    `bilinear_matrix`), in float64."""
     (gh, gw), (nh, nw) = tuple(old_grid), tuple(new_grid)
     table = np.asarray(table)
     if table.ndim != 2 or table.shape[0] != num_prefix_tokens + gh * gw:
         raise ValueError(f"a position table of shape {table.shape} is not {num_prefix_tokens} + "
                          f"{gh} x {gw} rows of one width")
     prefix, grid = table[:num_prefix_tokens], table[num_prefix_tokens:].reshape(gh, gw, -1)
-    resized = np.einsum("ih,jw,hwd->ijd", bilinear_matrix(gh, nh), bilinear_matrix(gw, nw),
-                        grid.astype(np.float64))
+    resized = np.einsum("ih,jw,hwd->ijd", bilinear_matrix(gh, nh, align),
+                        bilinear_matrix(gw, nw, align), grid.astype(np.float64))
     return np.concatenate([prefix, resized.reshape(nh * nw, -1).astype(table.dtype)])
 
 
@@ -119,6 +132,7 @@ class TransferPlan:
     sum_channels: bool
     fresh: tuple[str, ...]
     notes: tuple[str, ...]
+    posemb_align: str = "centres"  # how a resampled table's patches sit (`bilinear_matrix`)
 
 
 def _architecture(cfg: ViTConfig) -> dict[str, Any]:
@@ -128,11 +142,14 @@ def _architecture(cfg: ViTConfig) -> dict[str, Any]:
 
 def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
                   target_channels: int, has_head: bool = True,
-                  new_head: bool = False) -> TransferPlan:
+                  new_head: bool = False, posemb_align: str = "centres") -> TransferPlan:
     """The TransferPlan of a checkpoint of `source` (reading `source_channels` channels; with a
     classifier when `has_head`, with a pre-logits layer when source.head_hidden_size > 0) for a
-    run of `target`. `new_head`: never keep the checkpoint's head. ValueError naming what cannot
-    be carried over."""
+    run of `target`. `new_head`: never keep the checkpoint's head; `posemb_align`: where the
+    patches of a resampled table sit (`bilinear_matrix`). ValueError naming what cannot be
+    carried over."""
+    if posemb_align not in ALIGNS:
+        raise ValueError(f"posemb_align={posemb_align!r} is not one of {list(ALIGNS)}")
     ours, theirs = _architecture(target), _architecture(source)
     differ = [f"{k}: checkpoint {theirs[k]!r}, run {ours[k]!r}" for k in ours
               if ours[k] != theirs[k]]
@@ -154,7 +171,10 @@ def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
                              f"table is sized by the patch grid and is not resampled ({where}); "
                              "fine-tune at the checkpoint's image_size")
         if source.posemb == "learned_1d":
-            notes.append(f"position embeddings resampled bilinearly ({where}; ViT Sec. 3.2)"
+            how = ("each patch at its centre" if posemb_align == "centres" else
+                   "the corner patches on each other, as the released code")
+            notes.append(f"position embeddings resampled bilinearly, {how} ({where}; ViT "
+                         "Sec. 3.2)"
                          + (", class token's kept" if source.num_prefix_tokens else ""))
         else:
             notes.append(f"posemb={source.posemb!r} has no table: nothing to resample ({where})")
@@ -190,7 +210,7 @@ def plan_transfer(source: ViTConfig, target: ViTConfig, *, source_channels: int,
                if source.probe_norm != target.probe_norm else "the pre-logits layer changed")
         notes.append(f"new zero-initialised classifier for {target.num_classes} classes ({why})")
     return TransferPlan(source, target, source_channels, target_channels, resample,
-                        sum_channels, tuple(fresh), tuple(notes))
+                        sum_channels, tuple(fresh), tuple(notes), posemb_align)
 
 
 def transfer(params: Mapping[str, Any], plan: TransferPlan) -> dict[str, Any]:
@@ -205,7 +225,7 @@ def transfer(params: Mapping[str, Any], plan: TransferPlan) -> dict[str, Any]:
     if plan.resample:
         table = params["posemb"]["embedding"]
         params["posemb"] = {"embedding": resample_posemb(
-            table, source.grid, target.grid, source.num_prefix_tokens)}
+            table, source.grid, target.grid, source.num_prefix_tokens, plan.posemb_align)}
     if plan.sum_channels:
         if source.stem_channels:
             kernel = np.asarray(params["stem"]["kernel"])           # [3, 3, C, S]

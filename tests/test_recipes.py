@@ -192,8 +192,9 @@ def test_vit_pretrains_on_imagenet_then_finetunes_from_it_at_a_higher_resolution
         tmp_path, 48, f"configs/vit/imagenet.py:stage=finetune,init={pretrain},smoke", finetune)
     assert code == 0, stderr[-3000:]
     assert f"weights: the run in {pretrain}, its latest checkpoint" in stderr
-    assert ("position embeddings resampled bilinearly (image 32x32 -> 48x48, patch grid 4x4 -> "
-            "6x6; ViT Sec. 3.2), class token's kept") in stderr
+    assert ("position embeddings resampled bilinearly, the corner patches on each other, as the "
+            "released code (image 32x32 -> 48x48, patch grid 4x4 -> 6x6; ViT Sec. 3.2), class "
+            "token's kept") in stderr
     assert "pre-logits layer dropped" in stderr
     assert "new zero-initialised classifier for 1000 classes (a new head asked for)" in stderr
     config = _config(finetune)

@@ -95,8 +95,8 @@ def test_the_docs_fine_tuning_commands_run_as_written(exported, commands, fashio
     weights = ("(2 layers, hidden 32, patch 7, 28x28 images); its architecture replaces "
                "config.model's")
     notes = {hf: [f"weights: the Hugging Face checkpoint {hf} {weights}",
-                  "position embeddings resampled bilinearly (image 28x28 -> 56x56, patch grid "
-                  "4x4 -> 8x8; ViT Sec. 3.2), class token's kept",
+                  "position embeddings resampled bilinearly, each patch at its centre (image "
+                  "28x28 -> 56x56, patch grid 4x4 -> 8x8; ViT Sec. 3.2), class token's kept",
                   "classifier kept (10 classes)"],
              npz: [f"weights: the .npz checkpoint {npz} {weights}",
                    "new zero-initialised classifier for 10 classes (a new head asked for)"]}
@@ -162,6 +162,9 @@ def test_what_config_init_cannot_use_is_named(exported, fashion_mnist_env, tmp_p
         ClassificationTask(_config(str(hf), **{"model.image_size": "(56, 56)"}))
     with pytest.raises(ConfigError, match="config.init_head='old' is not one of"):
         ClassificationTask(_config(str(hf), init_head="old"))
+    with pytest.raises(ConfigError, match=r"config.init_posemb_resample='edges' is not one of "
+                                          r"\['centres', 'corners'\]"):
+        ClassificationTask(_config(str(hf), init_posemb_resample="edges"))
     with pytest.raises(ConfigError, match="patch_size=7"):  # the checkpoint's patches
         ClassificationTask(_config(str(hf), "image_size=30"))
     # DeiT's token is architecture: the checkpoint's (none) used to replace it without a word

@@ -50,6 +50,24 @@ def test_resampling_is_scipys_bilinear_zoom_with_the_class_row_kept(old, new, pr
     np.testing.assert_allclose(out[prefix:].reshape(*new, 6), expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("old, new", [((14, 14), (24, 24)), ((4, 3), (7, 5)), ((8, 8), (3, 5)),
+                                      ((1, 3), (2, 4))])
+def test_corner_aligned_resampling_is_the_released_codes_zoom(old, new):
+    """align='corners': what vision_transformer's and big_vision's resample_posemb compute,
+    scipy.ndimage.zoom(grid, zoom, order=1) at its defaults (the first and last patches of the
+    old and new grids on each other)."""
+    table = np.random.default_rng(1).normal(size=(1 + old[0] * old[1], 6)).astype(np.float32)
+    out = resample_posemb(table, old, new, 1, align="corners")
+    np.testing.assert_array_equal(out[:1], table[:1])
+    grid = table[1:].reshape(*old, 6).astype(np.float64)
+    expected = scipy.ndimage.zoom(grid, (new[0] / old[0], new[1] / old[1], 1), order=1)
+    np.testing.assert_allclose(out[1:].reshape(*new, 6), expected, atol=1e-6, rtol=0)
+    if old[0] > 1 and new[0] > 1:  # the two alignments differ
+        assert not np.allclose(out, resample_posemb(table, old, new, 1), atol=1e-3)
+    with pytest.raises(ValueError, match=r"align='edges' is not one of \['centres', 'corners'\]"):
+        resample_posemb(table, old, new, 1, align="edges")
+
+
 def test_interpolation_weights_are_convex_and_keep_the_grid_centred():
     weights = bilinear_matrix(4, 8)
     np.testing.assert_allclose(weights.sum(1), 1.0)
@@ -74,8 +92,9 @@ def test_a_larger_image_runs_with_the_resampled_table_and_keeps_everything_else(
     params = random_params(source)
     plan = plan_transfer(source, target, source_channels=3, target_channels=3)
     assert plan.fresh == ()
-    assert plan.notes == ("position embeddings resampled bilinearly (image 8x8 -> 12x16, patch "
-                          "grid 2x2 -> 3x4; ViT Sec. 3.2), class token's kept",
+    assert plan.notes == ("position embeddings resampled bilinearly, each patch at its centre "
+                          "(image 8x8 -> 12x16, patch grid 2x2 -> 3x4; ViT Sec. 3.2), class "
+                          "token's kept",
                           "classifier kept (5 classes)")
     out = transfer(params, plan)
     assert "blocks" in out and "block_0" not in out  # the run's layer layout

@@ -41,7 +41,7 @@ import ml_collections
 
 from models.safetensors_file import CheckpointError
 from models.vit import ViTConfig
-from models.vit_transfer import RUN_FIELDS, plan_transfer, transfer
+from models.vit_transfer import ALIGNS, RUN_FIELDS, plan_transfer, transfer
 from train import storage
 from train.config import ConfigError, to_dataclass
 
@@ -153,6 +153,9 @@ def resolve_init(config: ml_collections.ConfigDict, *, build: bool = True) -> Vi
     if config.init_head not in INIT_HEADS:
         raise ConfigError(f"config.init_head={config.init_head!r} is not one of "
                           f"{list(INIT_HEADS)}")
+    if config.init_posemb_resample not in ALIGNS:
+        raise ConfigError(f"config.init_posemb_resample={config.init_posemb_resample!r} is not "
+                          f"one of {list(ALIGNS)}")
     if not config.init:
         raise ConfigError("config.init is empty; use 'scratch', an .npz file, a Hugging Face "
                           "folder, or a classification or MAE pretraining workdir")
@@ -171,7 +174,8 @@ def resolve_init(config: ml_collections.ConfigDict, *, build: bool = True) -> Vi
     try:
         plan = plan_transfer(found.model_config, target, source_channels=found.channels,
                              target_channels=int(config.data.image_shape[-1]),
-                             has_head=found.has_head, new_head=config.init_head == "new")
+                             has_head=found.has_head, new_head=config.init_head == "new",
+                             posemb_align=config.init_posemb_resample)
     except ValueError as error:
         raise ConfigError(f"config.init={config.init!r}: {error}") from error
     notes = (f"weights: {found.where} ({_describe(found.model_config)}); its architecture "

@@ -64,7 +64,8 @@ ON_OFF_KEYS = ("optimizer.clip_norm", "train.ema_decay")
 # those runs did: a saved config without the key had this value (a ViT run trained from
 # scratch, on images as stored, with the ViT's default norm epsilon, without DeiT's recipe
 # pieces; any run without a moving average of its weights).
-ADDED_KEYS = {"init": "scratch", "init_head": "auto", "data.resize": False,
+ADDED_KEYS = {"init": "scratch", "init_head": "auto", "init_posemb_resample": "centres",
+              "data.resize": False,
               "model.layer_norm_eps": 1e-6,
               # the Transformer's defaults, before translation configs declared them
               "model.norm_epsilon": 1e-6, "model.sinusoid_layout": "interleaved",

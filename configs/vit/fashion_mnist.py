@@ -55,6 +55,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.init = args.init                  # scratch | an .npz | an HF ViT folder | a workdir
     config.init_head = "auto"                # auto: keep the checkpoint's head when it fits the
                                              # run | new: always a new zero-initialised one
+    config.init_posemb_resample = "centres"  # a position table resampled to a new patch grid:
+                                             # each patch at its centre | corners (the ViT code's)
 
     config.task = ml_collections.ConfigDict()
     config.task.name = "classify"            # train/tasks/classify.py
