@@ -12,8 +12,9 @@ fields of `RUN_FIELDS`; every other field is the architecture, which the weights
 
   image_size   with learned 1-D position embeddings the patch grid's part of the table is
                resampled bilinearly to the new grid, the class token's row kept apart
-               (`resample_posemb`; the patches at their centres, or the corner ones aligned). Other parameter-free encodings (sincos_2d, rope_2d,
-               alibi_2d, none) work at any grid as they are; 'learned_2d' and 'relative' tables
+               (`resample_posemb`; the patches at their centres, or the corner ones
+               aligned). Other parameter-free encodings (sincos_2d, rope_2d, alibi_2d, none)
+               work at any grid as they are; 'learned_2d' and 'relative' tables
                are not resampled (an error says so).
   num_classes, head_hidden_size
                the head (`head`, and the tanh pre-logits layer `pre_logits`) is kept when its
