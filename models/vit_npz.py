@@ -316,8 +316,9 @@ def load_npz(path: str | os.PathLike, *, image_size: tuple[int, int] | None = No
     cfg.num_classes is 1 unless overridden: a run adds its own head, models/vit_transfer.py).
     `image_size` (height, width) for a non-square patch grid (default: square, from the position
     table); `run_image_size` instead: the image size of a run to start from it, whose patch grid
-    is taken for a table of no square length that has the grid's (module docstring); `layout` 'vit' | 'big_vision' |
-    'auto'; `overrides` set ViTConfig fields (activation, layer_norm_eps, dtype, ...)."""
+    is taken for a table of no square length that has the grid's (module docstring); `layout`
+    'vit' | 'big_vision' | 'auto'; `overrides` set ViTConfig fields (activation,
+    layer_norm_eps, dtype, ...)."""
     cfg, channels, has_head = read_npz_architecture(
         path, image_size=image_size, run_image_size=run_image_size, layout=layout, **overrides)
     try:

@@ -185,8 +185,8 @@ def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_pat
     assert "mesh" not in str(error.value)  # only what changes the experiment is listed
     assert len(check_workdir(tmp_path, to_json(moved), allow_change=True)) == 2  # no checkpoint
     (tmp_path / "checkpoints" / "100").mkdir(parents=True)  # a train state of 2 layers
-    with pytest.raises(ConfigError, match=r"(?s)another experiment: .*--allow_config_change resumes "
-                                          r"only changes that keep the train state"):
+    with pytest.raises(ConfigError, match=r"(?s)another experiment: .*--allow_config_change "
+                                          r"resumes only changes that keep the train state"):
         check_workdir(tmp_path, to_json(moved), allow_change=True)
     resumable = load_config_file("configs/vit/fashion_mnist.py:smoke")
     apply_override(resumable, "train.num_steps", "40")

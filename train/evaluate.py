@@ -20,8 +20,8 @@ them never confuse with theirs.
 saved, ema the moving average of them that a run with train.ema_decay > 0 keeps beside them
 (the `ema.<name>` metrics of its own evals), and average the mean of the last
 train.average_checkpoints checkpoints up to it, as a run that averages them reports its final
-eval (the default for such a run; raw for the others; train/run_weights.py). Exit status: 0 scored, 2 a config, data or checkpoint error
-(the message names it and what to do).
+eval (the default for such a run; raw for the others; train/run_weights.py). Exit status: 0
+scored, 2 a config, data or checkpoint error (the message names it and what to do).
 """
 
 from __future__ import annotations

@@ -40,8 +40,9 @@ the steps these teachers were measured at: general, the 2-layer student of the 4
 2.0x a pretraining step's FLOPs with ce_positions=real (the [V]-wide heads of both models on
 every token) and 0.9x with masked, so about 1.1 s and 0.5 s a step at configs/bert/pretrain.py's
 1.8 steps/s (1,000 steps: about 18 or 8 minutes; measured with masked, in the records of
-configs/ablations/distilbert_table4.py: about 0.9 s a step with start-up and evals); task, the 3-layer student of MiniLM, 0.83x the
-teacher's fine-tuning step (its forward pass is a third of that step, the student's step half).
+configs/ablations/distilbert_table4.py: about 0.9 s a step with start-up and evals); task, the
+3-layer student of MiniLM, 0.83x the teacher's fine-tuning step (its forward pass is a third of
+that step, the student's step half).
 """
 
 from __future__ import annotations
