@@ -366,3 +366,19 @@ def test_worker_count_reaches_the_wikipedia_stream_and_is_refused_for_local_corp
                                ("configs/bert/pretrain.py:smoke,data=wikipedia", -1, ">= 0")):
         with pytest.raises(ConfigError, match=f"config.data.worker_count={value}.*{match}"):
             BertPretrainingTask(_config(spec, **{"data.worker_count": value}))
+
+
+# ------------------------------------------------------------------------- fashion_mnist:val
+def test_the_val_variant_holds_out_a_tenth_of_train_and_never_reads_test(fashion_mnist_env):
+    """configs/vit/fashion_mnist.py:val chooses settings without the test split: it trains on
+    the first 90% of train and evaluates on the other 10%, which together are train, apart."""
+    from data.builders import sources
+
+    config = _config("configs/vit/fashion_mnist.py:val,smoke")
+    data = config.data
+    train, held_out, whole = (sources.get_data_source(data.name, split)
+                              for split in (data.train_split, data.eval_split, "train"))
+    assert len(train) + len(held_out) == len(whole) and len(held_out) >= len(whole) // 10
+    np.testing.assert_array_equal(held_out[0]["image"], whole[len(train)]["image"])
+    np.testing.assert_array_equal(train[len(train) - 1]["image"], whole[len(train) - 1]["image"])
+    assert "test" not in (data.train_split, data.eval_split)

@@ -27,6 +27,9 @@ Variants (`:arg`, comma-separated):
          classifier trains, without weight decay
   labels=1.0                                   the fraction of the training images (and labels)
          used, drawn per class (data.train_subset='balanced') with config.seed
+  val                                          a validation split for choosing settings: train
+         on the first 54,000 training images, evaluate on the last 6,000 (the test split then
+         scores the chosen settings once)
   smoke                                        a seconds-long run for tests
 Fine-tuning or a linear probe from a masked autoencoder: `...:init=workdirs/mae_fmnist` and
 `...:init=workdirs/mae_fmnist,probe` (configs/vit/mae.py; the encoder's architecture replaces the
@@ -47,7 +50,7 @@ from models.sizes import vit_size
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     args = common.parse_arg(arg, posemb="learned_1d", posemb_mode="stem", size="custom",
                             init="scratch", image_size=0, plain=False, probe=False, labels=1.0,
-                            smoke=False)
+                            val=False, smoke=False)
     if args.image_size < 0:
         raise ValueError(f"image_size={args.image_size} must be > 0 (or 0: the data's 28)")
     config = ml_collections.ConfigDict()
@@ -112,11 +115,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.image_shape = (28, 28, 1)    # every stored image must have this shape
     config.data.resize = False               # True: resize the images (bilinear, on the device)
                                              # to model.image_size
-    config.data.train_split = "train"
+    # val: choose settings on the last 6,000 training images, trained on the other 54,000, and
+    # keep the test split for the chosen ones (the demo's settings were chosen on test)
+    config.data.train_split = "train[:90%]" if args.val else "train"
     config.data.train_fraction = args.labels  # the share of the training split used (1.0: all)
     config.data.train_subset = "balanced"    # how a fraction is drawn: balanced (as many of
                                              # every class) | random
-    config.data.eval_split = "test"
+    config.data.eval_split = "train[90%:]" if args.val else "test"
     config.data.augment = "flip"             # none | flip | crop_flip (2px-padded random crop)
                                              # | inception_crop (images of any size)
     config.data.eval_resize = "none"         # none: every image is image_shape | resize |
