@@ -33,7 +33,7 @@ def test_help_lists_every_experiment_config_with_its_summary_and_variants(capsys
     assert ("      A small ViT trained from scratch on Fashion-MNIST (28x28 grey images, 10 classes)"
             in out)
     assert ("variants: posemb=learned_1d, posemb_mode=stem, size=custom, init=scratch, "
-            "image_size=0, plain, probe, labels=1.0, smoke") in " ".join(out.split())
+            "image_size=0, plain, probe, labels=1.0, val, smoke") in " ".join(out.split())
 
 
 def test_the_config_list_is_read_from_the_files(tmp_path):

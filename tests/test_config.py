@@ -250,3 +250,44 @@ def test_smoke_keeps_the_variants_given_beside_it():
     assert (small.widths, small.blocks_per_stage) == ((8, 16), 1)
     with pytest.raises(ValueError, match="widths='16-x' must be channel counts joined by '-'"):
         load_config_file("configs/vit/convnet_teacher.py:widths=16-x")
+
+
+def test_a_typo_in_a_config_files_train_or_mesh_section_is_refused(tmp_path, capsys,
+                                                                   fashion_mnist_env):
+    """A config file of one's own is not checked key by key as overrides are: a misspelt
+    train.num_steps trained the default's 10,000 steps, a misspelt mesh axis ran on another
+    mesh. The trainer reads exactly configs/common.py's train and mesh keys."""
+    from configs.common import mesh_config, train_config
+    from train.partitioning import MESH_AXES
+    from train.trainer import TRAIN_KEYS
+
+    assert set(TRAIN_KEYS) == set(train_config()) and set(MESH_AXES) == set(mesh_config())
+    for section, typo, fix in (("train", "num_step", "num_steps"), ("mesh", "dta", "data")):
+        path = tmp_path / f"my_{section}.py"
+        path.write_text("from configs.vit import fashion_mnist\n\n\ndef get_config(arg=None):\n"
+                        "    config = fashion_mnist.get_config('smoke')\n"
+                        f"    config.{section}.{typo} = 3\n    return config\n")
+        for extra in ([], ["--print_config"]):
+            assert main(["--config", str(path), "--workdir", str(tmp_path / "w"), *extra]) == 2
+            err = capsys.readouterr().err
+            assert f"unknown key config.{section}.{typo}" in err and fix in err, err
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.grad_accum_steps=0", "config.train.grad_accum_steps=0 must be >= 1"),
+    ("optimizer.b1=1.5", "config.optimizer.b1=1.5 must be in [0, 1)"),
+    ("train.nonfinite=bogus", "config.train.nonfinite='bogus' is not one of"),
+    ("data.batch_size=100", "config.data.batch_size=100 must split into grad_accum_steps=3"),
+])
+def test_print_config_refuses_what_a_start_refuses(override, message, capsys, fashion_mnist_env):
+    extra = ["--config.train.grad_accum_steps=3"] if "batch_size" in override else []
+    assert main(["--config", f"{CONFIG}:smoke", "--print_config", f"--config.{override}",
+                 *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_print_config_of_a_mesh_for_other_machines_notes_what_it_could_not_check(
+        capsys, fashion_mnist_env):
+    assert main(["--config", CONFIG, "--print_config", "--config.mesh.data=64"]) == 0
+    assert "not checked here, where the mesh cannot be built" in capsys.readouterr().err

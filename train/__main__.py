@@ -155,9 +155,12 @@ def _train(args, overrides, started: float, signals: _Signals,
         if args.print_config:  # nothing trained, loaded or compiled: the task's `plan`
             from train.tasks import plan_task
 
+            from train.trainer import check_config
+
             resolution = plan_task(config, storage.run_path(args.workdir) if args.workdir
                                    else None)
-            for note in resolution.notes:
+            checked = check_config(config, resolution.model_config)  # what a start refuses
+            for note in (*resolution.notes, *checked):
                 print(note, file=sys.stderr)
             print(run_config.to_text(run_config.resolved(config, resolution)))
             return 0

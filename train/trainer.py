@@ -40,7 +40,7 @@ from data.errors import DataError
 from train import partitioning, run_config, storage, vocabulary
 from train.checkpoint_averaging import average_params, steps_to_average
 from train.checkpointing import Checkpointer
-from train.config import ConfigError, check_choice
+from train.config import ConfigError, check_choice, check_keys
 from train.distributed import differing_processes
 from train.flops import measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
@@ -50,6 +50,42 @@ from train.step_log import StepLog
 from train.tasks import get_task, task_class
 from train.tasks.base import eval_fn_of
 from train.train_step import TrainState, ema_init, make_train_step
+
+
+# The keys of config.train, each read by this module (configs/common.py train_config declares
+# them): a typo in a config file's train section is refused, not trained without.
+TRAIN_KEYS = ("num_steps", "grad_accum_steps", "log_every", "eval_every", "checkpoint_every",
+              "keep_checkpoints", "average_checkpoints", "async_checkpoint", "peak_flops",
+              "progress_bar", "nonfinite", "ema_decay")
+
+
+def check_sections(config: ml_collections.ConfigDict) -> None:
+    """ConfigError naming a key of config.train or config.mesh that nothing reads."""
+    check_keys(config.train, "train", TRAIN_KEYS, "the trainer (train/trainer.py)")
+    check_keys(config.mesh, "mesh", partitioning.MESH_AXES, "train/partitioning.py")
+
+
+def check_config(config: ml_collections.ConfigDict, model_config) -> list[str]:
+    """What a start checks of the config before it builds anything, for `--print_config`:
+    the sections' keys, the optimizer (`model_config`: the planned model, whose width an
+    inverse-sqrt schedule reads) and, where this machine's devices make the mesh, the batching
+    and step counts; returns a note when they do not (a pod's config printed on a laptop)."""
+    check_sections(config)
+    try:
+        mesh = partitioning.make_mesh(config.mesh)
+    except partitioning.MeshError as error:
+        notes = [f"not checked here, where the mesh cannot be built: the batch sizes against "
+                 f"it ({error})"]
+    else:
+        validate_batching(config, mesh)
+        notes = []
+    encoder = getattr(model_config, "encoder", model_config)
+    width = getattr(model_config, "d_model", None) or getattr(encoder, "hidden_size", None)
+    try:
+        make_optimizer(config.optimizer, d_model=width, num_steps=config.train.num_steps)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    return notes
 
 
 def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
@@ -111,6 +147,7 @@ class Trainer:
         self.workdir = storage.run_path(workdir)  # absolute, or a gs:// URL
         self.fresh_start = fresh_start  # train from step 0 when every checkpoint was set aside
         self.preemption: Preemption | None = None  # the signal handling of the last run()
+        check_sections(config)
         self.mesh = partitioning.make_mesh(config.mesh)
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
