@@ -149,6 +149,8 @@ def test_overrides_are_typed():
     ("--config.optimizer.weight_decay=-1.0", "config.optimizer.weight_decay"),
     # read only by the evals: checked before training, not after eval_every lost steps
     ("--config.data.eval_split=tset", "dataset 'fashion_mnist' (local) has no split 'tset'"),
+    ("--config.data.image_shape=(28,28)", "config.data.image_shape=(28, 28) must be (height, "
+     "width, channels)"),
 ])
 def test_bad_config_fails_before_compiling_and_names_the_key(override, message, tmp_path, capsys,
                                                             fashion_mnist_env):
@@ -291,3 +293,23 @@ def test_print_config_of_a_mesh_for_other_machines_notes_what_it_could_not_check
         capsys, fashion_mnist_env):
     assert main(["--config", CONFIG, "--print_config", "--config.mesh.data=64"]) == 0
     assert "not checked here, where the mesh cannot be built" in capsys.readouterr().err
+
+
+def test_overrides_of_optional_keys_and_of_tuples_of_names_read_as_meant():
+    """A key whose default is None takes any Python literal and the bool words; a value that is
+    none says so (it said 'expected a NoneType'). A tuple of names takes names only (a tuple
+    of numbers failed deep in the vocabulary code)."""
+    config = load_config_file("configs/transformer/translate.py:smoke")
+    assert config.model.tie_output is None
+    apply_override(config, "model.tie_output", "true")
+    assert config.model.tie_output is True
+    with pytest.raises(ConfigError, match=r"head_dim='abc': expected a Python literal \(None, "
+                                          r"True, 64, .*its default is None"):
+        apply_override(config, "model.head_dim", "abc")
+    apply_override(config, "model.head_dim", "16")
+    assert config.model.head_dim == 16
+    bert = load_config_file("configs/bert/pretrain.py:smoke")
+    apply_override(bert, "data.names", "('brown',)")
+    assert bert.data.names == ("brown",)
+    with pytest.raises(ConfigError, match=r"data.names='\(1, 2\)': expected a tuple of strs"):
+        apply_override(bert, "data.names", "(1, 2)")

@@ -76,11 +76,14 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
         return BOOL_WORDS[raw.lower()]
     if isinstance(current, str):
         return raw
+    if current is None and raw.lower() in BOOL_WORDS:  # an optional flag: true / false
+        return BOOL_WORDS[raw.lower()]
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError) as error:
-        raise ConfigError(f"config.{key}={raw!r}: expected {a_type(type(current))} like "
-                          f"{current!r}") from error
+        expected = ("a Python literal (None, True, 64, 0.1, 'text', (1, 2)); its default is "
+                    "None" if current is None else f"{a_type(type(current))} like {current!r}")
+        raise ConfigError(f"config.{key}={raw!r}: expected {expected}") from error
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if isinstance(current, tuple) and isinstance(value, list):
@@ -91,6 +94,11 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
     if current is not None and not isinstance(value, type(current)):
         raise ConfigError(f"config.{key}={raw!r}: expected {a_type(type(current))} like "
                           f"{current!r}, got {type(value).__name__}")
+    kinds = {type(item) for item in current} if isinstance(current, tuple) else set()
+    if len(kinds) == 1 and kinds <= {str, bool} and any(type(v) not in kinds for v in value):
+        kind = kinds.pop()  # a tuple of names or of flags: each item of that type
+        raise ConfigError(f"config.{key}={raw!r}: expected a tuple of {kind.__name__}s like "
+                          f"{current!r}")
     return value
 
 

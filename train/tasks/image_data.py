@@ -41,6 +41,10 @@ def check_data(config) -> None:
     check_choice(config, "data.eval_resize", image_data.EVAL_RESIZES)
     check_choice(config, "data.normalize", NORMALIZATIONS)
     check_choice(config, "data.train_subset", subsets.HOW)
+    shape = tuple(config.data.image_shape)
+    if len(shape) != 3 or not all(isinstance(n, int) and n > 0 for n in shape):
+        raise ConfigError(f"config.data.image_shape={shape} must be (height, width, channels), "
+                          "e.g. (28, 28, 1)")
     fraction = config.data.train_fraction
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"config.data.train_fraction={fraction} must be in (0, 1] (1: the "
