@@ -185,9 +185,10 @@ def _train(args, overrides, started: float, signals: _Signals,
             print("the mesh differs from the workdir's; the checkpoint is restored onto the new "
                   "one:\n" + "\n".join(moved), file=sys.stderr)
         trainer = signals.trainer = Trainer(config, workdir, fresh_start=args.fresh_start)
-        final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
-        from train import run_record
-        run_record.write_train_record(trainer, command=command, started=started)
+        from train import run_record, workdir_lock
+        with workdir_lock.hold(workdir, take=jax.process_index() == 0):  # one run at a time
+            final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
+            run_record.write_train_record(trainer, command=command, started=started)
     except (ConfigError, DataError, MeshError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -80,7 +80,7 @@ def resolve_init(config: ml_collections.ConfigDict, *, build: bool = True) -> Tr
                           "the workdir of a translation run")
     if config.init == "scratch":
         return TranslationInit(None, None, None, ())
-    local = pathlib.Path(config.init).expanduser()  # local: a Hugging Face folder, models/ reads
+    local = pathlib.Path(config.init).expanduser()  # local path: an HF folder, models/ reads
     from models.hf_folder import WEIGHTS_FILE
 
     if (local / WEIGHTS_FILE).is_file():

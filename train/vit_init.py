@@ -190,7 +190,7 @@ def _read(found: _Checkpoint, init: str) -> Any:
     from models.vit_npz import load_npz
     from train.checkpointing import load_params
 
-    local = pathlib.Path(init).expanduser()  # as _find
+    local = pathlib.Path(init).expanduser()  # local path: as _find
     try:
         if found.kind == "npz":
             return load_npz(local, image_size=found.model_config.image_size)[1]  # as _find

@@ -1,0 +1,66 @@
+"""One training run at a time in a workdir (train/workdir_lock.py): a second start is refused
+naming the holder, a finished or killed holder frees the workdir, and a run refused or failed
+before writing anything leaves no folder behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from train.config import ConfigError
+from train.workdir_lock import LOCK, hold
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_a_second_hold_is_refused_naming_the_first(tmp_path):
+    workdir = tmp_path / "run"
+    with hold(workdir):
+        assert f"pid {os.getpid()} on " in (workdir / LOCK).read_text()
+        with pytest.raises(ConfigError, match=rf"{workdir} is in use: a run is training there "
+                                              rf"\(pid {os.getpid()} on .*use another --workdir"):
+            with hold(workdir):
+                pass
+        with hold(workdir, take=False):  # another process of the same run
+            pass
+    assert not workdir.exists()  # made for the lock alone, and left empty
+    (workdir / "checkpoints").mkdir(parents=True)
+    with hold(workdir):
+        pass
+    assert sorted(p.name for p in workdir.iterdir()) == ["checkpoints"]
+
+
+def test_a_killed_holder_leaves_the_workdir_free(tmp_path):
+    """SIGKILL gives its holder no chance to clean up: the lock goes with the process."""
+    workdir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from train.workdir_lock import hold\n"
+         f"with hold({str(workdir)!r}):\n    print('held', flush=True); time.sleep(600)"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"pid {holder.pid} on "):
+            with hold(workdir):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (workdir / LOCK).exists()  # the file stays; its lock went with the process
+    with hold(workdir):
+        pass
+
+
+def test_python_m_train_refuses_a_workdir_another_run_trains_in(tmp_path, capsys,
+                                                               fashion_mnist_env):
+    from train.__main__ import main
+
+    workdir = tmp_path / "run"
+    with hold(workdir):
+        assert main(["--config", "configs/vit/fashion_mnist.py:smoke",
+                     "--workdir", str(workdir)]) == 2
+        assert "is in use: a run is training there" in capsys.readouterr().err
+        assert sorted(p.name for p in workdir.iterdir()) == [LOCK]  # nothing written
