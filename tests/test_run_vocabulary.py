@@ -175,6 +175,18 @@ def test_a_resumed_run_and_fine_tuning_keep_the_run_s_vocabulary(brown_data_root
     for key, value in {"data.name": "brown_genre", "init": str(workdir)}.items():
         apply_override(finetune, key, value)
     assert resolve_init(finetune, scratch_vocab=None).tokenizer.tokens == original.tokens
+    # A Wikipedia stream's run without its vocabulary/: named, not retrained from local files
+    streamed = tmp_path / "streamed"
+    streamed.mkdir()
+    (streamed / "config.json").write_text(json.dumps(
+        {**json.loads((workdir / "config.json").read_text()),
+         "data": {**json.loads((workdir / "config.json").read_text())["data"],
+                  "source": "tfds", "names": ["wikipedia/20230601.en"]}}))
+    from_stream = load_config_file("configs/bert/finetune.py:smoke")
+    for key, value in {"data.name": "brown_genre", "init": str(streamed)}.items():
+        apply_override(from_stream, key, value)
+    with pytest.raises(ConfigError, match="holds no vocabulary/: its run trained one on a sample"):
+        resolve_init(from_stream, scratch_vocab=None)
 
     apply_override(config, "data.vocab_size", str(config.data.vocab_size + 100))
     with pytest.raises(ConfigError, match=r"config.data.vocab_size=\d+, the vocabulary's"):

@@ -163,6 +163,10 @@ def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
                               "WordPiece")
     elif data.get("vocab_file"):  # a workdir from before runs kept their vocabulary
         tok = wordpiece.load_tokenizer(data["vocab_file"], lowercase=data["lowercase"])
+    elif data.get("source", "local") != "local":  # its vocabulary came from a stream's sample
+        raise ConfigError(f"config.init={config.init!r} holds no vocabulary/: its run trained "
+                          "one on a sample of its TFDS stream, which is not rebuilt here; "
+                          "restore the workdir's vocabulary/ from a copy")
     else:  # the cached vocabulary the run trained (retrained identically when missing)
         names = tuple(data["names"])
         key = dict(datasets=names, split=data["train_split"], vocab_size=data["vocab_size"],
