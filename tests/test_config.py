@@ -208,6 +208,17 @@ def test_a_workdir_written_before_a_key_was_added_resumes_with_its_old_value(tmp
     apply_override(config, "init", "workdirs/other")
     with pytest.raises(ConfigError, match="init: 'scratch' in the workdir, 'workdirs/other' now"):
         check_workdir(tmp_path, to_json(config), allow_change=False)
+    # ImageNet's recipe gained init_posemb_resample: a pretraining run resumes as it was, and
+    # where step 0 started from never stops a resume that asks (a moved pretraining workdir)
+    imagenet = tmp_path / "imagenet"
+    (imagenet / "checkpoints" / "100").mkdir(parents=True)
+    current = load_config_file("configs/vit/imagenet.py")
+    old = json.loads(to_json(current))
+    del old["init_posemb_resample"]
+    (imagenet / "config.json").write_text(json.dumps(old))
+    assert check_workdir(imagenet, to_json(current), allow_change=False) == []
+    apply_override(current, "init", "gs://bucket/pretrained")
+    assert check_workdir(imagenet, to_json(current), allow_change=True) == []
 
 
 def test_a_bert_workdir_from_before_the_alphabet_limit_resumes(tmp_path):
@@ -308,6 +319,9 @@ def test_overrides_of_optional_keys_and_of_tuples_of_names_read_as_meant():
         apply_override(config, "model.head_dim", "abc")
     apply_override(config, "model.head_dim", "16")
     assert config.model.head_dim == 16
+    lm = load_config_file("configs/lm/english.py:smoke")
+    apply_override(lm, "model.num_kv_heads", "1")  # multi-query attention, not True
+    assert lm.model.num_kv_heads == 1 and type(lm.model.num_kv_heads) is int
     bert = load_config_file("configs/bert/pretrain.py:smoke")
     apply_override(bert, "data.names", "('brown',)")
     assert bert.data.names == ("brown",)

@@ -76,8 +76,8 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
         return BOOL_WORDS[raw.lower()]
     if isinstance(current, str):
         return raw
-    if current is None and raw.lower() in BOOL_WORDS:  # an optional flag: true / false
-        return BOOL_WORDS[raw.lower()]
+    if current is None and raw.lower() in BOOL_WORDS and not raw.isdigit():  # true / false
+        return BOOL_WORDS[raw.lower()]  # (1 and 0 are numbers: num_kv_heads=1 is one head)
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError) as error:

@@ -28,12 +28,14 @@ from train.config import CONFIGS, ConfigError, experiment_configs, load_config_f
 PLACEMENT_PREFIXES = ("mesh.",)
 
 # Keys that leave the train state as the checkpoints hold it (the parameters' shapes and the
-# optimizer state's structure): the loop's settings, the optimizer's numbers, dropout and how
-# the model is computed, evaluation and decoding, and how the data is read and batched. A key
+# optimizer state's structure): the loop's settings, where step 0 started from (a moved
+# pretraining workdir), the optimizer's numbers, dropout and how the model is computed,
+# evaluation and decoding, and how the data is read and batched. A key
 # ending in "." stands for its whole section. ON_OFF_KEYS (gradient clipping, the weights'
 # moving average) are resumable only while they stay on or off.
 RESUMABLE = (
     "seed", "train.",
+    "init", "init_head", "init_posemb_resample",  # what step 0 started from: a resume restores
     "optimizer.schedule", "optimizer.learning_rate", "optimizer.end_learning_rate",
     "optimizer.warmup_steps", "optimizer.total_steps", "optimizer.b1", "optimizer.b2",
     "optimizer.eps", "optimizer.momentum", "optimizer.weight_decay",

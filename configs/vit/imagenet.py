@@ -91,8 +91,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                              # (or an .npz / HF ViT folder, train/vit_init.py)
     config.init_head = "new"                 # new: always a new zero-initialised head (App.
                                              # B.1.1) | auto: keep the checkpoint's when it fits
-    config.init_posemb_resample = "corners"  # the 224 px table to 384 px as the released code
-                                             # zooms it (corner patches aligned) | centres
+    # finetune: the 224 px table to 384 px as the released code zooms it (corner patches
+    # aligned); pretrain starts from scratch, where nothing is resampled (centres, the default)
+    config.init_posemb_resample = "corners" if finetune else "centres"
 
     config.task = ml_collections.ConfigDict()
     config.task.name = "classify"            # train/tasks/classify.py
