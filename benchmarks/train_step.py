@@ -40,7 +40,7 @@ wall time / steps, and the table shows each contender's median over rounds. Rati
 of the peer's time over ours.
 
 FLOPs are ``train.flops`` (6 x matmul parameters x tokens plus attention, the MLM head only where
-it is computed). MFU = FLOPs per step / time per step / peak. The peak: on a GPU, the device's
+it is computed). MFU = FLOPs per step / time per step / peak. The peak: on a GPU or TPU, the device's
 bf16 data-sheet peak (``train.flops.spec_peak_flops``) for bf16 runs; otherwise (CPU, or fp32)
 the best square matmul measured in this run, before the first round and after every round
 (``train.flops.measure_matmul_peak``, in the run's dtype); ``--peak_tflops`` overrides.
@@ -195,8 +195,8 @@ def peak_flops(args) -> tuple[float | None, str]:
     if args.peak_tflops:
         return args.peak_tflops * 1e12, "given (--peak_tflops)"
     device = jax.devices()[0]
-    if device.platform == "gpu" and args.dtype == "bfloat16":
-        peak = flops.spec_peak_flops(device.device_kind)
+    if device.platform in ("gpu", "tpu") and args.dtype == "bfloat16":
+        peak = flops.data_sheet_peak(device, args.dtype)
         if peak is None:
             raise SystemExit(f"no bf16 data-sheet peak is known for {device.device_kind!r}; "
                              "pass --peak_tflops")

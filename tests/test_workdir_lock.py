@@ -4,6 +4,7 @@ before writing anything leaves no folder behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -64,3 +65,38 @@ def test_python_m_train_refuses_a_workdir_another_run_trains_in(tmp_path, capsys
                      "--workdir", str(workdir)]) == 2
         assert "is in use: a run is training there" in capsys.readouterr().err
         assert sorted(p.name for p in workdir.iterdir()) == [LOCK]  # nothing written
+
+
+def test_every_process_of_a_run_learns_that_process_0_was_refused(tmp_path):
+    """Only process 0 takes the lock; the others must stop too, not wait in the first step's
+    collectives for a process that left."""
+    from conftest import json_report, start_two_processes
+
+    workdir = tmp_path / "run"
+    script = ["tests/scripts/workdir_holders.py", str(workdir)]
+    for held in (False, True):
+        with hold(workdir) if held else contextlib.nullcontext():
+            processes = start_two_processes(script)
+            reports = [json_report(process.communicate(timeout=300)[0])
+                       for process in processes]
+        assert [r["process"] for r in reports] == [0, 1]
+        if held:
+            assert "is in use: a run is training there" in reports[0]["refused"]
+            assert "process 0 found its lock" in reports[1]["refused"]
+        else:
+            assert all(r.get("held") for r in reports), reports
+
+
+def test_a_file_system_without_flock_trains_unguarded_with_a_note(tmp_path, monkeypatch,
+                                                                  capsys):
+    import errno
+    import fcntl
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with hold(tmp_path / "run"):
+        pass
+    assert "has no flock ([Errno 37] No locks available): nothing stops a second run" in \
+        capsys.readouterr().err

@@ -167,6 +167,8 @@ def _train(args, overrides, started: float, signals: _Signals,
         workdir = storage.run_path(args.workdir)  # a local folder or gs://BUCKET/PATH
         if workdir.exists() and not workdir.is_dir():
             raise ConfigError(f"--workdir {workdir} is a file, not a directory")
+        from train.trainer import check_sections
+        check_sections(config)  # a config file's own keys (overrides were checked as set)
         moved = check_workdir(workdir, config_json, args.allow_config_change)
 
         import jax
@@ -184,9 +186,9 @@ def _train(args, overrides, started: float, signals: _Signals,
         if moved and jax.process_index() == 0:
             print("the mesh differs from the workdir's; the checkpoint is restored onto the new "
                   "one:\n" + "\n".join(moved), file=sys.stderr)
-        trainer = signals.trainer = Trainer(config, workdir, fresh_start=args.fresh_start)
         from train import run_record, workdir_lock
         with workdir_lock.hold(workdir, take=jax.process_index() == 0):  # one run at a time
+            trainer = signals.trainer = Trainer(config, workdir, fresh_start=args.fresh_start)
             final = trainer.run()  # writes config.json once the checkpoint (if any) is restored
             run_record.write_train_record(trainer, command=command, started=started)
     except (ConfigError, DataError, MeshError) as error:

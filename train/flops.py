@@ -158,6 +158,17 @@ def spec_peak_flops(device_kind: str) -> float | None:
     return None
 
 
+def data_sheet_peak(device, dtype) -> float | None:
+    """The peak an accelerator's MFU is quoted against: the data sheet's dense bf16 peak of
+    `device` (a GPU or TPU of a known kind) for a model computing in bfloat16. None elsewhere (a
+    CPU, float32, an unknown chip), where the peak is measured: a matmul timed in one short
+    call underestimates a GPU's or TPU's by its launch overhead, and a float32 one is not the
+    peak a bfloat16 model runs against."""
+    if device.platform not in ("gpu", "tpu") or jnp.dtype(dtype) != jnp.bfloat16:
+        return None
+    return spec_peak_flops(device.device_kind)
+
+
 def attention_forward_flops(q_tokens: int, kv_tokens: int, d_model: int, num_heads: int,
                             kv_heads: int, qk_dim: int, v_dim: int) -> float:
     """Forward FLOPs of one multi-head attention of `q_tokens` queries over `kv_tokens` keys.

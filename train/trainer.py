@@ -42,7 +42,7 @@ from train.checkpoint_averaging import average_params, steps_to_average
 from train.checkpointing import Checkpointer
 from train.config import ConfigError, check_choice, check_keys
 from train.distributed import differing_processes
-from train.flops import measured_peak_flops
+from train.flops import data_sheet_peak, measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import freeze, make_optimizer
 from train.preemption import Preemption
@@ -147,7 +147,6 @@ class Trainer:
         self.workdir = storage.run_path(workdir)  # absolute, or a gs:// URL
         self.fresh_start = fresh_start  # train from step 0 when every checkpoint was set aside
         self.preemption: Preemption | None = None  # the signal handling of the last run()
-        check_sections(config)
         self.mesh = partitioning.make_mesh(config.mesh)
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
@@ -282,10 +281,17 @@ class Trainer:
         return {f"ema.{name}": value for name, value in averaged.items()}
 
     def _peak_flops(self) -> tuple[float, str]:
-        """(per-device peak FLOP/s, where it comes from): the config's, or measured here."""
+        """(per-device peak FLOP/s, where it comes from): the config's; a GPU's or TPU's data
+        sheet for a bfloat16 model (train/flops.py data_sheet_peak); or measured here."""
         configured = self.config.train.peak_flops
         if configured > 0:
             return configured, "config.train.peak_flops"
+        model = self.task.model_config
+        dtype = getattr(model, "dtype", None) or getattr(model.encoder, "dtype", "float32")
+        device = jax.devices()[0]
+        sheet = data_sheet_peak(device, dtype)
+        if sheet:
+            return sheet, f"the {device.device_kind} data sheet's dense bf16 peak"
         return measured_peak_flops(), "measured here by train/flops.py measure_matmul_peak"
 
     # ---- the loop ---------------------------------------------------------------------------
