@@ -17,7 +17,7 @@ from train import evaluate as evaluate_cli
 from train.checkpointing import CheckpointError, Checkpointer, checkpoint_steps, load_params
 from train.config import ConfigError, apply_override, load_config_file
 from train.predict import load_run
-from train.run_weights import load_weights
+from train.run_weights import final_eval_weights, load_weights
 from train.train_step import TrainState
 from train.trainer import Trainer
 
@@ -91,8 +91,11 @@ def test_the_final_eval_is_of_the_average_and_a_resumed_run_averages_alike(fashi
     assert last["loss"] != pytest.approx(final["loss"], rel=1e-5)  # the average, not the last
 
     # python -m train.evaluate and train.predict read the weights the final eval scored
-    _, scored = evaluate_cli.evaluate(tmp_path / "straight")
+    told = []
+    _, scored = evaluate_cli.evaluate(tmp_path / "straight", log=told.append)
     assert scored["loss"] == pytest.approx(final["loss"], rel=1e-5)
+    assert scored["averaged_checkpoints"] == 3
+    assert "weights: the average of the last 3 checkpoints, steps 10, 15, 20" in told
     _, raw = evaluate_cli.evaluate(tmp_path / "straight", weights="raw")
     assert raw["loss"] == pytest.approx(last["loss"], rel=1e-5)
     for got, want in zip(jax.tree.leaves(load_run(tmp_path / "straight").params),
@@ -114,6 +117,8 @@ def test_the_final_eval_is_of_the_average_and_a_resumed_run_averages_alike(fashi
 
     Trainer(_config(), tmp_path / "resumed").run(until_step=12)
     assert _evals(tmp_path / "resumed") == []  # stopped before the end: nothing averaged
+    config = json.loads((tmp_path / "resumed" / "config.json").read_text())
+    assert final_eval_weights(tmp_path / "resumed", config) == "raw"  # what its evals were of
     resumed = Trainer(_config(), tmp_path / "resumed").run()
     assert resumed["averaged_checkpoints"] == 3
     assert resumed["loss"] == pytest.approx(final["loss"], rel=1e-6)

@@ -83,7 +83,7 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
     docstring), of the `weights` of train/run_weights.py (None: those the run's final eval
     scored); `log` gets the task's messages (translation samples)."""
     from train.checkpointing import CheckpointError, checkpoint_steps
-    from train.run_weights import final_eval_weights, load_weights
+    from train.run_weights import averaged_steps, final_eval_weights, load_weights
     from train.trainer import Trainer
 
     workdir = storage.run_path(workdir)
@@ -95,12 +95,15 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
                               "(python -m train --workdir ...) or give one of the saved --step")
     step = steps[-1] if step is None else step
     trainer = Trainer(config, workdir)  # builds; writes nothing before run()
-    saved = load_weights(workdir, step, weights or final_eval_weights(config.to_dict()))
+    weights = weights or final_eval_weights(workdir, config.to_dict())
+    saved = load_weights(workdir, step, weights, note=log)
     params = jax.tree.map(
         lambda value, like: jax.make_array_from_callback(value.shape, like.sharding,
                                                          lambda index: value[index]),
         saved, trainer.abstract_state.params)
     metrics = trainer.evaluate(params, decode=trainer.task.decode_every is not None, log=log)
+    if weights == "average":  # as the trainer's own final eval records it
+        metrics["averaged_checkpoints"] = len(averaged_steps(workdir, step))
     return step, metrics
 
 
@@ -126,7 +129,8 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         config = run_config_of(storage.run_path(args.workdir), args.split)
-        weights = args.weights or final_eval_weights(config.to_dict())
+        weights = args.weights or final_eval_weights(storage.run_path(args.workdir),
+                                                     config.to_dict())
         step, metrics = evaluate(args.workdir, split=args.split, step=args.step,
                                  weights=weights,
                                  log=lambda message: print(message, file=sys.stderr))

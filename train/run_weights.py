@@ -1,15 +1,15 @@
 """Which weights of a run's checkpoints a command reads: the trained parameters (`raw`), the
 exponential moving average of them (`ema`) that a run with train.ema_decay > 0 checkpoints
 beside them (train/trainer.py), or the average of its last train.average_checkpoints
-checkpoints (`average`), the weights a run that averages reports its final eval of (Vaswani et
-al. 2017, Sec. 6.1; train/checkpoint_averaging.py). Used by python -m train.predict and python
--m train.evaluate (`--weights`)."""
+checkpoints (`average`), the weights a finished run that averages reports its final eval of
+(Vaswani et al. 2017, Sec. 6.1; train/checkpoint_averaging.py). Used by python -m
+train.predict and python -m train.evaluate (`--weights`)."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -22,39 +22,21 @@ from train.checkpointing import CheckpointError, checkpoint_steps, load_state
 WEIGHTS = ("raw", "ema", "average")
 
 
-def final_eval_weights(config: dict) -> str:
-    """The weights a run's final eval scored, from its config.json: 'average' for a run with
-    train.average_checkpoints > 0, else 'raw'."""
-    return "average" if config.get("train", {}).get("average_checkpoints", 0) > 0 else "raw"
+def final_eval_weights(workdir: str | os.PathLike, config: dict) -> str:
+    """The weights the run's final eval scored (`config`: its config): 'average' for a run with
+    train.average_checkpoints > 0 that reached train.num_steps, else 'raw' (a run still
+    training, or stopped early, has evaluated its raw weights only)."""
+    train = config.get("train", {})
+    if train.get("average_checkpoints", 0) < 1:
+        return "raw"
+    steps = checkpoint_steps(workdir)
+    return "average" if steps and steps[-1] >= train.get("num_steps", float("inf")) else "raw"
 
 
-def load_weights(workdir: str | os.PathLike, step: int | None = None,
-                 weights: str = "raw") -> Any:
-    """The parameters of a run's checkpoint (train/checkpointing.py `load_params`; default the
-    latest step), or with weights='ema' the exponential moving average of them that a run with
-    train.ema_decay > 0 checkpoints beside them (train/trainer.py), or with weights='average'
-    the mean of the last train.average_checkpoints saved checkpoints up to `step`, as the
-    trainer's final eval averages them. CheckpointError naming the fix for a run that kept no
-    such weights."""
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights={weights!r} is not one of {list(WEIGHTS)}")
-    if weights == "average":
-        return _averaged(workdir, step)
-    state = load_state(workdir, step)
-    if weights == "raw":
-        return state["params"]
-    averaged = state.get("ema_params")
-    if not averaged:
-        raise CheckpointError(f"the checkpoints of {workdir} hold no moving average of the "
-                              "weights: the run trained with train.ema_decay=0; use the raw "
-                              "weights (--weights raw)")
-    return averaged
-
-
-def _averaged(workdir: str | os.PathLike, step: int | None) -> Any:
-    """The element-wise mean, summed in float32, of the parameters of the run's last
-    train.average_checkpoints checkpoints up to `step` (all of them when fewer are saved, as
-    the trainer does), in their saved dtypes."""
+def averaged_steps(workdir: str | os.PathLike, step: int | None = None) -> list[int]:
+    """The saved steps weights='average' averages: the last train.average_checkpoints up to
+    `step` (default the latest; all of them when fewer are saved, as the trainer does).
+    CheckpointError for a run that averages none, or an unsaved `step`."""
     config = json.loads((storage.run_path(workdir) / "config.json").read_text())
     count = config.get("train", {}).get("average_checkpoints", 0)
     if count < 1:
@@ -68,10 +50,36 @@ def _averaged(workdir: str | os.PathLike, step: int | None) -> Any:
     steps = steps_to_average([s for s in saved if step is None or s <= step], count)
     if not steps:
         raise CheckpointError(f"no checkpoint in {workdir}: train the run first")
-    total = None
-    for each in steps:
-        params = load_state(workdir, each)["params"]
-        total = (jax.tree.map(lambda x: x.astype(np.float32), params) if total is None else
-                 jax.tree.map(lambda s, x: s + x.astype(np.float32), total, params))
-        like = params
-    return jax.tree.map(lambda s, x: (s / len(steps)).astype(x.dtype), total, like)
+    return steps
+
+
+def load_weights(workdir: str | os.PathLike, step: int | None = None, weights: str = "raw",
+                 note: Callable[[str], None] | None = None) -> Any:
+    """The parameters of a run's checkpoint (train/checkpointing.py `load_params`; default the
+    latest step), or with weights='ema' the exponential moving average of them that a run with
+    train.ema_decay > 0 checkpoints beside them (train/trainer.py), or with weights='average'
+    the element-wise mean, summed in float32 and in the saved dtypes, of the checkpoints of
+    `averaged_steps` (told to `note`), as the trainer's final eval averages them.
+    CheckpointError naming the fix for a run that kept no such weights."""
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights={weights!r} is not one of {list(WEIGHTS)}")
+    if weights == "average":
+        steps = averaged_steps(workdir, step)
+        if note:
+            note(f"weights: the average of the last {len(steps)} checkpoints, steps "
+                 f"{', '.join(map(str, steps))}")
+        total = None
+        for each in steps:
+            params = load_state(workdir, each)["params"]
+            total = (jax.tree.map(lambda x: x.astype(np.float32), params) if total is None else
+                     jax.tree.map(lambda s, x: s + x.astype(np.float32), total, params))
+        return jax.tree.map(lambda s, x: (s / len(steps)).astype(x.dtype), total, params)
+    state = load_state(workdir, step)
+    if weights == "raw":
+        return state["params"]
+    averaged = state.get("ema_params")
+    if not averaged:
+        raise CheckpointError(f"the checkpoints of {workdir} hold no moving average of the "
+                              "weights: the run trained with train.ema_decay=0; use the raw "
+                              "weights (--weights raw)")
+    return averaged

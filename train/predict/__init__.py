@@ -3,8 +3,8 @@
 A run's workdir holds all a prediction needs: config.json (the model that ran and its task,
 train/run_config.py), vocabulary/ (train/vocabulary.py) and checkpoints/ (the latest is used,
 train/checkpointing.py `load_params`). `load_run` reads them with the weights the run's final
-eval scored: the average of its last checkpoints for a run with train.average_checkpoints > 0,
-else the latest's (`--weights` chooses: `raw`, the latest's; `ema`, its moving average of the
+eval scored: the average of its last checkpoints for a finished run with
+train.average_checkpoints > 0, else the latest's (`--weights` chooses: `raw`, the latest's; `ema`, its moving average of the
 weights, for a run with train.ema_decay > 0; `average`; train/run_weights.py). Each task that
 predicts has a module here, named in PREDICTORS, with
     add_arguments(parser)           its own options
@@ -86,10 +86,11 @@ def predictor(task: str):
     return importlib.import_module(PREDICTORS[task])
 
 
-def load_run(workdir: str | os.PathLike, weights: str | None = None) -> Run:
+def load_run(workdir: str | os.PathLike, weights: str | None = None, note=None) -> Run:
     """The run in `workdir` (module docstring), with the `weights` of train/run_weights.py
-    (None: those its final eval scored); ConfigError for a workdir that is not a run's or of a
-    task without a predictor, CheckpointError when it holds no checkpoint yet (or no average)."""
+    (None: those its final eval scored; `note` is told which were averaged); ConfigError for a
+    workdir that is not a run's or of a task without a predictor, CheckpointError when it holds
+    no checkpoint yet (or no average)."""
     from train import vocabulary
     from train.run_weights import final_eval_weights, load_weights
 
@@ -97,5 +98,6 @@ def load_run(workdir: str | os.PathLike, weights: str | None = None) -> Run:
     directory = storage.run_path(workdir)
     tokenizer = vocabulary.load(directory, fix="it is the vocabulary the run was trained with: "
                                                "restore it from a copy")
-    params = load_weights(directory, weights=weights or final_eval_weights(config))
+    params = load_weights(directory, weights=weights or final_eval_weights(directory, config),
+                          note=note)
     return Run(directory, config, tokenizer, params)

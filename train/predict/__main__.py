@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     module = predictor(task) if task else None
     args = build_parser(task).parse_args(argv)
     try:
-        module.predict(load_run(args.workdir, args.weights), args)
+        module.predict(load_run(args.workdir, args.weights,
+                                note=lambda message: print(message, file=sys.stderr)), args)
     except (ConfigError, CheckpointError, DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
