@@ -128,21 +128,26 @@ def machine(peak_flops_per_device: float | None, peak_flops_source: str) -> dict
 
 
 def code_version(root: Path = REPO) -> dict:
-    """git HEAD of the repository and whether tracked files differ from it; 'unknown' (with the
-    reason) where git is missing or `root` is not a git checkout."""
+    """git HEAD of the repository and whether its code differs from it: a tracked file changed,
+    or an untracked Python file (a new config or module the run may have used; other untracked
+    files, outputs and notes, are not code); 'unknown' (with the reason) where git is missing or
+    `root` is not a git checkout."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                               timeout=60)
     try:
         head = git("rev-parse", "HEAD")
-        status = head if head.returncode else git("status", "--porcelain", "--untracked-files=no")
+        status = head if head.returncode else git("status", "--porcelain",
+                                                  "--untracked-files=all")
     except (OSError, subprocess.SubprocessError) as error:
         return {"commit": "unknown", "dirty": "unknown", "reason": f"git: {error}"}
     if head.returncode or status.returncode:
         reason = (head.stderr or status.stderr).strip().splitlines()
         return {"commit": "unknown", "dirty": "unknown",
                 "reason": f"git: {reason[0] if reason else 'failed'}"}
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    changed = [line for line in status.stdout.splitlines()
+               if line.strip() and (not line.startswith("??") or line.endswith(".py"))]
+    return {"commit": head.stdout.strip(), "dirty": bool(changed)}
 
 
 def versions() -> dict:
