@@ -64,8 +64,9 @@ class Sampling:
 
 
 def filter_logits(logits, sampling: Sampling):
-    """float32 logits ``[..., vocab]`` of the reshaped distribution: divided by the temperature,
-    ``-inf`` outside the top-k and the nucleus (module docstring). Not for ``temperature=0``."""
+    """float32 logits ``[..., vocab]`` of the reshaped distribution: shifted by their maximum
+    (which changes no probability) and divided by the temperature, ``-inf`` outside the top-k
+    and the nucleus (module docstring). Not for ``temperature=0``."""
     if sampling.greedy:
         raise ValueError("temperature=0 is greedy decoding: there is no distribution to filter")
     z = jnp.asarray(logits, jnp.float32)

@@ -429,9 +429,8 @@ def test_the_teacher_is_sharded_like_the_student_on_a_mesh(teachers, brown_data_
 
 
 def test_a_teacher_trained_with_cudnn_attention_runs_where_there_is_none(teachers, tmp_path):
-    """A teacher's config.json from a GPU run (attention_implementation='cudnn', which refuses
-    a CPU): the teacher runs 'auto' (cuDNN where there is one, XLA's attention elsewhere), its
-    logits those of the XLA teacher; remat off; an XLA teacher stays XLA."""
+    """A GPU run's teacher (attention 'cudnn', refused on a CPU) runs 'auto' (XLA's attention
+    here: the XLA teacher's logits), remat off; an XLA teacher stays XLA."""
     from models.bert_pretraining import BertForPreTraining
     from train.teacher import load_teacher
 
@@ -441,9 +440,8 @@ def test_a_teacher_trained_with_cudnn_attention_runs_where_there_is_none(teacher
     saved["model"].update(attention_implementation="cudnn", remat="full")
     (gpu / "config.json").write_text(json.dumps(saved))
     here, there = load_teacher(str(teachers["pretrain"])), load_teacher(str(gpu))
-    assert here.model_config.attention_implementation == "xla"
-    assert there.model_config.attention_implementation == "auto"
-    assert there.model_config.remat == "none"
+    assert (here.model_config.attention_implementation, there.model_config.remat,
+            there.model_config.attention_implementation) == ("xla", "none", "auto")
     ids = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 9)), jnp.int32)
     inputs = (ids, jnp.zeros_like(ids), jnp.ones_like(ids))
     logits = [BertForPreTraining(t.model_config).apply(
