@@ -154,7 +154,6 @@ def _train(args, overrides, started: float, signals: _Signals,
         config_json = to_json(config)
         if args.print_config:  # nothing trained, loaded or compiled: the task's `plan`
             from train.tasks import plan_task
-
             from train.trainer import check_config
 
             resolution = plan_task(config, storage.run_path(args.workdir) if args.workdir

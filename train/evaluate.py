@@ -54,7 +54,7 @@ def parse_args(argv):
                         help="raw: the checkpoint's; ema: their moving average (a run with "
                              "train.ema_decay > 0); average: the last train.average_checkpoints "
                              "checkpoints up to it averaged (default: those the run's final "
-                             "eval scored, average where the run averages)")
+                             "eval scored: average for a finished run that averages)")
     parser.add_argument("--write", action="store_true",
                         help=f"append the result to the run's metrics.jsonl (\"split\": "
                              f"\"{WRITTEN_SPLIT}\")")

@@ -287,7 +287,8 @@ class Trainer:
         if configured > 0:
             return configured, "config.train.peak_flops"
         model = self.task.model_config
-        dtype = getattr(model, "dtype", None) or getattr(model.encoder, "dtype", "float32")
+        dtype = getattr(model, "dtype", None) or getattr(getattr(model, "encoder", None),
+                                                         "dtype", "float32")
         device = jax.devices()[0]
         sheet = data_sheet_peak(device, dtype)
         if sheet:

@@ -25,7 +25,8 @@ def build_parser(task: str | None, workdir_optional: bool = False) -> argparse.A
                         help="raw: the latest checkpoint's; ema: their moving average (a run "
                              "with train.ema_decay > 0); average: the last "
                              "train.average_checkpoints checkpoints averaged (default: those "
-                             "the run's final eval scored, average where the run averages)")
+                             "the run's final eval scored: average for a finished run that "
+                             "averages)")
     if task is not None:
         predictor(task).add_arguments(parser)
     return parser
