@@ -382,18 +382,30 @@ def test_an_eval_between_two_logs_keeps_the_steps_of_the_log_window(monkeypatch)
 
 def test_a_checkpoint_of_another_optimizer_is_refused_and_nothing_is_lost(fashion_mnist_env,
                                                                          tmp_path, capsys):
-    """--allow_config_change with clipping turned off (one optimizer state fewer): the run stops
-    naming the difference; the checkpoints, config.json and metrics.jsonl stay as they were,
-    and the original experiment then resumes from them (extended to 25 steps)."""
+    """Clipping turned off (one optimizer state fewer): refused by the workdir check, even with
+    --allow_config_change; and where the workdir's config no longer says what its checkpoints
+    hold (edited by hand), by the restore, naming the difference. Either way the checkpoints,
+    config.json and metrics.jsonl stay as they were, and the original experiment then resumes
+    from them (extended to 25 steps)."""
+    from train.run_config import REQUESTED_FILE
+
     command = ["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path)]
     assert main(command) == 0
-    kept = {name: (tmp_path / name).read_bytes() for name in ("config.json", "metrics.jsonl")}
+    kept = {name: (tmp_path / name).read_bytes()
+            for name in ("config.json", "metrics.jsonl", REQUESTED_FILE)}
     capsys.readouterr()
-    assert main([*command, "--allow_config_change", "--config.optimizer.clip_norm=0.0"]) == 3
+    off = [*command, "--allow_config_change", "--config.optimizer.clip_norm=0.0"]
+    assert main(off) == 2
+    assert "optimizer.clip_norm: 1.0 in the workdir, 0.0 now" in capsys.readouterr().err
+    request = json.loads(kept[REQUESTED_FILE])
+    request["optimizer"]["clip_norm"] = 0.0  # the workdir's config edited: the restore's check
+    (tmp_path / REQUESTED_FILE).write_text(json.dumps(request))
+    assert main(off) == 3
     err = capsys.readouterr().err
     assert f"checkpoint {tmp_path / 'checkpoints' / '20'} holds another train state" in err
     assert "in the checkpoint only: opt_state/1/0/count" in err
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10", "20"]
+    (tmp_path / REQUESTED_FILE).write_bytes(kept[REQUESTED_FILE])
     assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
     assert not (tmp_path / "metrics.superseded.jsonl").exists()
     assert main([*command, "--config.train.num_steps=25", "--allow_config_change"]) == 0
