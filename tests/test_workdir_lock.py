@@ -55,9 +55,23 @@ def test_a_killed_holder_leaves_the_workdir_free(tmp_path):
         pass
 
 
-def test_python_m_train_refuses_a_workdir_another_run_trains_in(tmp_path, capsys,
+def test_python_m_train_refuses_a_workdir_another_run_trains_in(tmp_path, capsys, monkeypatch,
                                                                fashion_mnist_env):
+    """Refused before the trainer is built (which may train a vocabulary, place a teacher on
+    the device): the lock is there when it is built."""
     from train.__main__ import main
+    from train.trainer import Trainer
+
+    built, real = [], Trainer.__init__
+
+    def init(self, config, workdir, **kwargs):
+        built.append((workdir / LOCK).exists())
+        real(self, config, workdir, **kwargs)
+
+    monkeypatch.setattr(Trainer, "__init__", init)
+    assert main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir",
+                 str(tmp_path / "first"), "--config.train.num_steps=6"]) == 0
+    assert built == [True] and not (tmp_path / "first" / LOCK).exists()
 
     workdir = tmp_path / "run"
     with hold(workdir):
@@ -65,6 +79,7 @@ def test_python_m_train_refuses_a_workdir_another_run_trains_in(tmp_path, capsys
                      "--workdir", str(workdir)]) == 2
         assert "is in use: a run is training there" in capsys.readouterr().err
         assert sorted(p.name for p in workdir.iterdir()) == [LOCK]  # nothing written
+    assert built == [True]  # the second start was not built
 
 
 def test_every_process_of_a_run_learns_that_process_0_was_refused(tmp_path):
@@ -73,18 +88,21 @@ def test_every_process_of_a_run_learns_that_process_0_was_refused(tmp_path):
     from conftest import json_report, start_two_processes
 
     workdir = tmp_path / "run"
-    script = ["tests/scripts/workdir_holders.py", str(workdir)]
-    for held in (False, True):
-        with hold(workdir) if held else contextlib.nullcontext():
-            processes = start_two_processes(script)
-            reports = [json_report(process.communicate(timeout=300)[0])
-                       for process in processes]
-        assert [r["process"] for r in reports] == [0, 1]
-        if held:
-            assert "is in use: a run is training there" in reports[0]["refused"]
-            assert "process 0 found its lock" in reports[1]["refused"]
-        else:
-            assert all(r.get("held") for r in reports), reports
+    (tmp_path / "a_file").write_text("")
+
+    def reports(path):
+        processes = start_two_processes(["tests/scripts/workdir_holders.py", str(path)])
+        return [json_report(process.communicate(timeout=300)[0]) for process in processes]
+
+    free = reports(workdir)
+    assert [r["process"] for r in free] == [0, 1] and all(r.get("held") for r in free), free
+    with hold(workdir):
+        refused = reports(workdir)
+    assert "is in use: a run is training there" in refused[0]["refused"]
+    assert "process 0 could not take the lock" in refused[1]["refused"]
+    broken = reports(tmp_path / "a_file" / "run")  # no folder can be made there: an OSError
+    assert "the lock of" in broken[0]["refused"] and "could not be taken" in broken[0]["refused"]
+    assert "process 0 could not take the lock" in broken[1]["refused"]
 
 
 def test_a_file_system_without_flock_trains_unguarded_with_a_note(tmp_path, monkeypatch,
@@ -100,3 +118,4 @@ def test_a_file_system_without_flock_trains_unguarded_with_a_note(tmp_path, monk
         pass
     assert "has no flock ([Errno 37] No locks available): nothing stops a second run" in \
         capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # neither the lock file nor a folder made for it

@@ -50,6 +50,8 @@ def _acquire(folder) -> int | None:
             os.close(fd)
             if error.errno not in UNSUPPORTED:
                 raise
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # local path: the lock file it could not lock
             print(f"note: {folder}'s file system has no flock ({error}"
                   "): nothing stops a second run from starting there", file=sys.stderr)
             return None
@@ -65,11 +67,12 @@ def _acquire(folder) -> int | None:
         os.close(fd)
 
 
-def _release(folder, fd: int, made: bool) -> None:
-    # removed while still held: a process that opened it meanwhile takes a new one
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.fspath(folder / LOCK))  # local path: a local workdir's lock
-    os.close(fd)
+def _release(folder, fd: int | None, made: bool) -> None:
+    if fd is not None:
+        # removed while still held: a process that opened it meanwhile takes a new one
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.fspath(folder / LOCK))  # local path: a local workdir's lock
+        os.close(fd)
     if made:  # made only to hold the lock: gone again if the run wrote nothing
         with contextlib.suppress(OSError):  # not empty, or another start's lock now
             os.rmdir(os.fspath(folder))  # local path: as above
@@ -91,22 +94,27 @@ def _agreed(ok: bool) -> bool:
 def hold(workdir, take: bool = True) -> Iterator[None]:
     """Holds `workdir`'s lock for the block: `take` on process 0, whose outcome every process
     of a multi-process run then learns (so call it on all of them). ConfigError naming the
-    holder when another run holds it (on the other processes: that process 0 found it in use).
+    holder when another run holds it, or why the lock could not be taken (a folder that cannot
+    be made); on the other processes, that process 0 could not take it.
     A folder made here only to hold the lock is removed again when the block leaves it empty
     (a run that failed before writing anything leaves no workdir)."""
-    fd, refused, made = None, None, False
+    fd, failed, made, folder = None, None, False, None
     if take and not storage.is_url(workdir):
         folder = storage.run_path(workdir)
         made = not folder.exists()
         try:
             fd = _acquire(folder)
-        except ConfigError as error:
-            refused = error
-    if not _agreed(refused is None):
-        raise refused or ConfigError(f"{workdir} is in use by another run (process 0 found "
-                                     "its lock): use another --workdir")
+        except Exception as error:  # every process must learn of it, whatever it is
+            failed = error
+            if not isinstance(error, ConfigError):
+                failed = ConfigError(f"the lock of {workdir} could not be taken: {error}")
+                failed.__cause__ = error
+            _release(folder, None, made)
+    if not _agreed(failed is None):
+        raise failed or ConfigError(f"process 0 could not take the lock of {workdir} (another "
+                                    "run holds it, or its error says why): see its output")
     try:
         yield
     finally:
-        if fd is not None:
+        if folder is not None:
             _release(folder, fd, made)
