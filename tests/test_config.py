@@ -272,7 +272,7 @@ def test_a_typo_in_a_config_files_train_or_mesh_section_is_refused(tmp_path, cap
     mesh. The trainer reads exactly configs/common.py's train and mesh keys."""
     from configs.common import mesh_config, train_config
     from train.partitioning import MESH_AXES
-    from train.trainer import TRAIN_KEYS
+    from train.start_checks import TRAIN_KEYS
 
     assert set(TRAIN_KEYS) == set(train_config()) and set(MESH_AXES) == set(mesh_config())
     for section, typo, fix in (("train", "num_step", "num_steps"), ("mesh", "dta", "data")):

@@ -139,3 +139,20 @@ def test_a_run_from_before_keys_were_added_is_scored_as_it_ran(vit_run, tmp_path
     completed = completed_request(translate)
     assert completed["train"]["ema_decay"] == 0.0 and completed["model"]["mlp_dropout_rate"] is None
     assert "repeated_augment" not in completed["data"] and translate["train"] == {}
+
+
+def test_a_run_with_a_train_key_removed_since_is_scored(vit_run, tmp_path, fixture_data_root):
+    """Runs made before a train.* key was removed (e.g. train.inject_nan_at_step) still hold it
+    in requested_config.json: rebuilding the trainer to score them does not refuse the key, as a
+    new start would."""
+    import shutil
+
+    from train.run_config import REQUESTED_FILE
+
+    old = tmp_path / "old"
+    shutil.copytree(vit_run, old)
+    request = json.loads((old / REQUESTED_FILE).read_text())
+    request["train"]["inject_nan_at_step"] = -1
+    (old / REQUESTED_FILE).write_text(json.dumps(request))
+    with data_root(fixture_data_root):
+        assert evaluate_cli.evaluate(old)[1] == pytest.approx(evaluate_cli.evaluate(vit_run)[1])

@@ -154,7 +154,7 @@ def _train(args, overrides, started: float, signals: _Signals,
         config_json = to_json(config)
         if args.print_config:  # nothing trained, loaded or compiled: the task's `plan`
             from train.tasks import plan_task
-            from train.trainer import check_config
+            from train.start_checks import check_config
 
             resolution = plan_task(config, storage.run_path(args.workdir) if args.workdir
                                    else None)
@@ -166,7 +166,7 @@ def _train(args, overrides, started: float, signals: _Signals,
         workdir = storage.run_path(args.workdir)  # a local folder or gs://BUCKET/PATH
         if workdir.exists() and not workdir.is_dir():
             raise ConfigError(f"--workdir {workdir} is a file, not a directory")
-        from train.trainer import check_sections
+        from train.start_checks import check_sections
         check_sections(config)  # a config file's own keys (overrides were checked as set)
         moved = check_workdir(workdir, config_json, args.allow_config_change)
 

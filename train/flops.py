@@ -158,6 +158,12 @@ def spec_peak_flops(device_kind: str) -> float | None:
     return None
 
 
+def compute_dtype(model_config) -> str:
+    """The dtype a model config computes in (an MAE's: its encoder's)."""
+    encoder = getattr(model_config, "encoder", None)
+    return getattr(model_config, "dtype", None) or getattr(encoder, "dtype", "float32")
+
+
 def data_sheet_peak(device, dtype) -> float | None:
     """The peak an accelerator's MFU is quoted against: the data sheet's dense bf16 peak of
     `device` (a GPU or TPU of a known kind) for a model computing in bfloat16. None elsewhere (a

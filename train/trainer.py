@@ -27,7 +27,6 @@ also evaluates the average, its metrics logged beside the raw weights' as `ema.<
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 
 import flax.linen as nn
@@ -40,93 +39,17 @@ from data.errors import DataError
 from train import partitioning, run_config, storage, vocabulary
 from train.checkpoint_averaging import average_params, steps_to_average
 from train.checkpointing import Checkpointer
-from train.config import ConfigError, check_choice, check_keys
+from train.config import ConfigError
 from train.distributed import differing_processes
-from train.flops import data_sheet_peak, measured_peak_flops
+from train.flops import compute_dtype, data_sheet_peak, measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import freeze, make_optimizer
 from train.preemption import Preemption
+from train.start_checks import validate_batching
 from train.step_log import StepLog
-from train.tasks import get_task, task_class
+from train.tasks import get_task
 from train.tasks.base import eval_fn_of
 from train.train_step import TrainState, ema_init, make_train_step
-
-
-# The keys of config.train, each read by this module (configs/common.py train_config declares
-# them): a typo in a config file's train section is refused, not trained without.
-TRAIN_KEYS = ("num_steps", "grad_accum_steps", "log_every", "eval_every", "checkpoint_every",
-              "keep_checkpoints", "average_checkpoints", "async_checkpoint", "peak_flops",
-              "progress_bar", "nonfinite", "ema_decay")
-
-
-def check_sections(config: ml_collections.ConfigDict) -> None:
-    """ConfigError naming a key of config.train or config.mesh that nothing reads."""
-    check_keys(config.train, "train", TRAIN_KEYS, "the trainer (train/trainer.py)")
-    check_keys(config.mesh, "mesh", partitioning.MESH_AXES, "train/partitioning.py")
-
-
-def check_config(config: ml_collections.ConfigDict, model_config) -> list[str]:
-    """What a start checks of the config before it builds anything, for `--print_config`:
-    the sections' keys, the optimizer (`model_config`: the planned model, whose width an
-    inverse-sqrt schedule reads) and, where this machine's devices make the mesh, the batching
-    and step counts; returns a note when they do not (a pod's config printed on a laptop)."""
-    check_sections(config)
-    try:
-        mesh = partitioning.make_mesh(config.mesh)
-    except partitioning.MeshError as error:
-        notes = [f"not checked here, where the mesh cannot be built: the batch sizes against "
-                 f"it ({error})"]
-    else:
-        validate_batching(config, mesh)
-        notes = []
-    encoder = getattr(model_config, "encoder", model_config)
-    width = getattr(model_config, "d_model", None) or getattr(encoder, "hidden_size", None)
-    try:
-        make_optimizer(config.optimizer, d_model=width, num_steps=config.train.num_steps)
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
-    return notes
-
-
-def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
-    """Batch sizes must split evenly over processes, data-parallel devices and microbatches;
-    the step counts of config.train must be in range."""
-    dp = partitioning.data_parallel_size(mesh)
-    accum = config.train.grad_accum_steps
-    if accum < 1:
-        raise ConfigError(f"config.train.grad_accum_steps={accum} must be >= 1")
-    train_keys = task_class(config).train_batch_keys(config)  # e.g. BERT's phase 2 batch too
-    for key in (*train_keys, "eval_batch_size"):
-        size = config.data[key]
-        if size % dp or size % jax.process_count():
-            raise ConfigError(
-                f"config.data.{key}={size} is not divisible by the data-parallel size {dp} "
-                f"(mesh data*fsdp) and process count {jax.process_count()}; use a multiple of "
-                f"{math.lcm(dp, jax.process_count())}")
-    for key in train_keys:
-        if config.data[key] % (accum * dp):
-            raise ConfigError(
-                f"config.data.{key}={config.data[key]} must split into grad_accum_steps={accum} "
-                f"microbatches that are each divisible by the data-parallel size {dp}")
-    check_choice(config, "train.nonfinite", ("stop", "skip"))
-    for key, least in (("num_steps", 1), ("log_every", 1), ("checkpoint_every", 1),
-                       ("keep_checkpoints", 1), ("eval_every", 0), ("average_checkpoints", 0)):
-        value = config.train[key]
-        if value < least:
-            meaning = " (0: only at the end)" if key == "eval_every" else (
-                " (0: the final parameters, no averaging)" if least == 0 else "")
-            raise ConfigError(f"config.train.{key}={value} must be >= {least}{meaning}")
-    if config.train.average_checkpoints > config.train.keep_checkpoints:
-        raise ConfigError(
-            f"config.train.average_checkpoints={config.train.average_checkpoints} averages more "
-            f"checkpoints than config.train.keep_checkpoints={config.train.keep_checkpoints} "
-            f"keeps: set keep_checkpoints to {config.train.average_checkpoints} or more")
-    if not 0.0 <= config.train.ema_decay < 1.0:
-        raise ConfigError(f"config.train.ema_decay={config.train.ema_decay} must be in [0, 1) "
-                          "(0: no moving average of the weights; DeiT's code: 0.99996)")
-    if config.train.peak_flops < 0:
-        raise ConfigError(f"config.train.peak_flops={config.train.peak_flops} must be >= 0 "
-                          "(0: measure a matmul here)")
 
 
 def _numeric(batch: dict) -> dict:
@@ -286,11 +209,8 @@ class Trainer:
         configured = self.config.train.peak_flops
         if configured > 0:
             return configured, "config.train.peak_flops"
-        model = self.task.model_config
-        dtype = getattr(model, "dtype", None) or getattr(getattr(model, "encoder", None),
-                                                         "dtype", "float32")
         device = jax.devices()[0]
-        sheet = data_sheet_peak(device, dtype)
+        sheet = data_sheet_peak(device, compute_dtype(self.task.model_config))
         if sheet:
             return sheet, f"the {device.device_kind} data sheet's dense bf16 peak"
         return measured_peak_flops(), "measured here by train/flops.py measure_matmul_peak"
