@@ -153,9 +153,10 @@ def test_code_version_names_the_commit_and_changes_or_says_unknown(tmp_path, mon
     (tmp_path / "untracked.txt").write_text("not code\n")
     assert run_record.code_version(tmp_path) == {"commit": head, "dirty": False}
     (tmp_path / "configs").mkdir()
-    (tmp_path / "configs" / "mine.py").write_text("x = 3\n")  # code the commit lacks
-    assert run_record.code_version(tmp_path) == {"commit": head, "dirty": True}
-    (tmp_path / "configs" / "mine.py").unlink()
+    for name in ("mine.py", "my config é.py"):  # code the commit lacks (git quotes the second)
+        (tmp_path / "configs" / name).write_text("x = 3\n")
+        assert run_record.code_version(tmp_path) == {"commit": head, "dirty": True}
+        (tmp_path / "configs" / name).unlink()
     (tmp_path / "a.py").write_text("x = 2\n")
     assert run_record.code_version(tmp_path) == {"commit": head, "dirty": True}
     monkeypatch.setenv("PATH", str(tmp_path / "no_git_here"))

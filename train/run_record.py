@@ -25,8 +25,9 @@ from the committed ones). One format for every command that measures something:
                   start_step, end_step, outcome, machine, code, versions (top-level machine,
                   code and versions are the last session's)
     machine       cpu model, cpu_count, usable_cpus, backend, device_kind, device_count,
-                  process_count, peak_flops_per_device (the matmul peak MFU was computed
-                  against; None where nothing was measured) and peak_flops_source,
+                  process_count, peak_flops_per_device (the peak MFU was computed against:
+                  the measured matmul's, or a GPU's or TPU's data sheet for a bfloat16 model;
+                  None where nothing was measured) and peak_flops_source,
                   max_rss_bytes of this process, device_memory (per local device, where jax
                   reports it: GPUs and TPUs; None on CPU), load_average (the system's 1, 5 and
                   15-minute load averages when the record was written: other work sharing the
@@ -137,7 +138,7 @@ def code_version(root: Path = REPO) -> dict:
                               timeout=60)
     try:
         head = git("rev-parse", "HEAD")
-        status = head if head.returncode else git("status", "--porcelain",
+        status = head if head.returncode else git("status", "--porcelain", "-z",
                                                   "--untracked-files=all")
     except (OSError, subprocess.SubprocessError) as error:
         return {"commit": "unknown", "dirty": "unknown", "reason": f"git: {error}"}
@@ -145,8 +146,9 @@ def code_version(root: Path = REPO) -> dict:
         reason = (head.stderr or status.stderr).strip().splitlines()
         return {"commit": "unknown", "dirty": "unknown",
                 "reason": f"git: {reason[0] if reason else 'failed'}"}
-    changed = [line for line in status.stdout.splitlines()
-               if line.strip() and (not line.startswith("??") or line.endswith(".py"))]
+    # -z: "XY path" entries split by NUL, names unquoted (a rename's old path follows its own)
+    changed = [entry for entry in status.stdout.split("\0")
+               if entry.strip() and (not entry.startswith("??") or entry.endswith(".py"))]
     return {"commit": head.stdout.strip(), "dirty": bool(changed)}
 
 
