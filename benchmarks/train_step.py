@@ -40,10 +40,10 @@ wall time / steps, and the table shows each contender's median over rounds. Rati
 of the peer's time over ours.
 
 FLOPs are ``train.flops`` (6 x matmul parameters x tokens plus attention, the MLM head only where
-it is computed). MFU = FLOPs per step / time per step / peak. The peak: on a GPU or TPU, the device's
-bf16 data-sheet peak (``train.flops.spec_peak_flops``) for bf16 runs; otherwise (CPU, or fp32)
-the best square matmul measured in this run, before the first round and after every round
-(``train.flops.measure_matmul_peak``, in the run's dtype); ``--peak_tflops`` overrides.
+it is computed). MFU = FLOPs per step / time per step / peak. The peak: on a GPU or TPU, the
+device's bf16 data-sheet peak (``train.flops.data_sheet_peak``) for bf16 runs; otherwise (CPU,
+or fp32) the best square matmul measured in this run, before the first round and after every
+round (``train.flops.measure_matmul_peak``, in the run's dtype); ``--peak_tflops`` overrides.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ The table computes everything from the records: the step time (1 / steps per sec
 window: the step log's wall clock, so an input pipeline that cannot keep up shows as a longer
 step, and the step log's `input_wait_fraction` says how much), the MFU of the model as it ran
 (the record's config: its vocabulary is the one trained) against the device's bf16 data-sheet
-peak (train/flops.py spec_peak_flops; not the trainer's own figure, which is against a matmul
-it measured), the device memory at its peak, and the phase's steps at that step time, which is
+peak (train/flops.py spec_peak_flops, whatever the record's own figure: older records measured
+a matmul), the device memory at its peak, and the phase's steps at that step time, which is
 its time on 8 such GPUs if the all-reduce overlaps the backward pass. A record of another
 command than its run's (extra overrides) is refused. `settings()` lists the overrides beneath
 the table.

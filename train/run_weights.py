@@ -30,7 +30,7 @@ def final_eval_weights(workdir: str | os.PathLike, config: dict) -> str:
     if train.get("average_checkpoints", 0) < 1:
         return "raw"
     steps = checkpoint_steps(workdir)
-    return "average" if steps and steps[-1] >= train.get("num_steps", float("inf")) else "raw"
+    return "average" if steps and steps[-1] >= train.get("num_steps", 0) else "raw"
 
 
 def averaged_steps(workdir: str | os.PathLike, step: int | None = None) -> list[int]:

@@ -4,11 +4,13 @@ A workdir's config.json is the config its checkpoints were trained with. A confi
 from it is sorted by what the difference does to resuming:
   placement (the mesh): where the run computes; the checkpoint restores onto the new mesh, so it
       resumes without asking;
-  resumable (RESUMABLE below): how the run goes on, not the train state it restores; resumed
-      only with --allow_config_change, which the refusal recommends;
+  resumable (RESUMABLE below): how the run goes on, or what its step 0 started from (`init`),
+      not the train state it restores; resumed only with --allow_config_change, which the
+      refusal recommends;
   anything else (the task, the model's kind and dimensions, the optimizer's name, the
       vocabulary, ...): another experiment, whose train state these checkpoints do not hold;
-      the refusal recommends a new --workdir.
+      refused even with --allow_config_change (a workdir with no checkpoint yet starts again
+      with it); the refusal recommends a new --workdir.
 """
 
 from __future__ import annotations

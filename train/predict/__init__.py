@@ -4,9 +4,9 @@ A run's workdir holds all a prediction needs: config.json (the model that ran an
 train/run_config.py), vocabulary/ (train/vocabulary.py) and checkpoints/ (the latest is used,
 train/checkpointing.py `load_params`). `load_run` reads them with the weights the run's final
 eval scored: the average of its last checkpoints for a finished run with
-train.average_checkpoints > 0, else the latest's (`--weights` chooses: `raw`, the latest's; `ema`, its moving average of the
-weights, for a run with train.ema_decay > 0; `average`; train/run_weights.py). Each task that
-predicts has a module here, named in PREDICTORS, with
+train.average_checkpoints > 0, else the latest's (`--weights` chooses: `raw`, the latest's;
+`ema`, its moving average of the weights, for a run with train.ema_decay > 0; `average`;
+train/run_weights.py). Each task that predicts has a module here, named in PREDICTORS, with
     add_arguments(parser)           its own options
     predict(run, args) -> outputs   what it makes of the inputs (and prints)
 so `python -m train.predict WORKDIR --help` lists the options of that run's task.
