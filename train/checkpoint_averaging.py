@@ -22,7 +22,7 @@ sum, so the memory needed is two train states, whatever N.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -43,12 +43,19 @@ def average_params(checkpointer, abstract_state: Any, steps: list[int],
     len(steps)."""
     if not steps:
         raise ValueError("no checkpoint to average")
-    total = None
-    for step in steps:
-        state, _, _ = checkpointer.restore(abstract_state, step, warn)
-        params = jax.tree.map(lambda x: x.astype(jnp.float32), state.params)
-        total = params if total is None else jax.tree.map(jnp.add, total, params)
-        del state
-    count = float(len(steps))
-    return jax.tree.map(lambda s, like: (s / count).astype(like.dtype), total,
-                        abstract_state.params)
+    return mean_in_float32((checkpointer.restore(abstract_state, step, warn)[0].params
+                            for step in steps), abstract_state.params)
+
+
+def mean_in_float32(trees: Iterable[Any], like: Any = None) -> Any:
+    """The element-wise mean of parameter trees read one at a time (a float32 running sum, so
+    one tree in memory beside it), in the dtypes of `like` (default the last tree's)."""
+    total, count = None, 0
+    for tree in trees:
+        tree32 = jax.tree.map(lambda x: jnp.asarray(x).astype(jnp.float32), tree)
+        total = tree32 if total is None else jax.tree.map(jnp.add, total, tree32)
+        count, last = count + 1, tree
+    if not count:
+        raise ValueError("no parameters to average")
+    return jax.tree.map(lambda s, x: (s / count).astype(x.dtype), total,
+                        last if like is None else like)

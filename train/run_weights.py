@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from train import storage
-from train.checkpoint_averaging import steps_to_average
+from train.checkpoint_averaging import mean_in_float32, steps_to_average
 from train.checkpointing import CheckpointError, checkpoint_steps, load_state
 
 # which weights of a run: the trained ones, their moving average, its last checkpoints averaged
@@ -68,12 +68,8 @@ def load_weights(workdir: str | os.PathLike, step: int | None = None, weights: s
         if note:
             note(f"weights: the average of the last {len(steps)} checkpoints, steps "
                  f"{', '.join(map(str, steps))}")
-        total = None
-        for each in steps:
-            params = load_state(workdir, each)["params"]
-            total = (jax.tree.map(lambda x: x.astype(np.float32), params) if total is None else
-                     jax.tree.map(lambda s, x: s + x.astype(np.float32), total, params))
-        return jax.tree.map(lambda s, x: (s / len(steps)).astype(x.dtype), total, params)
+        mean = mean_in_float32(load_state(workdir, each)["params"] for each in steps)
+        return jax.tree.map(np.asarray, mean)  # host arrays, as the other weights are
     state = load_state(workdir, step)
     if weights == "raw":
         return state["params"]
