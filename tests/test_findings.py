@@ -100,6 +100,15 @@ def test_a_level_finding_is_an_equivalence_test_within_its_tolerance(a, verdict,
     assert j.verdict == verdict and why in j.reason
 
 
+def test_every_verdict_short_of_reproduced_carries_the_findings_likely_reason():
+    for a, expect in (([0.790, 0.830, 0.795], "level"), ([0.806, 0.800, 0.800], "higher"),
+                      ([0.840, 0.852, 0.829], "level"), ([0.802, 0.811, 0.789], "higher")):
+        finding = Finding("a vs ref", metric="accuracy", row="a", expect=expect, paper="p",
+                          tolerance=1.0 if expect == "level" else 0.0, if_not="too few steps")
+        j = _judge(finding, _runs(ref=(REF, [5, 5, 5]), a=(a, [5, 5, 5])))
+        assert j.verdict != "reproduced" and j.reason.endswith("too few steps"), (a, j)
+
+
 def test_one_seed_is_never_judged():
     finding = Finding("a beats ref", metric="accuracy", row="a", expect="higher", paper="p")
     j = _judge(finding, _runs(ref=([0.5], [5]), a=([0.9], [5])))

@@ -186,7 +186,7 @@ def judge(finding: Finding, sweep: Sweep, runs: dict, reference: str | None, res
             return Judgement(INCONCLUSIVE, delta, se, n,
                              f"Δ ± {t:.2f} s.e. = [{low:+.2f}, {high:+.2f}] reaches both inside "
                              f"and beyond the tolerance ± {finding.tolerance:g} (Δ itself is "
-                             f"{where} it)")
+                             f"{where} it)" + (f"; {finding.if_not}" if finding.if_not else ""))
     else:  # identical differences in every seed (se 0) are clear unless 0
         clear = abs(delta) >= t * se if se > 0 else delta != 0
         agrees = delta > 0 if finding.expect == "higher" else delta < 0
