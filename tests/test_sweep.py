@@ -109,6 +109,12 @@ def test_a_stage_may_change_one_rows_run_of_it(tmp_path):
      "row_overrides for \\['z'\\], not rows"),
     (dict(metrics=(sweep_spec.Metric("loss", "min"), sweep_spec.Metric("loss", stage="s"))),
      "metrics repeat"),
+    (dict(repeats={"a": {"accuracy": "z"}}), "repeats for 'a': rows \\['z'\\]"),
+    (dict(repeats={"a": {"acc": "a"}}), "metrics \\['acc'\\] are not the sweep's"),
+    (dict(rows={"a": {}, "b": {}}, repeats={"a": {"accuracy": "b"}},
+          findings=(sweep_spec.Finding("a beats b", metric="accuracy", row="a", against="b",
+                                       expect="higher", paper="p"),)),
+     "compares accuracy of row a, which measures row b's model again"),
 ])
 def test_sweep_declarations_are_checked(kwargs, message):
     declared = dict(title="t", stages=(sweep_spec.Stage("s", "f.py"),), rows={"a": {}},
@@ -183,6 +189,13 @@ def test_summary_and_table_are_mean_and_sample_std_over_seeds(tmp_path):
         "| **b** | 2 | 0.9000 ± 0.1414 | 0.5500 ± 0.0707 | 6 |",    # lowest mean loss
         "| c | 1 | 2.0000 | 0.1000 | 7 |",
         "| d | 0 | - | - | - |"]
+    # b's loss measured a's model again (Sweep.repeats): named, not shown, not the best
+    sweep = dataclasses.replace(sweep, repeats={"b": {"loss": "a"}})
+    sweep_report.write_markdown(sweep, summary, "f.py", tmp_path / "results.md")
+    lines = [line for line in (tmp_path / "results.md").read_text().splitlines()
+             if line.startswith("| ")]
+    assert lines[1:3] == ["| **a** | 3 | 1.4000 ± 0.4583 | 0.8833 ± 0.0764 | 30 |",
+                          "| b | 2 | = a | 0.5500 ± 0.0707 | 6 |"]
 
 
 # ---- a real 2-row x 2-seed smoke sweep -------------------------------------------------------

@@ -213,7 +213,8 @@ def _minutes(seconds) -> str:
 
 def _best(sweep: Sweep, runs: dict) -> str:
     label = sweep.label(sweep.metrics[0])
-    means = {row: float(np.mean(values[label])) for row, values in runs.items()}
+    means = {row: float(np.mean(values[label])) for row, values in runs.items()
+             if not sweep.repeated(row, label)}
     return (max if sweep.metrics[0].better == "max" else min)(means, key=means.get)
 
 
@@ -268,9 +269,10 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
     for row, values in runs.items():
         cells = [f"**`{row}`**" if row == best else f"`{row}`", str(len(values["seed"]))]
         for label in labels:
-            cells.append(_value(label, values[label]))
+            same = sweep.repeated(row, label)
+            cells.append(f"= `{same}`" if same else _value(label, values[label]))
             if label in compared:
-                cells.append("-" if row == reference or reference not in runs else
+                cells.append("-" if same or row == reference or reference not in runs else
                              _delta(label, *change(label, values, runs[reference])))
             if label not in with_paper:
                 continue

@@ -69,7 +69,10 @@ def _rows_figure(folder: str, sweep: Sweep, runs: dict):
     fig, axes = plt.subplots(len(labels), 1 + changes, figsize=(13 if changes else 7,
                                                                 3.6 * len(labels)), squeeze=False)
     for (ax, *ax_change), label in zip(axes, labels):
+        shown = [row for row in rows if not sweep.repeated(row, label)]
         for i, row in enumerate(rows):
+            if row not in shown:  # another row's model, measured again: not a point of its own
+                continue
             seeds = scale(label, runs[row][label])
             ax.plot(np.full(len(seeds), i), seeds, ".", color="tab:blue", alpha=0.5)
             std = seeds.std(ddof=1) if len(seeds) > 1 else 0
@@ -92,7 +95,8 @@ def _rows_figure(folder: str, sweep: Sweep, runs: dict):
         if reference not in runs:
             ax_change.set_axis_off()
             continue
-        ours = [change(label, runs[r], runs[reference]) for r in rows]
+        ours = [change(label, runs[r], runs[reference]) if r in shown else (np.nan, np.nan)
+                for r in rows]
         theirs = [paper_change(label, sweep, r, reference) for r in rows]
         beside = not np.isnan(theirs).all()  # no paper bars where the paper has no numbers
         ax_change.bar(x - 0.2 * beside, [d for d, _ in ours], 0.4,

@@ -77,7 +77,8 @@ def _best(sweep: Sweep, summary: dict) -> str | None:
     metric = sweep.metrics[0]
     label = sweep.label(metric)
     scored = {row: stats[label][0] for row, stats in summary.items()
-              if stats["n"] and not math.isnan(stats[label][0])}
+              if stats["n"] and not math.isnan(stats[label][0])
+              and not sweep.repeated(row, label)}
     if not scored:
         return None
     return (max if metric.better == "max" else min)(scored, key=scored.get)
@@ -121,7 +122,8 @@ def write_markdown(sweep: Sweep, summary: dict, config: str, path: epath.Path) -
         name = f"**{row}**" if row == best else row
         cells = [name, str(stats["n"])]
         for label in labels:
-            cells.append(_cell(*stats[label]))
+            same = sweep.repeated(row, label)
+            cells.append(f"= {same}" if same and stats["n"] else _cell(*stats[label]))
             if label in with_paper:
                 value = sweep.paper.get(row, {}).get(label)
                 cells.append("-" if value is None else f"{value:.4f}")
@@ -142,11 +144,13 @@ def write_plot(sweep: Sweep, records: list[dict], summary: dict, path: epath.Pat
     width = max(4.0, 1.1 * len(rows))
     figure, axes = plt.subplots(1, len(metrics), figsize=(width * len(metrics), 4), squeeze=False)
     for ax, (metric, label) in zip(axes[0], metrics):
-        for n, record in enumerate(records):  # seeds spread a little sideways
+        shown = [r for r in records if not sweep.repeated(r["row"], label)]
+        for n, record in enumerate(shown):  # seeds spread a little sideways
             i = rows.index(record["row"])
             ax.plot(i + 0.04 * (record["seed"] % 5 - 2), record["metrics"][label], "o",
                     color="tab:blue", alpha=0.45, markersize=4, label="seeds" if n == 0 else None)
-        means = np.array([summary[r][label][0] for r in rows])
+        means = np.array([np.nan if sweep.repeated(r, label) else summary[r][label][0]
+                          for r in rows])
         stds = np.nan_to_num(np.array([summary[r][label][1] for r in rows]))
         ax.errorbar(x, means, yerr=stds, fmt="s", color="tab:blue", capsize=4,
                     label="mean ± std over seeds")

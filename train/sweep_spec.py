@@ -142,6 +142,9 @@ class Sweep:
     # comparison starts elsewhere (another of its tables' baselines): {row: {metric: value}}.
     paper_reference: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     findings: tuple[Finding, ...] = ()           # the paper's findings this table tests
+    # Cells that measure another row's model, {row: {metric: that row}} (a linear probe of the
+    # same random encoder): shown as '= `that row`', never compared, plotted or judged.
+    repeats: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         names = [stage.name for stage in self.stages]
@@ -192,6 +195,11 @@ class Sweep:
                 if unknown:
                     raise SweepError(f"{what} for {row!r} name unknown metrics "
                                      f"{sorted(unknown)}")
+        for row, cells in self.repeats.items():
+            unknown = sorted({row, *cells.values()} - set(self.rows))
+            if unknown or set(cells) - set(labels):
+                raise SweepError(f"repeats for {row!r}: rows {unknown} / metrics "
+                                 f"{sorted(set(cells) - set(labels))} are not the sweep's")
         if self.seeds < 1:
             raise SweepError(f"seeds={self.seeds} must be >= 1")
         for finding in self.findings:
@@ -217,6 +225,15 @@ class Sweep:
             if metric not in labels:
                 raise SweepError(f"Finding {finding.claim!r} names the metric {metric!r}; the "
                                  f"sweep's metrics are {labels}")
+        for row in rows:
+            for metric in set(metrics) & set(self.repeats.get(row, {})):
+                raise SweepError(f"Finding {finding.claim!r} compares {metric} of row {row}, "
+                                 f"which measures row {self.repeats[row][metric]}'s model again "
+                                 "(Sweep.repeats)")
+
+    def repeated(self, row: str, label: str) -> str | None:
+        """The row whose model `row`'s `label` measures again (Sweep.repeats), or None."""
+        return self.repeats.get(row, {}).get(label)
 
     def label(self, metric: Metric) -> str:
         """Column name: 'accuracy', or 'pretrain.mlm_accuracy' for a stage other than the last;

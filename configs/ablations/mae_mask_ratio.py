@@ -100,4 +100,8 @@ def get_sweep(arg: str | None = None) -> Sweep:
                    "where its text states them: another model, data set and budget, so compare "
                    "how the rows order, not the values.",
         findings=() if args.smoke else FINDINGS,
+        # its encoder is untrained's until fine-tuning: the probe and the placeholder
+        # pretraining measure untrained's model again
+        repeats={"scratch_equal_compute": {"probe.accuracy": "untrained",
+                                           "pretrain.pixel_mse": "untrained"}},
     )
