@@ -182,6 +182,20 @@ def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(fashion_mn
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
 
 
+def test_nan_stops_before_an_eval_would_run_on_the_bad_weights(fashion_mnist_env, tmp_path,
+                                                              capsys, monkeypatch):
+    """An eval step that is neither a log nor a checkpoint step checks the flags first: no
+    eval (or decoding) of NaN weights, no NaN eval record."""
+    poison_images_at(monkeypatch, 13)
+    code = main(["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path),
+                 "--config.train.log_every=20", "--config.train.checkpoint_every=20",
+                 "--config.train.eval_every=14"])
+    assert code == 3 and "non-finite loss at step 13" in capsys.readouterr().err
+    log = tmp_path / "metrics.jsonl"
+    records = [json.loads(line) for line in (log.read_text() if log.exists() else "").splitlines()]
+    assert [r["step"] for r in records if r["split"] == "eval"] == []
+
+
 def test_nan_skip_mode_drops_the_update_and_counts_it(fashion_mnist_env, tmp_path, monkeypatch):
     poison_images_at(monkeypatch, 13)
     trainer = Trainer(smoke(**{"train.nonfinite": "skip"}), tmp_path)

@@ -346,6 +346,7 @@ class Trainer:
                 evaluate = ((cfg.eval_every and done % cfg.eval_every == 0)
                             or done == cfg.num_steps or decode)
                 if evaluate and not self._averages_at(done):
+                    log.check_finite(kept())  # never evaluates (or decodes with) NaN weights
                     final_eval = self.evaluate_state(state, decode=decode, log=writer.message)
                     writer.write(done, "eval", final_eval)
                     log.restart_clock()  # eval time is not train time
