@@ -80,6 +80,9 @@ def test_vocab_cache_reuse_name_and_corrupt_file(tmp_path, monkeypatch):
     assert cased.path.name == "brown+austen.train.wordpiece.v300.cased.wp1.json"
     assert wp.load_tokenizer(path).encode("The governor") == first.encode("The governor")
     assert not list(path.parent.glob("*.partial"))     # the temporary file was renamed
+    assert wp.load_tokenizer(path, lowercase=True).lowercase  # the file's casing, as asked
+    with pytest.raises(DataError, match="is an uncased tokenizer.*lowercase=False was asked"):
+        wp.load_tokenizer(path, lowercase=False)  # not silently trained uncased
 
     # A file that loads but does not match its name (here: cased under an uncased name).
     path.write_text(cased.tokenizer_json)

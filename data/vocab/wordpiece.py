@@ -248,10 +248,18 @@ def load_tokenizer_json(path: str | os.PathLike) -> WordPieceTokenizer:
 
 def load_tokenizer(path: str | os.PathLike, *, lowercase: bool | None = None
                    ) -> WordPieceTokenizer:
-    """`load_tokenizer_json` for a .json file, else `load_vocab_txt` (which needs `lowercase`)."""
+    """`load_tokenizer_json` for a .json file (its normalizer decides the casing: a `lowercase`
+    given must agree), else `load_vocab_txt` (which needs `lowercase`)."""
     path = pathlib.Path(path)
     if path.suffix == ".json":
-        return load_tokenizer_json(path)
+        tok = load_tokenizer_json(path)
+        if lowercase is not None and lowercase != tok.lowercase:
+            cased = ("an uncased tokenizer (its normalizer lowercases)" if tok.lowercase else
+                     "a cased tokenizer (its normalizer keeps the case)")
+            raise DataError(f"{path} is {cased}, but lowercase={lowercase} was asked for: set "
+                            f"the run's casing (config.data.lowercase) to {tok.lowercase}, or "
+                            "give a vocabulary of the casing wanted")
+        return tok
     if lowercase is None:
         raise DataError(f"{path}: a vocab.txt does not record its casing; pass lowercase=True "
                         "(uncased) or lowercase=False (cased)")
