@@ -265,17 +265,20 @@ def test_smoke_keeps_the_variants_given_beside_it():
         load_config_file("configs/vit/convnet_teacher.py:widths=16-x")
 
 
-def test_a_typo_in_a_config_files_train_or_mesh_section_is_refused(tmp_path, capsys,
-                                                                   fashion_mnist_env):
+def test_a_typo_in_a_config_files_sections_is_refused(tmp_path, capsys, fashion_mnist_env):
     """A config file of one's own is not checked key by key as overrides are: a misspelt
     train.num_steps trained the default's 10,000 steps, a misspelt mesh axis ran on another
-    mesh. The trainer reads exactly configs/common.py's train and mesh keys."""
+    mesh, a misspelt task.label_smoothing trained without smoothing. The trainer reads exactly
+    configs/common.py's train and mesh keys; a task, its TASK_KEYS and DATA_KEYS."""
     from configs.common import mesh_config, train_config
     from train.partitioning import MESH_AXES
     from train.start_checks import TRAIN_KEYS
 
     assert set(TRAIN_KEYS) == set(train_config()) and set(MESH_AXES) == set(mesh_config())
-    for section, typo, fix in (("train", "num_step", "num_steps"), ("mesh", "dta", "data")):
+    for section, typo, fix in (("train", "num_step", "num_steps"), ("mesh", "dta", "data"),
+                               ("task", "label_smothing", "label_smoothing"),
+                               ("data", "bach_size", "batch_size"),
+                               ("data", "pack", "the classify task")):  # translation's key
         path = tmp_path / f"my_{section}.py"
         path.write_text("from configs.vit import fashion_mnist\n\n\ndef get_config(arg=None):\n"
                         "    config = fashion_mnist.get_config('smoke')\n"
@@ -285,6 +288,29 @@ def test_a_typo_in_a_config_files_train_or_mesh_section_is_refused(tmp_path, cap
             err = capsys.readouterr().err
             assert f"unknown key config.{section}.{typo}" in err and fix in err, err
     assert not (tmp_path / "w").exists()
+
+
+def test_every_config_and_sweep_run_declares_only_keys_its_task_reads():
+    """The tasks' TASK_KEYS / DATA_KEYS cover every key the configs set: each config file's
+    default, and each run of every ablation sweep (variants and row changes applied)."""
+    from sweep_helpers import run_config
+    from train import sweep as sweep_lib
+    from train.start_checks import check_sections
+    from train.sweep_spec import load_sweep_file
+
+    configs = [p for p in Path("configs").glob("*/*.py")
+               if p.parent.name != "ablations" and "def get_config" in p.read_text()]
+    for path in configs:
+        check_sections(load_config_file(str(path)))
+    sweeps = [p for p in Path("configs/ablations").glob("*.py") if "def get_sweep" in p.read_text()]
+    checked = 0
+    for path in sweeps:
+        for arg in ("", ":smoke"):
+            sweep = load_sweep_file(f"{path}{arg}")
+            for run in sweep_lib.plan(sweep, Path("unused"), list(sweep.rows), [0], []):
+                check_sections(run_config(run))
+                checked += 1
+    assert len(configs) >= 10 and len(sweeps) >= 10 and checked > 200
 
 
 @pytest.mark.parametrize("override, message", [

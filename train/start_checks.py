@@ -23,14 +23,18 @@ TRAIN_KEYS = ("num_steps", "grad_accum_steps", "log_every", "eval_every", "check
 
 
 def check_sections(config: ml_collections.ConfigDict) -> None:
-    """ConfigError naming a key of config.train or config.mesh that nothing reads, or either
-    section missing."""
-    for section in ("train", "mesh"):
+    """ConfigError naming a key of config.train, config.mesh, config.task or config.data that
+    nothing reads (the task's TASK_KEYS and DATA_KEYS), or a section missing."""
+    for section in ("train", "mesh", "task", "data"):
         if section not in config:
             raise ConfigError(f"the config has no config.{section} section: build it with "
                               f"configs/common.py {section}_config()")
     check_keys(config.train, "train", TRAIN_KEYS, "the trainer (train/trainer.py)")
     check_keys(config.mesh, "mesh", partitioning.MESH_AXES, "train/partitioning.py")
+    task = task_class(config)
+    reader = f"the {config.task.name} task ({task.__module__})"
+    check_keys(config.task, "task", task.TASK_KEYS, reader)
+    check_keys(config.data, "data", task.DATA_KEYS, reader)
 
 
 def check_config(config: ml_collections.ConfigDict, model_config) -> list[str]:

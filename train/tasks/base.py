@@ -107,6 +107,12 @@ def eval_fn_of(task):
 
 
 class Task:
+    # The keys of config.task and config.data the task reads (each subclass lists all of its
+    # own): a key of those sections that is not listed is a typo, refused at the start
+    # (train/start_checks.py), not trained without.
+    TASK_KEYS: tuple[str, ...] = ("name",)
+    DATA_KEYS: tuple[str, ...] = ("source", "train_split", "eval_split", "batch_size",
+                                  "eval_batch_size")
     decode_every: int | None = None
     trained_parameters: tuple[str, ...] | None = None
     tokenizer = None

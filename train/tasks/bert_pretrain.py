@@ -87,6 +87,9 @@ def _check_vocabulary_sample(data) -> None:
 class BertPretrainingTask(MaskedLMData, Task):
     """`BertForPreTraining` on documents from one or more corpora."""
 
+    DATA_KEYS = Task.DATA_KEYS + MaskedLMData.INPUT_KEYS + (
+        "vocab_file", "vocab_size", "lowercase", "vocab_sample_documents", "vocab_max_characters")
+
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("bert",))
         self.config = config

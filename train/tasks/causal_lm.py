@@ -89,6 +89,9 @@ def metric_name(name: str, length: int, train_length: int) -> str:
 class CausalLMTask(Task):
     """A decoder-only LM (models/decoder_lm.py) on a corpus of whole documents."""
 
+    TASK_KEYS = Task.TASK_KEYS + ("eval_tokens", "eval_lengths")
+    DATA_KEYS = Task.DATA_KEYS + ("name", "text_key", "max_length", "vocab_size")
+
     vocabulary_settings = ("data.vocab_size",)
 
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):

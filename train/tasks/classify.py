@@ -128,6 +128,10 @@ def model_input(images, image_size: tuple[int, int]):
 class ClassificationTask(ImageData, Task):
     """ViT (or any `images -> logits` model) on a labelled image dataset."""
 
+    TASK_KEYS = Task.TASK_KEYS + ("label_smoothing", "mixup_alpha", "cutmix_alpha", "mixup_prob",
+                                  "mixup_switch_prob", "probe", "probe_norm_examples")
+    DATA_KEYS = Task.DATA_KEYS + ImageData.IMAGE_KEYS + ("resize", "repeated_augment")
+
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         if saved_vocabulary is not None:
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "

@@ -73,6 +73,8 @@ def check_weights(config: ml_collections.ConfigDict, teacher) -> dict[str, float
 class GeneralDistillationTask(MaskedLMData, Task):
     """A smaller `BertForPreTraining` (no NSP) learning masked LM from a pretrained teacher."""
 
+    DATA_KEYS = Task.DATA_KEYS + MaskedLMData.INPUT_KEYS  # the teacher's vocabulary
+
     has_frozen_params = True
 
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):

@@ -62,6 +62,10 @@ def _scratch_vocab_key(data: ml_collections.ConfigDict) -> dict:
 class FinetuneTask(Task):
     """A BERT head on a labelled dataset, from a pretrained (or random) encoder."""
 
+    TASK_KEYS = Task.TASK_KEYS + ("features", "feature_head", "head_hidden", "max_answer_length")
+    DATA_KEYS = Task.DATA_KEYS + ("name", "max_seq_length", "max_query_length", "vocab_file",
+                                  "vocab_size", "lowercase")
+
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("bert",))
         check_choice(config, "data.source", ("local", "tfds"))

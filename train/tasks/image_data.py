@@ -57,6 +57,8 @@ class ImageData:
     carries: data/pipelines/patch_masking.py) and `repeated_augment` (DeiT's repeated
     augmentation: each training image this many times in a batch, differently augmented)."""
 
+    IMAGE_KEYS = ("name", "image_shape", "augment", "eval_resize", "normalize", "train_fraction",
+                  "train_subset", "worker_count")  # the config.data keys read here
     config = None
     image_shape: tuple[int, ...] = ()
     patch_order: int = 0

@@ -71,6 +71,8 @@ def model_config(config: ml_collections.ConfigDict) -> mae.MAEConfig:
 class MAEPretrainingTask(ImageData, Task):
     """A masked autoencoder on the training images of an image dataset."""
 
+    DATA_KEYS = Task.DATA_KEYS + ImageData.IMAGE_KEYS
+
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         if saved_vocabulary is not None:
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "

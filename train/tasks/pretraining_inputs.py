@@ -247,6 +247,12 @@ class MaskedLMData:
     PretrainingInputs: listed before Task in the bases, so phase 2's batch size reaches the
     trainer (global_batch_at, train_batch_keys) for BERT pretraining and distillation alike."""
 
+    INPUT_KEYS = ("names", "input_format", "max_seq_length", "max_predictions", "select_prob",
+                  "mask_prob", "random_prob", "keep_prob", "whole_word", "short_seq_prob",
+                  "dupe_factor", "phase2_fraction", "phase2_max_seq_length",
+                  "phase2_max_predictions", "phase2_batch_size", "shuffle_window",
+                  "worker_count")  # the config.data keys PretrainingInputs reads
+
     config: ml_collections.ConfigDict
     inputs: PretrainingInputs
 

@@ -104,6 +104,13 @@ def translate(model: Transformer, params, inputs, tokenizer, *, beam_size: int, 
 class TranslationTask(Task):
     """An encoder-decoder Transformer on a parallel corpus (source_key -> target_key)."""
 
+    TASK_KEYS = Task.TASK_KEYS + ("label_smoothing", "beam_size", "length_penalty",
+                                  "max_decode_length", "extra_decode_length", "decode_every",
+                                  "num_samples")
+    DATA_KEYS = Task.DATA_KEYS + ("name", "source_key", "target_key", "max_length", "pack",
+                                  "long_examples", "vocab_size", "vocab_model_type",
+                                  "worker_count")
+
     def __init__(self, config: ml_collections.ConfigDict, saved_vocabulary=None):
         check_choice(config, "model.name", ("transformer",))
         check_choice(config, "data.source", sources.SOURCE_KINDS)
