@@ -318,6 +318,7 @@ def test_every_config_and_sweep_run_declares_only_keys_its_task_reads():
     ("optimizer.b1=1.5", "config.optimizer.b1=1.5 must be in [0, 1)"),
     ("train.nonfinite=bogus", "config.train.nonfinite='bogus' is not one of"),
     ("data.batch_size=100", "config.data.batch_size=100 must split into grad_accum_steps=3"),
+    ("model.param_dtype=bfloat16", "training keeps its parameters and optimizer state in float32"),
 ])
 def test_print_config_refuses_what_a_start_refuses(override, message, capsys, fashion_mnist_env):
     extra = ["--config.train.grad_accum_steps=3"] if "batch_size" in override else []

@@ -24,7 +24,8 @@ TRAIN_KEYS = ("num_steps", "grad_accum_steps", "log_every", "eval_every", "check
 
 def check_sections(config: ml_collections.ConfigDict) -> None:
     """ConfigError naming a key of config.train, config.mesh, config.task or config.data that
-    nothing reads (the task's TASK_KEYS and DATA_KEYS), or a section missing."""
+    nothing reads (the task's TASK_KEYS and DATA_KEYS), or a section missing; or parameters
+    that would train in another dtype than float32 (`check_param_dtypes`)."""
     for section in ("train", "mesh", "task", "data"):
         if section not in config:
             raise ConfigError(f"the config has no config.{section} section: build it with "
@@ -35,6 +36,23 @@ def check_sections(config: ml_collections.ConfigDict) -> None:
     reader = f"the {config.task.name} task ({task.__module__})"
     check_keys(config.task, "task", task.TASK_KEYS, reader)
     check_keys(config.data, "data", task.DATA_KEYS, reader)
+    check_param_dtypes(config.model, "model")
+
+
+def check_param_dtypes(section: ml_collections.ConfigDict, prefix: str) -> None:
+    """ConfigError for a trained model whose parameters are not float32 (at any depth of
+    config.model): optax keeps Adam's moments and applies each update in the parameters' dtype
+    and there is no float32 master copy, so in bfloat16 every update smaller than the value's
+    spacing (1/128 of it) rounds away and the weights stop moving."""
+    for key, value in section.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            check_param_dtypes(value, f"{prefix}.{key}")
+        elif key == "param_dtype" and value != "float32":
+            raise ConfigError(
+                f"config.{prefix}.param_dtype={value!r}: training keeps its parameters and "
+                "optimizer state in float32 (an update smaller than a bfloat16 weight's spacing "
+                "would round away); set it to 'float32' and compute in bfloat16 with "
+                f"config.{prefix}.dtype='bfloat16'")
 
 
 def check_config(config: ml_collections.ConfigDict, model_config) -> list[str]:
