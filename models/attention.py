@@ -91,7 +91,10 @@ def dot_product_attention(query, key, value, *, bias=None, mask=None, dropout_ra
         ``1 < kv_heads < h``: grouped-query; ``kv_heads == 1``: multi-query).
       value: ``[b, k, kv_heads, d_v]``; the output is ``[b, q, h, d_v]`` (``d_v == d`` for cudnn).
       bias: additive float logits broadcastable to ``[b, h, q, k]``.
-      mask: bool, broadcastable to ``[b, h, q, k]``, True = may attend.
+      mask: bool, broadcastable to ``[b, h, q, k]``, True = may attend. A masked pair's
+        probability is exactly 0, but 0 x NaN is NaN: a key or value that is not finite (e.g.
+        a padding token at a position past a learned table) reaches every query of its row,
+        masked or not, so the inputs at masked positions must be finite too.
       dropout_rate, dropout_rng, deterministic: dropout on the attention probabilities
         (Vaswani et al. 2017 apply dropout to sublayer outputs; attention-probability dropout
         is the standard companion used by their code and BERT), one independent keep decision

@@ -28,8 +28,10 @@ Press, Smith & Lewis 2022):
                 ValueError naming both lengths. An extrapolation study must stop 'learned' at its
                 table, or train a longer table whose rows past the training length stay at
                 their initialisation (a different model; say which).
-  'sinusoidal'  the fixed sin/cos table of Vaswani et al. 2017, computed to the length at hand:
-                it has no limit (Press et al. show that it extrapolates badly).
+  'sinusoidal'  the fixed sin/cos table of Vaswani et al. 2017, computed to the length at hand
+                (the sequence or decoding cache, or ``max_length`` if longer): no length is
+                refused (Press et al. show that it extrapolates badly), but an explicit position
+                past that table reads a row of NaN, as 'learned' does past its own.
   'rope'        rotary queries and keys (Su et al. 2021); 'alibi' the causal linear bias (Press
                 et al. 2022); 't5' the learned causal bucketed bias, one table for the stack
                 (Raffel et al. 2020); 'none' no position information (NoPE: a causal mask alone
