@@ -48,13 +48,23 @@ def read_config_json(directory: pathlib.Path) -> dict[str, Any]:
     return config
 
 
+def _is_model_folder(directory: pathlib.Path) -> bool:
+    """Files only (no subfolder: a workdir's checkpoints/), config.json and weights among
+    them."""
+    entries = list(directory.iterdir())
+    names = {p.name for p in entries}
+    return all(p.is_file() for p in entries) and {CONFIG_FILE, WEIGHTS_FILE} <= names
+
+
 def write_folder(directory: str | os.PathLike, config: Mapping[str, Any],
                  tensors: Mapping[str, np.ndarray], *, overwrite: bool = False,
                  extra_files: Mapping[str, bytes] | None = None) -> pathlib.Path:
     """Writes ``config.json`` and ``model.safetensors`` (PyTorch layout, metadata format 'pt')
     into ``directory``, atomically (module docstring), with ``extra_files`` {name: contents}
     beside them (a tokenizer's files). An existing non-empty ``directory`` is replaced only with
-    ``overwrite=True``; otherwise CheckpointError."""
+    ``overwrite=True``, and only if it is a model folder (files alone, ``config.json`` and
+    ``model.safetensors`` among them): never a training workdir or a folder of folders;
+    otherwise CheckpointError."""
     extra_files = dict(extra_files or {})
     clash = sorted({CONFIG_FILE, WEIGHTS_FILE} & set(extra_files))
     if clash or any("/" in name or name.startswith(".") for name in extra_files):
@@ -68,8 +78,14 @@ def write_folder(directory: str | os.PathLike, config: Mapping[str, Any],
         return directory.exists() or directory.is_symlink()
 
     if occupied() and not overwrite:
-        raise CheckpointError(f"{directory} exists and is not empty; pass overwrite=True to "
-                              "replace it")
+        raise CheckpointError(f"{directory} exists and is not empty; pass overwrite=True "
+                              "(--overwrite) to replace it")
+    if occupied() and directory.is_dir() and not _is_model_folder(directory):
+        raise CheckpointError(
+            f"{directory} is not a model folder (it holds "
+            f"{', '.join(sorted(p.name for p in directory.iterdir())[:6])}), so it is not "
+            f"replaced even with overwrite: only a folder of files with {CONFIG_FILE} and "
+            f"{WEIGHTS_FILE} is. Write to a new folder")
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-",
                                             dir=directory.parent))

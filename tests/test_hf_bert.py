@@ -143,9 +143,17 @@ def test_save_and_load_directory(tmp_path):
     cfg3, params3 = load_hf_checkpoint(out)
     assert cfg3 == other and "embeddings" in params3                 # a BertModel now
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
+    # Overwrite replaces a model folder only: never a training workdir or a parent of folders.
+    run = tmp_path / "run"
+    (run / "checkpoints" / "10").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for target in (run, run / "checkpoints"):
+        with pytest.raises(CheckpointError, match="is not a model folder"):
+            save_hf_checkpoint(target, cfg, params, overwrite=True)
+    assert (run / "checkpoints" / "10").is_dir() and (run / "config.json").read_text() == "{}"
     (tmp_path / "empty").mkdir()
     save_hf_checkpoint(tmp_path / "empty", cfg, params)             # an empty folder is fine
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "empty"]   # no temp folders
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "empty", "run"]  # no temp
     # A pre-training checkpoint without NSP head loads with nsp=False.
     no_nsp = tiny(nsp=False)
     save_hf_checkpoint(tmp_path / "empty", no_nsp,

@@ -223,6 +223,7 @@ def test_an_npz_table_as_long_as_the_runs_grid_is_read_at_that_grid(tmp_path):
 def test_export_refuses_a_convnet_and_options_of_the_other_format(tmp_path, capsys):
     """Refused by name before any checkpoint is read (these workdirs hold only config.json)."""
     from train.config import to_json
+    from models.safetensors_file import CheckpointError
     from train.export import export, main
 
     convnet, vit = tmp_path / "convnet", tmp_path / "vit"
@@ -242,4 +243,9 @@ def test_export_refuses_a_convnet_and_options_of_the_other_format(tmp_path, caps
         with pytest.raises(ConfigError, match=r"--layout big_vision: for an .npz; .* is written "
                                               r"as a Hugging Face folder.*drop --layout"):
             export(str(vit), str(tmp_path / out), format=format, layout="big_vision")
+    kept = (vit / "config.json").read_bytes()  # --overwrite replaces an .npz, not a run's file
+    with pytest.raises(CheckpointError, match="config.json is not an .npz .*not replaced even "
+                                              "with --overwrite"):
+        export(str(vit), str(vit / "config.json"), format="npz", overwrite=True)
+    assert (vit / "config.json").read_bytes() == kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["convnet", "vit"]

@@ -27,6 +27,7 @@ import argparse
 import json
 import pathlib
 import sys
+import zipfile
 
 from models.safetensors_file import CheckpointError
 from models.vit import ViTConfig
@@ -101,6 +102,9 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str | None = N
                           "encoder's run (its config.init) instead")
     if format == "npz" and out_path.exists() and not overwrite:
         raise CheckpointError(f"{out_path} exists; pass --overwrite to replace it")
+    if format == "npz" and out_path.exists() and not zipfile.is_zipfile(out_path):
+        raise CheckpointError(f"{out_path} is not an .npz (a zip of arrays), so it is not "
+                              "replaced even with --overwrite: write to a new path")
     params = load_params(directory)
     if format == "hf":
         save_hf_checkpoint(out_path, cfg, params, head=head, overwrite=overwrite)
