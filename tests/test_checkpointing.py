@@ -18,7 +18,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from train import optimizers
 from train.checkpoint_damage import find_damage
 from train.checkpointing import (CheckpointDamagedError, Checkpointer,
-                                 CheckpointMismatchError, load_params)
+                                 CheckpointError, CheckpointMismatchError, load_params,
+                                 load_state)
 
 from conftest import json_report, run_python, run_two_processes, xla_flags
 
@@ -307,6 +308,29 @@ def test_load_params_reads_a_checkpoint_that_other_devices_wrote(tmp_path):
     kernel = params["dense"]["kernel"]
     assert isinstance(kernel, np.ndarray)
     np.testing.assert_array_equal(kernel, np.arange(48, dtype=np.float32).reshape(8, 6))
+
+
+def test_load_state_names_a_damaged_step_and_the_others(tmp_path, caplog):
+    """A truncated array file is named before orbax reads it (its failed reads printed
+    tracebacks from its event loop), with the other saved steps; the item it does not restore
+    (the data state) raises no warning that reads as damage."""
+    import logging
+
+    with Checkpointer(tmp_path / "checkpoints", save_every=1, keep=2) as checkpointer:
+        for step in (2, 4):
+            checkpointer.save(step, {"params": {"w": jnp.full((64, 64), step, jnp.float32)}},
+                              {"at": step}, force=True)
+    for path in (tmp_path / "checkpoints" / "4" / "state").rglob("d/*"):
+        path.write_bytes(path.read_bytes()[:10])
+    with caplog.at_level(logging.WARNING), \
+            pytest.raises(CheckpointError, match=r"checkpoints/4 is damaged: .*the other saved "
+                                                 r"steps are \[2\]"):
+        load_state(tmp_path)
+    np.testing.assert_array_equal(load_state(tmp_path, 2)["params"]["w"], np.full((64, 64), 2))
+    assert not [r for r in caplog.records if "could not be restored" in r.getMessage()]
+    with pytest.raises(CheckpointError, match="no checkpoint of step 3 .*choose one of the "
+                                              r"saved steps \[2, 4\]"):
+        load_state(tmp_path, 3)
 
 
 def test_multi_host_checkpoint_keeps_each_process_data_state(tmp_path):

@@ -116,6 +116,9 @@ def test_errors_name_the_problem(lm_run, tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
     assert predict_cli.main([str(tmp_path / "absent"), "--prompt", "x"]) == 2
     assert "is not the workdir of a run" in capsys.readouterr().err
+    (untrained / "config.json").write_text((lm_run / "config.json").read_text()[:50])
+    assert predict_cli.main([str(untrained), "--prompt", "x"]) == 2
+    assert "config.json does not read as JSON" in capsys.readouterr().err
     run = load_run(lm_run)
     for argv, message in (  # an option of another decoding would be ignored: refused instead
             (["--temperature", "0.5", "--top_k", "3"],

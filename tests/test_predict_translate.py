@@ -127,3 +127,16 @@ def test_errors_name_the_problem(translation_run):
         with pytest.raises(ConfigError, match=re.escape(message)):
             translate_predictor.predict(run, predictor_args(translate_predictor, *argv),
                                         stdin=stdin, out=len)
+
+
+def test_input_that_is_not_utf8_is_named_by_its_line(translation_run, tmp_path):
+    run = load_run(translation_run)
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("fine\nno hay man\xf1ana\n".encode("latin-1"))
+    surrogate = io.StringIO("fine\n" + b"ma\xf1ana".decode("utf-8", "surrogateescape"))
+    for argv, stdin, message in (
+            (["--file", str(latin)], None, f"--file {latin}: line 2 is not UTF-8 text (byte 0xf1)"),
+            ([], surrogate, "sentence 2 of standard input is not UTF-8 text")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            translate_predictor.predict(run, predictor_args(translate_predictor, *argv),
+                                        stdin=stdin, out=len)

@@ -58,6 +58,7 @@ from orbax.checkpoint import checkpoint_managers as policies
 from train import storage
 from train.checkpoint_damage import (DATA, LEGACY_DATA_FILE, PROCESS_FILE, STATE, find_damage,
                                      process_file)
+from train.checkpoint_shapes import array_shapes, state_differences
 
 _SET_ASIDE = re.compile(r"(\d+)\.corrupt-\d+")  # a damaged step's folder, renamed
 # On gs:// orbax marks a step (and each of its items) saved whole with this file; a step folder
@@ -83,42 +84,6 @@ class CheckpointDamagedError(CheckpointError):
 class CheckpointMismatchError(CheckpointError):
     """A checkpoint that reads back but holds another train state than the run's (another model,
     optimizer or layer layout). Not damage: it is left where it is."""
-
-
-# How many differing paths a mismatch error lists per kind.
-_LISTED = 5
-
-
-def _stored_shape(leaf: Any) -> tuple[int, ...]:
-    """The shape an array leaf is stored with; a typed rng key is stored as its key data."""
-    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        return tuple(jax.eval_shape(jax.random.key_data, leaf).shape)
-    return tuple(leaf.shape)
-
-
-def _array_shapes(tree: Any, stored: bool) -> dict[str, tuple[int, ...]]:
-    """{'params/encoder/.../kernel': shape} of a state (or of a checkpoint's metadata tree)."""
-    if not stored:
-        tree = ocp.tree.serialize_tree(tree, keep_empty_nodes=True)
-    flat = ocp.tree.to_flat_dict(tree, sep="/")
-    return {path: tuple(leaf.shape) if stored else _stored_shape(leaf)
-            for path, leaf in flat.items() if hasattr(leaf, "shape")}
-
-
-def state_differences(saved: dict[str, tuple], wanted: dict[str, tuple]) -> list[str]:
-    """Lines naming the arrays that one side lacks and those whose shapes differ."""
-    lines = []
-    for title, paths in (("in this run's state only", sorted(set(wanted) - set(saved))),
-                         ("in the checkpoint only", sorted(set(saved) - set(wanted)))):
-        if paths:
-            more = f" (and {len(paths) - _LISTED} more)" if len(paths) > _LISTED else ""
-            lines.append(f"  {title}: {', '.join(paths[:_LISTED])}{more}")
-    reshaped = [f"{path}: {saved[path]} in the checkpoint, {wanted[path]} now"
-                for path in sorted(set(saved) & set(wanted)) if saved[path] != wanted[path]]
-    lines += [f"  other shape: {line}" for line in reshaped[:_LISTED]]
-    if len(reshaped) > _LISTED:
-        lines.append(f"  (and {len(reshaped) - _LISTED} more of other shape)")
-    return lines
 
 
 class LatestOnInterval(policies.PreservationPolicy):
@@ -253,8 +218,8 @@ class Checkpointer:
         metadata = self._manager.item_metadata(step)[STATE]
         if metadata is None:
             return
-        saved = _array_shapes(getattr(metadata, "tree", metadata), stored=True)
-        differences = state_differences(saved, _array_shapes(abstract_state, stored=False))
+        saved = array_shapes(getattr(metadata, "tree", metadata), stored=True)
+        differences = state_differences(saved, array_shapes(abstract_state, stored=False))
         if differences:
             path = self.directory / str(step)
             raise CheckpointMismatchError(
@@ -420,12 +385,22 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
     it holds no readable checkpoint."""
     directory = _checkpoints_folder(workdir)
     with ocp.CheckpointManager(directory, item_names=(STATE, DATA), item_handlers={
-            STATE: ocp.StandardCheckpointHandler()}) as manager:
+            STATE: ocp.StandardCheckpointHandler(), DATA: ocp.JsonCheckpointHandler()}
+                               ) as manager:
         steps = sorted(manager.all_steps())
         if not steps or (step is not None and step not in steps):
+            fix = ("train the run first (python -m train --workdir of this run)" if not steps
+                   else f"choose one of the saved steps {steps}")
             raise CheckpointError(f"no checkpoint{'' if step is None else f' of step {step}'} "
-                                  f"in {directory} (saved steps: {steps})")
+                                  f"in {directory}: {fix}")
         chosen = steps[-1] if step is None else step
+        others = (f"; the other saved steps are {[s for s in steps if s != chosen]}"
+                  if len(steps) > 1 else "")
+        # The cheap check first: orbax's reads of a truncated file fail in its event loop,
+        # whose other reads then print tracebacks of their own.
+        damage = find_damage(directory / str(chosen), read_arrays=False)
+        if damage is not None:
+            raise CheckpointError(f"checkpoint {directory}/{chosen} is damaged: {damage}{others}")
         try:
             saved = manager.item_metadata(chosen)[STATE].tree
             # np.empty reserves address space only: no memory is touched for the target.
@@ -434,7 +409,7 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
                 **{STATE: ocp.args.StandardRestore(target)}))
         except Exception as error:  # orbax raises many kinds for damaged files
             raise CheckpointError(f"checkpoint {directory}/{chosen} could not be read "
-                                  f"({type(error).__name__}: {error})") from error
+                                  f"({type(error).__name__}: {error}){others}") from error
     state = restored[STATE]
     if not isinstance(state, dict):
         state = {key: getattr(state, key) for key in ("step", "params", "opt_state", "rng",

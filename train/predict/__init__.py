@@ -72,8 +72,13 @@ def task_of(workdir: str | os.PathLike) -> tuple[str, dict]:
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: {directory} is not the workdir of a run "
                           "(python -m train --workdir DIR writes one)")
-    config = json.loads(path.read_text())
-    task = config.get("task", {}).get("name")
+    try:
+        config = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} does not read as JSON ({error}): the run's config is damaged; "
+                          "restore it from a copy (requested_config.json beside it holds the "
+                          "config the run was started with, before resolution)") from None
+    task = config.get("task", {}).get("name") if isinstance(config, dict) else None
     if task not in PREDICTORS:
         instead = f": {INSTEAD[task]}" if task in INSTEAD else ""
         raise ConfigError(f"{directory} holds a {task!r} run; python -m train.predict supports "

@@ -17,10 +17,16 @@ def read_lines(given: list[str], path: str | None, *, what: str, flag: str, file
         texts, where = list(given), flag
     elif path:
         try:
-            with open(path, encoding="utf-8") as f:  # local path: the user's input file
-                texts, where = f.read().splitlines(), path
+            with open(path, "rb") as f:  # local path: the user's input file
+                data = f.read()
         except OSError as error:
             raise ConfigError(f"{file_flag} {path}: {error.strerror or error}") from error
+        try:
+            texts, where = data.decode("utf-8").splitlines(), path
+        except UnicodeDecodeError as error:
+            line = data[:error.start].count(b"\n") + 1
+            raise ConfigError(f"{file_flag} {path}: line {line} is not UTF-8 text (byte "
+                              f"{data[error.start]:#04x}); save the file as UTF-8") from None
     else:
         stdin = sys.stdin if stdin is None else stdin
         if stdin.isatty():
@@ -29,6 +35,11 @@ def read_lines(given: list[str], path: str | None, *, what: str, flag: str, file
         texts, where = stdin.read().splitlines(), "standard input"
     if not texts:
         raise ConfigError(f"no {what} in {where}")
+    for i, text in enumerate(texts):  # stdin decodes undecodable bytes to lone surrogates
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{what} {i + 1} of {where} is not UTF-8 text; give UTF-8") from None
     empty = [i + 1 for i, text in enumerate(texts) if not text.strip()]
     if empty:
         raise ConfigError(f"{what} {empty[0]} of {where} is empty (remove the blank lines)")
