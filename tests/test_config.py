@@ -161,6 +161,18 @@ def test_bad_config_fails_before_compiling_and_names_the_key(override, message, 
     assert not (tmp_path / "w").exists()  # nothing written for a run that never started
 
 
+def test_a_text_dataset_for_an_image_task_is_named(brown_data_root, tmp_path, capsys,
+                                                   monkeypatch):
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(brown_data_root))
+    for config in (f"{CONFIG}:smoke", "configs/vit/mae.py:smoke"):
+        assert main(["--config", config, "--workdir", str(tmp_path / "w"),
+                     "--config.data.name=brown"]) == 2
+        err = capsys.readouterr().err
+        assert "config.data.name='brown': dataset 'brown' (local) is not an image " \
+               "classification dataset" in err and "data.fetch fashion_mnist" in err, err
+    assert not (tmp_path / "w").exists()
+
+
 def test_missing_dataset_names_the_fetch_command(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path / "empty"))
     code = main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "w")])

@@ -55,7 +55,7 @@ from train.mixing import MIX_STREAM, MixConfig, mix_batch
 from train.pretrained_params import put_pretrained
 from train.run_config import Resolution
 from train.tasks.base import Task
-from train.tasks.image_data import ImageData, check_data
+from train.tasks.image_data import ImageData, check_data, check_dataset
 from train.vit_init import ViTInit, resolve_init
 
 PROBE_TRAINED = (HEAD,)  # what a linear probe trains; every other parameter is frozen
@@ -137,6 +137,7 @@ class ClassificationTask(ImageData, Task):
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
                               "used by a text task, not image classification; use a new --workdir")
         check_data(config)
+        check_dataset(config)
         self.init = image_init(config, build=True)
         self.model_config = self.init.model_config
         self.model = MODELS[config.model.name].module(self.model_config)

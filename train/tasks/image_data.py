@@ -34,6 +34,20 @@ def pixel_scale(data, channels: int) -> tuple[tuple[float, ...] | None, tuple[fl
     return (centre[0],) * channels, (centre[1],) * channels
 
 
+def check_dataset(config) -> None:
+    """ConfigError when config.data.name is not an image classification dataset (a text
+    corpus's examples have no 'image' to read); the dataset must be fetched."""
+    data = config.data
+    try:
+        sources.dataset_info(data.name, data.source)
+    except DataError as error:
+        if "not an image classification dataset" not in str(error):
+            raise
+        raise ConfigError(f"config.data.name={data.name!r}: {error}. The image tasks read an "
+                          "image dataset: fashion_mnist (python -m data.fetch fashion_mnist), or "
+                          "one of the TFDS catalog's with config.data.source='tfds'") from None
+
+
 def check_data(config) -> None:
     """ConfigError for a config.data value the pipeline does not take."""
     check_choice(config, "data.source", ("local", "tfds"))

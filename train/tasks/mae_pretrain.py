@@ -39,7 +39,7 @@ from train import flops
 from train.config import ConfigError, check_choice, check_keys, to_dataclass
 from train.run_config import Resolution
 from train.tasks.base import Task
-from train.tasks.image_data import ImageData, check_data
+from train.tasks.image_data import ImageData, check_data, check_dataset
 
 
 MODEL_KEYS = ("name", "encoder", "decoder", "mask_ratio", "norm_pix_loss",
@@ -78,6 +78,7 @@ class MAEPretrainingTask(ImageData, Task):
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
                               "used by a text task, not MAE pretraining; use a new --workdir")
         check_data(config)
+        check_dataset(config)
         self.config = config
         self.model_config = model_config(config)
         self.model = mae.MAE(self.model_config)
