@@ -256,7 +256,15 @@ def test_the_trainer_stops_rather_than_lose_checkpoints_or_train_over_damaged_on
     command = ["--config", "configs/vit/fashion_mnist.py:smoke", "--workdir", str(tmp_path)]
     checkpoints = tmp_path / "checkpoints"
     assert main(command) == 0
-    kept = {name: (tmp_path / name).read_bytes() for name in ("config.json", "metrics.jsonl")}
+    capsys.readouterr()
+    assert main([*command, "--fresh_start"]) == 0  # healthy: resumed, and the flag said unused
+    assert "--fresh_start is not used" in capsys.readouterr().err
+    kept = {name: (tmp_path / name).read_bytes()
+            for name in ("config.json", "metrics.jsonl", "requested_config.json", "record.json")}
+    assert main([*command, "--allow_config_change", "--config.train.num_steps=15"]) == 2
+    assert "config.train.num_steps=15 is below step 20, the checkpoint in" in (
+        capsys.readouterr().err)
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
 
     def unchanged():
         return {name: (tmp_path / name).read_bytes() for name in kept} == kept

@@ -260,10 +260,20 @@ class Trainer:
             state = self.init_state()
             notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
         else:
-            state, data_state, _ = restored
+            state, data_state, step = restored
+            if step > self.config.train.num_steps:  # nothing to train; the record would say less
+                raise ConfigError(
+                    f"config.train.num_steps={self.config.train.num_steps} is below step {step}, "
+                    f"the checkpoint in {checkpointer.directory}: a run does not train back. Set "
+                    f"it to {step} or more, read that step with python -m train.evaluate, or "
+                    "train in a new --workdir")
             run_config.check_resumed(self.workdir, self.task.resolution())
             train_iter.set_state(data_state["train_iterator"])
             notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
+            if self.fresh_start:
+                notes.append("--fresh_start is not used: it applies only where every checkpoint "
+                             "was set aside as damaged, and a usable one was resumed (to train "
+                             "from step 0, use a new --workdir)")
         storage.make_folder(self.workdir)  # only now: no empty one if stopped
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
             run_config.write(self.workdir, self.config, self.task.resolution())
