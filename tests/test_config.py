@@ -331,6 +331,11 @@ def test_every_config_and_sweep_run_declares_only_keys_its_task_reads():
     ("train.nonfinite=bogus", "config.train.nonfinite='bogus' is not one of"),
     ("data.batch_size=100", "config.data.batch_size=100 must split into grad_accum_steps=3"),
     ("model.param_dtype=bfloat16", "training keeps its parameters and optimizer state in float32"),
+    ("data.batch_size=0", "config.data.batch_size=0 must be >= 1"),
+    ("data.eval_batch_size=0", "config.data.eval_batch_size=0 must be >= 1"),
+    ("task.label_smoothing=2.0", "config.task.label_smoothing=2.0 must be in [0, 1)"),
+    ("data.augment=flipp", "config.data.augment='flipp' is not one of"),
+    ("data.worker_count=-1", "config.data.worker_count=-1 must be >= 0"),
 ])
 def test_print_config_refuses_what_a_start_refuses(override, message, capsys, fashion_mnist_env):
     extra = ["--config.train.grad_accum_steps=3"] if "batch_size" in override else []

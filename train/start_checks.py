@@ -88,6 +88,8 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
     train_keys = task_class(config).train_batch_keys(config)  # e.g. BERT's phase 2 batch too
     for key in (*train_keys, "eval_batch_size"):
         size = config.data[key]
+        if size < 1:
+            raise ConfigError(f"config.data.{key}={size} must be >= 1")
         if size % dp or size % jax.process_count():
             raise ConfigError(
                 f"config.data.{key}={size} is not divisible by the data-parallel size {dp} "

@@ -125,6 +125,19 @@ def model_input(images, image_size: tuple[int, int]):
                             method="bilinear")
 
 
+def _check_values(config) -> None:
+    """ConfigError for a config.data / config.task value out of range (a start and
+    --print_config alike)."""
+    check_data(config)
+    repeats = config.data.repeated_augment
+    if repeats < 1 or config.data.batch_size % repeats:
+        raise ConfigError(f"config.data.repeated_augment={repeats} must be >= 1 and divide "
+                          f"config.data.batch_size={config.data.batch_size}")
+    smoothing = float(config.task.label_smoothing)
+    if not 0.0 <= smoothing < 1.0:
+        raise ConfigError(f"config.task.label_smoothing={smoothing} must be in [0, 1)")
+
+
 class ClassificationTask(ImageData, Task):
     """ViT (or any `images -> logits` model) on a labelled image dataset."""
 
@@ -136,7 +149,7 @@ class ClassificationTask(ImageData, Task):
         if saved_vocabulary is not None:
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
                               "used by a text task, not image classification; use a new --workdir")
-        check_data(config)
+        _check_values(config)
         check_dataset(config)
         self.init = image_init(config, build=True)
         self.model_config = self.init.model_config
@@ -145,12 +158,7 @@ class ClassificationTask(ImageData, Task):
         self._check_heads()
         self.mixing = mix_config(config)
         repeats = config.data.repeated_augment
-        if repeats < 1 or config.data.batch_size % repeats:
-            raise ConfigError(f"config.data.repeated_augment={repeats} must be >= 1 and divide "
-                              f"config.data.batch_size={config.data.batch_size}")
         self.label_smoothing = float(config.task.label_smoothing)
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"config.task.label_smoothing={self.label_smoothing} must be in [0, 1)")
         shape = tuple(config.data.image_shape)
         if shape[:2] != self.model_config.image_size and not config.data.resize:
             raise ConfigError(f"config.model.image_size={self.model_config.image_size} does not "
@@ -181,6 +189,7 @@ class ClassificationTask(ImageData, Task):
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The model of config.model, or of config.init's checkpoint (its config and tensor
         shapes read, not its weights), and the notes on what is carried over."""
+        _check_values(config)
         init = image_init(config, build=False)
         _check_probe(config, init.model_config)
         return Resolution(init.model_config, values=cls._values(config), notes=init.notes)

@@ -59,6 +59,9 @@ def check_data(config) -> None:
     if len(shape) != 3 or not all(isinstance(n, int) and n > 0 for n in shape):
         raise ConfigError(f"config.data.image_shape={shape} must be (height, width, channels), "
                           "e.g. (28, 28, 1)")
+    if config.data.worker_count < 0:
+        raise ConfigError(f"config.data.worker_count={config.data.worker_count} must be >= 0 "
+                          "(0: read in the training process)")
     fraction = config.data.train_fraction
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"config.data.train_fraction={fraction} must be in (0, 1] (1: the "

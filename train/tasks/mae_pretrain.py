@@ -93,6 +93,7 @@ class MAEPretrainingTask(ImageData, Task):
 
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
+        check_data(config)
         return Resolution(model_config(config))
 
     # ---- model -----------------------------------------------------------------------------
