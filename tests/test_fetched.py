@@ -29,7 +29,8 @@ def test_every_missing_dataset_is_named_with_one_command(tmp_path, monkeypatch):
     assert "\n  austen: dataset 'austen' not found in" in message  # the folder that is there
     assert "\n  sotu:" not in message
     fetched.require(["brown"])
-    with pytest.raises(DataError, match=r"unknown dataset 'brwn' for data.fetch; known: \["):
+    with pytest.raises(DataError, match=r"unknown dataset 'brwn' for data.fetch; known: \[.*"
+                                        r"TFDS catalog is read with config.data.source='tfds'"):
         fetched.require(["brwn"])
 
 
