@@ -181,6 +181,8 @@ def test_missing_dataset_names_the_fetch_command(tmp_path, capsys, monkeypatch):
     (tmp_path / "a_file").write_text("x")  # a workdir that is a file: exit 2, not a traceback
     assert main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "a_file")]) == 2
     assert "is a file, not a directory" in capsys.readouterr().err
+    assert main(["--config", f"{CONFIG}:smoke", "--workdir", str(tmp_path / "a_file" / "run")]) == 2
+    assert f"{tmp_path / 'a_file'} is a file, not a directory" in capsys.readouterr().err
 
 
 def test_a_workdir_may_resume_on_another_mesh_but_not_another_experiment(tmp_path):
@@ -332,6 +334,7 @@ def test_every_config_and_sweep_run_declares_only_keys_its_task_reads():
     ("data.batch_size=100", "config.data.batch_size=100 must split into grad_accum_steps=3"),
     ("model.param_dtype=bfloat16", "training keeps its parameters and optimizer state in float32"),
     ("data.batch_size=0", "config.data.batch_size=0 must be >= 1"),
+    ("train.num_steps=99999999999", "config.train.num_steps=99999999999 must be below 2**31"),
     ("data.eval_batch_size=0", "config.data.eval_batch_size=0 must be >= 1"),
     ("task.label_smoothing=2.0", "config.task.label_smoothing=2.0 must be in [0, 1)"),
     ("data.augment=flipp", "config.data.augment='flipp' is not one of"),

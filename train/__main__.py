@@ -166,6 +166,10 @@ def _train(args, overrides, started: float, signals: _Signals,
         workdir = storage.run_path(args.workdir)  # a local folder or gs://BUCKET/PATH
         if workdir.exists() and not workdir.is_dir():
             raise ConfigError(f"--workdir {workdir} is a file, not a directory")
+        if not storage.is_url(workdir):  # afile/run: named, not a lock that cannot be taken
+            blocked = next((p for p in workdir.parents if p.exists() and not p.is_dir()), None)
+            if blocked is not None:
+                raise ConfigError(f"--workdir {workdir}: {blocked} is a file, not a directory")
         from train.start_checks import check_sections
         check_sections(config)  # a config file's own keys (overrides were checked as set)
         moved = check_workdir(workdir, config_json, args.allow_config_change)

@@ -33,7 +33,7 @@ from models.safetensors_file import CheckpointError
 from models.vit import ViTConfig
 from train import storage
 from train.config import ConfigError
-from train.run_config import saved_model
+from train.run_config import read_resolved, saved_model
 
 FORMATS = ("auto", "hf", "npz")
 TASKS = ("classify", "translate")
@@ -43,7 +43,7 @@ def _saved_config(workdir) -> dict:
     path = workdir / "config.json"
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: {workdir} is not the workdir of a run")
-    saved = json.loads(path.read_text())
+    saved = read_resolved(path)
     task = saved.get("task", {}).get("name")
     if task not in TASKS:
         raise ConfigError(f"{workdir} holds a {task!r} run; python -m train.export writes the "

@@ -29,7 +29,6 @@ from where.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -37,7 +36,7 @@ import ml_collections
 from etils import epath
 
 from models.bert import SCAN_NAME, BertConfig, with_layer_layout
-from train import storage
+from train import run_config, storage
 from train.config import ConfigError, to_dataclass
 from train.pretrained_params import put_pretrained
 
@@ -148,7 +147,7 @@ def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
         raise ConfigError(f"config.init={config.init!r} is neither {list(INIT_NAMES)} nor a "
                           f"pretraining workdir: {saved_path} does not exist (python -m train "
                           "writes it)")
-    saved = json.loads(saved_path.read_text())
+    saved = run_config.read_resolved(saved_path)
     task = saved.get("task", {}).get("name")
     if task not in PRETRAINING_TASKS:
         raise ConfigError(f"config.init={config.init!r}: that run's task is {task!r}, not one of "

@@ -132,6 +132,20 @@ def saved_request(workdir: str | os.PathLike) -> dict[str, Any] | None:
                           "use another --workdir") from error
 
 
+def read_resolved(path: epath.Path) -> dict[str, Any]:
+    """A run's config.json (`path`, which exists) as a dict; ConfigError naming it when it does
+    not read as a JSON object (cut short by a full disk, edited by hand)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path} does not read as JSON ({type(error).__name__}: {error}): the "
+                          "run's config is damaged; restore it from a copy (requested_config.json "
+                          "beside it holds the config the run was started with)") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path} holds a {type(saved).__name__}, not a run's config")
+    return saved
+
+
 def saved_model(cls, saved: Mapping[str, Any], workdir) -> Any:
     """The frozen model config (`cls`: ViTConfig, TransformerConfig, ...) of the model section
     of a run's config.json, `saved`: the model that ran (exporting it, starting from it)."""

@@ -7,14 +7,13 @@ train.predict and python -m train.evaluate (`--weights`)."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
-from train import storage
+from train import run_config, storage
 from train.checkpoint_averaging import mean_in_float32, steps_to_average
 from train.checkpointing import CheckpointError, checkpoint_steps, load_state
 
@@ -37,7 +36,7 @@ def averaged_steps(workdir: str | os.PathLike, step: int | None = None) -> list[
     """The saved steps weights='average' averages: the last train.average_checkpoints up to
     `step` (default the latest; all of them when fewer are saved, as the trainer does).
     CheckpointError for a run that averages none, or an unsaved `step`."""
-    config = json.loads((storage.run_path(workdir) / "config.json").read_text())
+    config = run_config.read_resolved(storage.run_path(workdir) / run_config.RESOLVED_FILE)
     count = config.get("train", {}).get("average_checkpoints", 0)
     if count < 1:
         raise CheckpointError(f"the run in {workdir} averages no checkpoints "

@@ -108,6 +108,9 @@ def validate_batching(config: ml_collections.ConfigDict, mesh) -> None:
             meaning = " (0: only at the end)" if key == "eval_every" else (
                 " (0: the final parameters, no averaging)" if least == 0 else "")
             raise ConfigError(f"config.train.{key}={value} must be >= {least}{meaning}")
+    if config.train.num_steps >= 2 ** 31:
+        raise ConfigError(f"config.train.num_steps={config.train.num_steps} must be below 2**31 "
+                          "(the step counter is int32)")
     if config.train.average_checkpoints > config.train.keep_checkpoints:
         raise ConfigError(
             f"config.train.average_checkpoints={config.train.average_checkpoints} averages more "

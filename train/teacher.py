@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from typing import Any
 
 import numpy as np
 from flax import traverse_util
 
 from models.bert import BertConfig, with_layer_layout
-from train import storage, vocabulary
+from train import run_config, storage, vocabulary
 from train.config import ConfigError
 
 MINILM = "minilm"
@@ -143,7 +142,7 @@ def _workdir(source: str, step: int, build: bool) -> Teacher:
     if not saved_path.is_file():
         raise ConfigError(f"config.distill.teacher={source!r} is neither 'minilm' nor a run's "
                           f"workdir: {saved_path} does not exist (python -m train writes it)")
-    saved = json.loads(saved_path.read_text())
+    saved = run_config.read_resolved(saved_path)
     task = saved.get("task", {}).get("name")
     if task not in KINDS:
         raise ConfigError(f"config.distill.teacher={source!r}: that run's task is {task!r}; a "
@@ -207,7 +206,7 @@ def load_image_teacher(source: str, step: int = -1, *, build: bool = True) -> Te
     if not saved_path.is_file():
         raise ConfigError(f"config.distill.teacher={source!r} is not a run's workdir: "
                           f"{saved_path} does not exist (python -m train writes it)")
-    saved = json.loads(saved_path.read_text())
+    saved = run_config.read_resolved(saved_path)
     task, name = saved.get("task", {}).get("name"), saved.get("model", {}).get("name")
     if task != IMAGE_TASK or name not in MODELS:
         raise ConfigError(f"config.distill.teacher={source!r}: that run is a {task!r} run of "

@@ -27,7 +27,6 @@ weights came from where; the workdir's config.json records the model that runs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 from typing import Any
 
@@ -37,7 +36,7 @@ from models.safetensors_file import CheckpointError
 from models.transformer import TransformerConfig
 from train import storage
 from train.config import ConfigError, to_dataclass
-from train.run_config import saved_model
+from train.run_config import read_resolved, saved_model
 
 TASK = "translate"
 # TransformerConfig fields a run sets itself, whatever the checkpoint used.
@@ -141,7 +140,7 @@ def _workdir(config, workdir, build: bool) -> TranslationInit:
             f"config.init={init!r} is neither 'scratch', a Hugging Face Marian folder "
             f"(config.json + model.safetensors) nor a translation workdir: {saved_path} does "
             "not exist")
-    saved = json.loads(saved_path.read_text())
+    saved = read_resolved(saved_path)
     task = saved.get("task", {}).get("name")
     if task != TASK:
         raise ConfigError(f"config.init={init!r}: that run's task is {task!r}, not {TASK!r}")

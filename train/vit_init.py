@@ -33,7 +33,6 @@ the model that runs (train/run_config.py).
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 from typing import Any
 
@@ -42,7 +41,7 @@ import ml_collections
 from models.safetensors_file import CheckpointError
 from models.vit import ViTConfig
 from models.vit_transfer import ALIGNS, RUN_FIELDS, plan_transfer, transfer
-from train import storage
+from train import run_config, storage
 from train.config import ConfigError, to_dataclass
 
 INIT_HEADS = ("auto", "new")
@@ -109,7 +108,7 @@ def _find(config: ml_collections.ConfigDict) -> _Checkpoint:
             f"config.init={init!r} is neither 'scratch', an .npz checkpoint, a Hugging Face "
             f"folder (config.json + {WEIGHTS_FILE}) nor a classification or MAE workdir: "
             f"{saved_path} does not exist")
-    saved = json.loads(saved_path.read_text())
+    saved = run_config.read_resolved(saved_path)
     task = saved.get("task", {}).get("name")
     if task not in (TASK, MAE_TASK):
         raise ConfigError(f"config.init={init!r}: that run's task is {task!r}, not {TASK!r} or "

@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import os
 from typing import Any
 
-from train import storage
+from train import run_config, storage
 from train.config import ConfigError
 
 PREDICTORS = {"causal_lm": "train.predict.causal_lm", "classify": "train.predict.classify",
@@ -72,13 +71,8 @@ def task_of(workdir: str | os.PathLike) -> tuple[str, dict]:
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: {directory} is not the workdir of a run "
                           "(python -m train --workdir DIR writes one)")
-    try:
-        config = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path} does not read as JSON ({error}): the run's config is damaged; "
-                          "restore it from a copy (requested_config.json beside it holds the "
-                          "config the run was started with, before resolution)") from None
-    task = config.get("task", {}).get("name") if isinstance(config, dict) else None
+    config = run_config.read_resolved(path)
+    task = config.get("task", {}).get("name")
     if task not in PREDICTORS:
         instead = f": {INSTEAD[task]}" if task in INSTEAD else ""
         raise ConfigError(f"{directory} holds a {task!r} run; python -m train.predict supports "
