@@ -80,6 +80,9 @@ def write_folder(directory: str | os.PathLike, config: Mapping[str, Any],
     if occupied() and not overwrite:
         raise CheckpointError(f"{directory} exists and is not empty; pass overwrite=True "
                               "(--overwrite) to replace it")
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"{directory} is a file, not a model folder, so it is not replaced "
+                              "even with overwrite: write to a new folder")
     if occupied() and directory.is_dir() and not _is_model_folder(directory):
         raise CheckpointError(
             f"{directory} is not a model folder (it holds "
@@ -101,8 +104,8 @@ def write_folder(directory: str | os.PathLike, config: Mapping[str, Any],
             old = pathlib.Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-",
                                                 dir=directory.parent))
             directory.rename(old / "previous")
-        elif directory.exists() or directory.is_symlink():
-            directory.unlink()  # overwrite=True over a file or link
+        elif directory.is_symlink():
+            directory.unlink()  # overwrite=True over a dangling link
         staging.rename(directory)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

@@ -62,6 +62,10 @@ def test_the_recipe_trains_the_student_and_evaluates_its_average(teacher, fashio
     state = trainer.abstract_state
     assert "head_dist" in state.params and "stage_0_block_0" not in state.params
     assert jax.tree.structure(state.ema_params) == jax.tree.structure(state.params)
+    resolved = tmp_path / "student" / "config.json"  # cut short: named at the resume's check
+    resolved.write_text(resolved.read_text()[:50])
+    with pytest.raises(ConfigError, match="config.json does not read as JSON"):
+        Trainer(_student(teacher, "recipe"), tmp_path / "student").run()
 
 
 def _task(teacher, arg="", **overrides):
@@ -201,3 +205,6 @@ def test_bad_settings_are_refused(teacher, fashion_mnist_env):
         _task(teacher, **{"data.normalize": "minus_one_to_one"})
     with pytest.raises(ConfigError, match="would leave the distillation head untrained"):
         _task(teacher, **{"task.probe": True})
+    smoothing = _student(teacher, **{"task.label_smoothing": 2.0})  # --print_config as a start
+    with pytest.raises(ConfigError, match=r"label_smoothing=2.0 must be in \[0, 1\)"):
+        DeiTTask.plan(smoothing)

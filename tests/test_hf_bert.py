@@ -150,6 +150,8 @@ def test_save_and_load_directory(tmp_path):
     for target in (run, run / "checkpoints"):
         with pytest.raises(CheckpointError, match="is not a model folder"):
             save_hf_checkpoint(target, cfg, params, overwrite=True)
+    with pytest.raises(CheckpointError, match="config.json is a file, not a model folder"):
+        save_hf_checkpoint(run / "config.json", cfg, params, overwrite=True)
     assert (run / "checkpoints" / "10").is_dir() and (run / "config.json").read_text() == "{}"
     (tmp_path / "empty").mkdir()
     save_hf_checkpoint(tmp_path / "empty", cfg, params)             # an empty folder is fine

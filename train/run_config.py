@@ -80,7 +80,7 @@ def check_resumed(workdir: str | os.PathLike, resolution: Resolution) -> None:
     path = storage.run_path(workdir) / RESOLVED_FILE
     if not resolution.resume_checks or not path.exists():
         return
-    saved = json.loads(path.read_text())
+    saved = read_resolved(path)
     changed = []
     for key in resolution.resume_checks:
         node = saved

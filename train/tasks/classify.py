@@ -125,7 +125,7 @@ def model_input(images, image_size: tuple[int, int]):
                             method="bilinear")
 
 
-def _check_values(config) -> None:
+def check_values(config) -> None:
     """ConfigError for a config.data / config.task value out of range (a start and
     --print_config alike)."""
     check_data(config)
@@ -149,7 +149,7 @@ class ClassificationTask(ImageData, Task):
         if saved_vocabulary is not None:
             raise ConfigError(f"this workdir holds a vocabulary ({saved_vocabulary.path}): it was "
                               "used by a text task, not image classification; use a new --workdir")
-        _check_values(config)
+        check_values(config)
         check_dataset(config)
         self.init = image_init(config, build=True)
         self.model_config = self.init.model_config
@@ -189,7 +189,7 @@ class ClassificationTask(ImageData, Task):
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The model of config.model, or of config.init's checkpoint (its config and tensor
         shapes read, not its weights), and the notes on what is carried over."""
-        _check_values(config)
+        check_values(config)
         init = image_init(config, build=False)
         _check_probe(config, init.model_config)
         return Resolution(init.model_config, values=cls._values(config), notes=init.notes)

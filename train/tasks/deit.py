@@ -51,7 +51,7 @@ from train.losses import (averaged_heads, cross_entropy, deit_hard_distillation,
                           deit_soft_distillation, one_hot_targets, soft_cross_entropy,
                           soft_target_kl)
 from train.run_config import Resolution
-from train.tasks.classify import ClassificationTask, image_init
+from train.tasks.classify import ClassificationTask, check_values, image_init
 
 KINDS = ("none", "soft", "hard")
 
@@ -145,6 +145,7 @@ class DeiTTask(ClassificationTask):
 
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
+        check_values(config)  # what a start refuses of the classification settings
         teacher = _load_teacher(config, build=False)
         init = image_init(config, build=False)
         return _resolution(config, teacher, init.model_config, init.notes, pending=True)

@@ -33,6 +33,7 @@ from train.distill_init import (check_fingerprint, distill_resolution, frozen_te
                                 init_from_teacher, student_model_config)
 from train.losses import soft_target_kl
 from train.run_config import Resolution
+from train.tasks.base import Task
 from train.tasks.finetune import FinetuneTask, _dataset, head_model
 
 # The metric each kind of task is scored by (its `score`).
@@ -60,6 +61,9 @@ def _load_teacher(config: ml_collections.ConfigDict, *, build: bool):
 class TaskDistillationTask(FinetuneTask):
     """A fine-tuning head on a smaller encoder, learning from a fine-tuned teacher."""
 
+    # The teacher's head, features and vocabulary are read from it, not from the config.
+    TASK_KEYS = Task.TASK_KEYS + ("max_answer_length",)
+    DATA_KEYS = Task.DATA_KEYS + ("name", "max_seq_length", "max_query_length")
     has_frozen_params = True
 
     def _check_options(self) -> None:
