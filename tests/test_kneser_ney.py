@@ -159,6 +159,26 @@ def test_the_command_scores_the_lm_task_targets_and_writes_a_record(english_lm_e
     assert ev["bits_per_byte"] == pytest.approx(ev["nll"] * ev["tokens"] / ev["bytes"] / np.log(2))
 
 
+def test_a_workdir_holding_a_run_or_another_record_is_refused_before_the_work(tmp_path, capsys):
+    from train import run_record
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "record.json").write_text('{"kind": "train"}')
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "record.json").write_text('{"kind": "bench"}')
+    for folder, what in ((run, "a training run (checkpoints)"), (other, "a 'bench' record")):
+        assert kneser_ney.main(["--config", "configs/lm/english.py:smoke",
+                                "--workdir", str(folder)]) == 2
+        assert f"holds {what}: its record.json would be replaced" in capsys.readouterr().err
+    assert (run / "record.json").read_text() == '{"kind": "train"}'
+    assert kneser_ney.main(["--config", "configs/bert/pretrain.py:smoke"]) == 2
+    assert "is not a language model's config (task 'bert_pretrain')" in capsys.readouterr().err
+    (other / "record.json").write_text('{"kind": "baselines"}')  # its own kind: a rerun
+    assert run_record.own_folder(other, "baselines") == other
+
+
 def test_an_eval_budget_of_nothing_to_score_is_an_error(english_lm_env, tmp_path, capsys):
     assert kneser_ney.main(["--config", "configs/lm/english.py:smoke",
                             "--config.task.eval_tokens=1", "--workdir", str(tmp_path)]) == 2

@@ -232,6 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    if args.workdir:
+        from train import run_record
+        try:
+            run_record.own_folder(args.workdir, "baselines")
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     tasks = CLASSIFY_TASKS + TAG_TASKS if args.task == "all" else (args.task,)
     results = {}
     for task in tasks:

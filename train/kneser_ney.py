@@ -247,6 +247,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, str
     parser.add_argument("--discounts", default="modified", choices=DISCOUNTS)
     parser.add_argument("--workdir", help="write the run record to DIR/record.json")
     args, rest = parser.parse_known_args(argv)
+    if not 1 <= args.order <= 61:  # a key of order n-grams needs vocab ** n < 2 ** 62, vocab >= 2
+        parser.error(f"--order {args.order} must be in [1, 61] (n-gram keys are int64)")
     overrides = []
     for item in rest:
         if not item.startswith("--config.") or "=" not in item:
@@ -265,9 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     from train.config import ConfigError, apply_override, load_config_file
 
     try:
+        if args.workdir:
+            from train import run_record
+            run_record.own_folder(args.workdir, "baselines")
         config = load_config_file(args.config)
         for key, value in overrides:
             apply_override(config, key, value)
+        if config.get("task", {}).get("name") != "causal_lm":
+            raise ConfigError(f"{args.config} is not a language model's config (task "
+                              f"{config.get('task', {}).get('name')!r}): the baseline scores a "
+                              "causal LM's data and vocabulary, e.g. configs/lm/english.py")
         results = evaluate(config, order=args.order, discounts=args.discounts)
     except (DataError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
