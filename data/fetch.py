@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="fetch and prepare again")
     parser.add_argument("--list", action="store_true", help="list the datasets and their state")
     args = parser.parse_args(argv)
+    if args.list and args.names:
+        parser.error(f"--list lists every dataset; it takes no names ({' '.join(args.names)})")
     if args.list or not args.names:
         print(f"data root: {paths.data_root()} (set PAPERS_JAX_DATA to change it)")
         for s in catalog.SOURCES.values():
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.names:
             catalog.parts(name)  # Fail on a typo before fetching anything.
+        paths.writable_root()
         for name in args.names:
             fetched = [raw.fetch(part, force=args.force) for part in catalog.parts(name)]
             if name in catalog.COMPOSITES:  # its parts' own datasets are not needed
@@ -74,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted; the same command goes on from what is fetched", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -32,8 +32,22 @@ DEFAULT_ROOT = "~/.cache/papers-jax"
 
 
 def data_root() -> pathlib.Path:
-    """$PAPERS_JAX_DATA, or ~/.cache/papers-jax when it is unset or empty."""
-    return pathlib.Path(os.environ.get(ENV_VAR) or DEFAULT_ROOT).expanduser()
+    """$PAPERS_JAX_DATA, or ~/.cache/papers-jax when it is unset or blank."""
+    return pathlib.Path(os.environ.get(ENV_VAR, "").strip() or DEFAULT_ROOT).expanduser()
+
+
+def writable_root() -> pathlib.Path:
+    """The data root, made if need be; DataError when it cannot be a writable folder."""
+    root = data_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataError(f"the data root {root} ({ENV_VAR}) cannot be made: "
+                        f"{error.strerror or error}; set {ENV_VAR} to a writable folder") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise DataError(f"the data root {root} ({ENV_VAR}) is not writable; set {ENV_VAR} to a "
+                        "writable folder")
+    return root
 
 
 def raw_dir(name: str) -> pathlib.Path:

@@ -4,6 +4,7 @@ and verified (a stand-in registry copies a local folder)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -123,6 +124,16 @@ def test_fetch_cli_lists_and_rejects_unknown_names(tmp_path, monkeypatch, capsys
     assert "fashion_mnist" in out and "dataset-fashion-mnist" in out and "not fetched" in out
     assert fetch.main(["no_such_dataset"]) == 1
     assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("x")  # a data root that cannot be a folder: named
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path / "a_file" / "root"))
+    assert fetch.main(["sotu"]) == 1
+    assert f"the data root {tmp_path / 'a_file' / 'root'} (PAPERS_JAX_DATA) cannot be made" in (
+        capsys.readouterr().err)
+    monkeypatch.setenv("PAPERS_JAX_DATA", "   ")  # blank: the default, not a folder of spaces
+    assert str(paths.data_root()) == os.path.expanduser(paths.DEFAULT_ROOT)
+    with pytest.raises(SystemExit):
+        fetch.main(["--list", "brown"])
+    assert "--list lists every dataset; it takes no names (brown)" in capsys.readouterr().err
 
 
 def test_fetch_cli_help_lists_every_dataset(capsys):

@@ -123,7 +123,9 @@ def test_errors_name_the_problem(translation_run):
             (["--sentence", "x", "--alpha", "-1"], None, "--alpha=-1.0 must be >= 0"),
             (["--sentence", "x", "--beam_size", "1", "--alpha", "1.0"], None,
              "--alpha=1.0 with a beam of 1"),
-            (["--sentence", "x", "--batch_size", "0"], None, "--batch_size=0 must be >= 1")):
+            (["--sentence", "x", "--batch_size", "0"], None, "--batch_size=0 must be >= 1"),
+            (["--sentence", "x", "--file", "f.txt"], None,
+             "--sentence and --file f.txt: give one of them")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             translate_predictor.predict(run, predictor_args(translate_predictor, *argv),
                                         stdin=stdin, out=len)

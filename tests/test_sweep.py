@@ -350,6 +350,22 @@ def test_dry_run_and_report_only_run_nothing(smoke_sweep, fixture_data_root):
     twice = run_sweep(workdir, fixture_data_root, "--rows", "none,none", "--dry_run", check=False)
     assert twice.returncode == 2 and "names a row twice" in twice.stderr
 
+    # Refused before anything is written: a report of nothing (a misspelt --workdir), of another
+    # sweep's runs, --dry_run with --report_only, an empty row, a misspelt override.
+    empty = workdir.parent / "no_sweep_here"
+    for where, extra, message in (
+            (empty, ["--report_only"], "holds no sweep (no sweep.json): nothing to report"),
+            (workdir, ["--report_only", "--dry_run"], "give one of them"),
+            (empty, ["--rows", ""], "--rows '' names an empty row"),
+            (empty, ["--rows", "none", "--config.train.num_stepz=3"],
+             'run none/seed_0/train: unknown config key config.train.num_stepz')):
+        refused = run_sweep(where, fixture_data_root, *extra, check=False)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    other = run_sweep(workdir, fixture_data_root, "--report_only", check=False,
+                      config="configs/ablations/lm_extrapolation.py:smoke")
+    assert other.returncode == 2 and "is another sweep's" in other.stderr, other.stderr
+    assert not empty.exists() and files_state(workdir) == before
+
 
 def test_a_metric_the_runs_do_not_report_is_an_error(smoke_sweep):
     """A misspelt Metric gave a column of NaN and exit 0; the report names what the runs have."""

@@ -190,6 +190,9 @@ def evaluate(config, *, order: int, discounts: str) -> dict:
     from train import lm_metrics
 
     data = config.data
+    if data.source == "local":  # named with its fetch command, as a training start does
+        from data import fetched
+        fetched.require([data.name])
     tok = bpe.load_or_train_for_dataset(data.name, data.train_split, vocab_size=data.vocab_size,
                                         key=data.text_key, source=data.source)
 

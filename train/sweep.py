@@ -125,6 +125,25 @@ def plan(sweep: Sweep, sweep_dir: str | os.PathLike, rows: list[str], seeds: lis
     return runs
 
 
+def check_overrides(runs: list[Run]) -> None:
+    """SweepError naming the first run whose --config.KEY=VALUE items its config does not take
+    (a misspelt key of the command line or of a stage): refused before any run starts."""
+    from train.config import apply_override, load_config_file
+
+    loaded = {}
+    for run in runs:
+        spec = run.argv[1]
+        if spec not in loaded:
+            loaded[spec] = load_config_file(spec)
+        config = loaded[spec].copy_and_resolve_references()
+        try:
+            for item in run.argv[4:]:
+                key, _, value = item[len("--config."):].partition("=")
+                apply_override(config, key, value)
+        except (ConfigError, ValueError) as error:
+            raise SweepError(f"run {run.name}: {error}") from None
+
+
 # ---- DIR/sweep.json: how the runs are defined ------------------------------------------------
 def _jsonable(value):
     return json.loads(json.dumps(value, default=list))
@@ -169,6 +188,20 @@ def check_spec(sweep_dir: epath.Path, spec: dict, allow_change: bool, save: bool
         storage.write_atomically(path, json.dumps(spec, indent=2) + "\n")
 
 
+def check_same_sweep(sweep_dir: epath.Path, spec: dict) -> None:
+    """SweepError unless DIR/sweep.json is a run of this sweep: the same stages, each of the
+    same config file (its :args may differ, e.g. a teacher's absolute path on another
+    machine), so that --report_only never writes one sweep's tables over another's runs."""
+    saved = json.loads((sweep_dir / "sweep.json").read_text())
+
+    def stages(spec):
+        return [(s["name"], s["config"].split(":")[0]) for s in spec["stages"]]
+
+    if stages(saved) != stages(spec)[:len(saved["stages"])]:
+        raise SweepError(f"{sweep_dir / 'sweep.json'} is another sweep's (stages and configs "
+                         f"{stages(saved)}, here {stages(spec)}): its report is not written "
+                         "over; give this sweep's --workdir")
+
 
 # ---- the command line ------------------------------------------------------------------------
 def parse_args(argv):
@@ -203,7 +236,10 @@ def main(argv=None) -> int:
     try:
         sweep_dir = storage.run_path(args.workdir)
         sweep = load_sweep_file(args.config)
-        rows = list(sweep.rows) if not args.rows else [r.strip() for r in args.rows.split(",")]
+        rows = list(sweep.rows) if args.rows is None else [r.strip() for r in args.rows.split(",")]
+        if "" in rows:
+            raise SweepError(f"--rows {args.rows!r} names an empty row; give row names, "
+                             f"comma-separated, from {list(sweep.rows)}")
         if len(set(rows)) != len(rows):  # a repeat would run a finished run a second time
             raise SweepError(f"--rows {args.rows!r} names a row twice")
         unknown = [r for r in rows if r not in sweep.rows]
@@ -216,7 +252,15 @@ def main(argv=None) -> int:
         cpu_shares(args.parallel)  # a share of CPUs this process does not have is refused here
         runs = plan(sweep, sweep_dir, rows, list(range(seeds)), cli_overrides)
         if args.report_only:
+            if args.dry_run:
+                raise SweepError("--dry_run runs and writes nothing, --report_only writes the "
+                                 "reports: give one of them")
+            if not (sweep_dir / "sweep.json").exists():
+                raise SweepError(f"{sweep_dir} holds no sweep (no sweep.json): nothing to "
+                                 "report; run the sweep first, or give its --workdir")
+            check_same_sweep(sweep_dir, run_spec(sweep, cli_overrides))
             return _report(sweep, sweep_dir, args.config)
+        check_overrides(runs)
         check_spec(sweep_dir, run_spec(sweep, cli_overrides), args.allow_config_change,
                    save=not args.dry_run)
         if args.dry_run:

@@ -135,15 +135,23 @@ def get_data_source(name: str, split: str, *, source: SourceKind = "local",
                         f"{sorted(builder.info.splits)} ({e})") from e
 
 
-def dataset_info(name: str, source: SourceKind = "local", *,
-                 data_dir: str | pathlib.Path | None = None) -> ImageDatasetInfo:
-    """Image shape, classes, split sizes and normalisation constants of an image dataset."""
+def check_image_classification(name: str, source: SourceKind = "local", *,
+                               data_dir: str | pathlib.Path | None = None):
+    """The builder of `name`; DataError unless its examples have an 'image' and a 'label' (of
+    any image size: ImageNet's vary)."""
     builder = _builder(name, source, data_dir)
-    info = builder.info
-    features = info.features
+    features = builder.info.features
     if "image" not in features or "label" not in features:
         raise DataError(f"dataset {name!r} ({source}) is not an image classification dataset: "
                         f"features {sorted(features)}")
+    return builder
+
+
+def dataset_info(name: str, source: SourceKind = "local", *,
+                 data_dir: str | pathlib.Path | None = None) -> ImageDatasetInfo:
+    """Image shape, classes, split sizes and normalisation constants of an image dataset."""
+    info = check_image_classification(name, source, data_dir=data_dir).info
+    features = info.features
     label = features["label"]
     norm = NORMALIZATION.get(info.name)
     return ImageDatasetInfo(

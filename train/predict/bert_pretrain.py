@@ -4,7 +4,7 @@
     python -m train.predict workdirs/bert_pretrain --text "He went to the [MASK] ." --top_k 5
     python -m train.predict workdirs/bert_pretrain --file masked.txt
 
-Texts: every --text, else one per line of --file, else one per line of standard input; each
+Texts: every --text or (not both) one per line of --file, else one per line of standard input; each
 with at least one [MASK] (the vocabulary keeps the token whole). A text becomes the input the
 pretraining pipeline gives one segment, `[CLS] text [SEP]` padded to config.data.max_seq_length
 (built by data/pipelines/finetune.py `FeatureEncoder`, the fine-tuning pipeline's encoder of one

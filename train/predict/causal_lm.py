@@ -5,7 +5,7 @@
         --temperature 0.8 --top_p 0.95
     echo "The President" | python -m train.predict workdirs/lm_english --decoding beam
 
-Prompts: every --prompt, else one per line of --prompts_file, else one per line of standard
+Prompts: every --prompt or (not both) one per line of --prompts_file, else one per line of standard
 input. Each is encoded with the run's own BPE vocabulary after the EOS that begins every
 document (as in training: data/pipelines/lm.py), and continued by models/lm_decode.py
 `generate` until EOS or --max_new_tokens: greedy, beam search (--beam_size, --length_penalty)

@@ -6,7 +6,7 @@
     printf 'A man sleeps.\tSomeone rests.\n' | python -m train.predict workdirs/finetune_pairs
     printf 'Who wrote Emma?\tJane Austen wrote Emma.\n' | python -m train.predict workdirs/squad
 
-Texts: every --text, else one per line of --file, else of standard input. What a text is
+Texts: every --text or (not both) one per line of --file, else of standard input. What a text is
 depends on the run's dataset kind (data/pipelines/finetune_datasets.py):
   classify        one text                 -> its label and the label's probability
   pair_classify   two texts, TAB between   -> the label of the pair and its probability

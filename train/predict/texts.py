@@ -1,5 +1,6 @@
-"""The texts a text predictor reads: every --FLAG given, else one per line of a file, else one
-per line of standard input (translate, bert_pretrain, finetune; causal_lm's prompts likewise)."""
+"""The texts a text predictor reads: every --FLAG given or (not both) one per line of a file,
+else one per line of standard input (translate, bert_pretrain, finetune; causal_lm's prompts
+likewise)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ def read_lines(given: list[str], path: str | None, *, what: str, flag: str, file
     """The texts: `given` (from `flag`), else the lines of `path`, else of `stdin` (default
     sys.stdin, refused when it is a terminal). ConfigError for none at all or an empty one,
     naming where it came from and its number there."""
+    if given and path:
+        raise ConfigError(f"{flag} and {file_flag} {path}: give one of them (the other's "
+                          f"{what}s would be left out)")
     if given:
         texts, where = list(given), flag
     elif path:

@@ -4,7 +4,8 @@
     python -m train.predict workdirs/translate --file sentences.txt --decoding greedy
     echo "And God said" | python -m train.predict workdirs/translate --beam_size 8 --alpha 1.0
 
-Sentences: every --sentence, else one per line of --file, else one per line of standard input.
+Sentences: every --sentence or (not both) one per line of --file, else one per line of standard
+input.
 Each is encoded as the run's eval pipeline encodes a source sentence (data/pipelines/
 translation.py: the run's SentencePiece vocabulary, EOS appended, cut to config.data.max_length
 tokens with a message when longer) and translated as the run's eval decodes

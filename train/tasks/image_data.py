@@ -39,7 +39,7 @@ def check_dataset(config) -> None:
     corpus's examples have no 'image' to read); the dataset must be fetched."""
     data = config.data
     try:
-        sources.dataset_info(data.name, data.source)
+        sources.check_image_classification(data.name, data.source)
     except DataError as error:
         if "not an image classification dataset" not in str(error):
             raise
