@@ -127,7 +127,9 @@ def test_errors_name_the_problem(lm_run, tmp_path, capsys):
             (["--decoding", "sample", "--beam_size", "3"],
              "--beam_size=3 with --decoding sample: it applies to --decoding beam only"),
             (["--decoding", "beam", "--length_penalty", "-1"],
-             "--length_penalty=-1.0 must be >= 0")):
+             "--length_penalty=-1.0 must be a finite number >= 0"),
+            (["--decoding", "beam", "--length_penalty", "nan"],
+             "--length_penalty=nan must be a finite number >= 0")):
         with pytest.raises(causal_lm.ConfigError, match=re.escape(message)):
             causal_lm.predict(run, _args("--prompt", "x", *argv), out=len)
     run.tokenizer = None  # a workdir whose vocabulary/ was deleted

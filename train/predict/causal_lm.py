@@ -88,9 +88,9 @@ def _settings(args) -> dict:
         if value["beam_size"] < 2:
             raise ConfigError(f"--beam_size={value['beam_size']}: a beam search keeps at least "
                               "2 (--decoding greedy is one)")
-        if value["length_penalty"] < 0:
-            raise ConfigError(f"--length_penalty={value['length_penalty']} must be >= 0 (0: "
-                              "none)")
+        if not 0 <= value["length_penalty"] < float("inf"):  # NaN too
+            raise ConfigError(f"--length_penalty={value['length_penalty']} must be a finite "
+                              "number >= 0 (0: none)")
         return {"beam_size": value["beam_size"], "alpha": value["length_penalty"]}
     if args.decoding == "sample":
         try:

@@ -67,13 +67,17 @@ def settings(run, args) -> dict:
     beam = task["beam_size"] if args.beam_size is None else args.beam_size
     if beam < 1:
         raise ConfigError(f"--beam_size={beam} must be >= 1")
+    vocab = run.tokenizer.vocab_size
+    if beam > vocab:  # more beams than tokens: no more hypotheses, only memory
+        raise ConfigError(f"--beam_size={beam} is more than the run's {vocab} tokens: a beam "
+                          f"keeps at most one hypothesis per token a step; use {vocab} or fewer")
     if beam == 1 and args.alpha is not None:
         raise ConfigError(f"--alpha={args.alpha} with a beam of 1: the length penalty ranks "
                           "beams, and one beam is greedy search, which never reads it (use "
                           "--beam_size 2 or more)")
     alpha = task["length_penalty"] if args.alpha is None else args.alpha
-    if alpha < 0:
-        raise ConfigError(f"--alpha={alpha} must be >= 0 (0: no length penalty)")
+    if not 0 <= alpha < float("inf"):  # NaN too
+        raise ConfigError(f"--alpha={alpha} must be a finite number >= 0 (0: no length penalty)")
     return {"beam_size": int(beam), "alpha": float(alpha)}
 
 
