@@ -68,3 +68,9 @@ def test_step_zero_is_the_initial_state_and_every_report_is_there(frozen_run, tm
     assert "no checkpoint of step 7 (saved: [1, 2])" in capsys.readouterr().err
     assert diagnose_encoder.main([str(frozen_run), "--steps", "last", "--finetune", "none"]) == 2
     assert "'last' is not a step" in capsys.readouterr().err
+    for extra, message in ((["--steps", ""], "--steps '' names no step"),
+                           (["--plateau", "nan"], "--plateau nan must be an accuracy in [0, 1)"),
+                           (["--out", str(tmp_path)], f"--out {tmp_path} is a folder"),
+                           (["--out", str(tmp_path / "no" / "x.json")], "does not exist")):
+        assert diagnose_encoder.main([str(frozen_run), "--finetune", "none", *extra]) == 2
+        assert message in capsys.readouterr().err

@@ -67,8 +67,19 @@ def main(argv=None) -> int:
     from train.encoder_diagnosis import diagnose_run, format_run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    problem = None  # checked before the work, so that none of it is lost at the end
+    out = storage.run_path(args.out) if args.out else None
     if args.batch_size < 1:
-        print(f"error: --batch_size {args.batch_size} must be >= 1", file=sys.stderr)
+        problem = f"--batch_size {args.batch_size} must be >= 1"
+    elif not 0 <= args.plateau < 1:  # NaN too
+        problem = f"--plateau {args.plateau} must be an accuracy in [0, 1)"
+    elif not [s for s in args.steps.split(",") if s.strip()]:
+        problem = f"--steps {args.steps!r} names no step: give steps, 'latest' or 'all'"
+    elif out is not None and (out.is_dir() or not out.parent.is_dir()):
+        problem = (f"--out {out} is a folder" if out.is_dir() else
+                   f"--out {out}: its folder {out.parent} does not exist")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     runs = []
     try:
@@ -84,8 +95,8 @@ def main(argv=None) -> int:
     command = ["python", "-m", "train.diagnose_encoder",
                *(sys.argv[1:] if argv is None else argv)]
     text = json.dumps({"command": command, "runs": runs}, indent=1) + "\n"
-    if args.out:
-        storage.write_atomically(storage.run_path(args.out), text)
+    if out is not None:
+        storage.write_atomically(out, text)
     else:
         sys.stdout.write(text)
     return 0
