@@ -53,7 +53,7 @@ def get_sweep(arg=None):
         stages=(Stage("pretrain", "configs/vit/fashion_mnist.py:smoke", quiet),
                 Stage("finetune", {stage2!r}, quiet, apply_rows=False,
                       previous_workdir_key="init_from")),
-        rows={{"bad": {{"model.no_such_key": 1}}, "ok": {{}}}},
+        rows={{"bad": {{"model.num_heads": 3}}, "ok": {{}}}},  # fails as its run starts
         metrics=(Metric("accuracy", "max"), Metric("accuracy", "max", stage="pretrain")),
         seeds=1)
 '''

@@ -329,7 +329,11 @@ def test_load_state_names_a_damaged_step_and_the_others(tmp_path, caplog):
     np.testing.assert_array_equal(load_state(tmp_path, 2)["params"]["w"], np.full((64, 64), 2))
     assert not [r for r in caplog.records if "could not be restored" in r.getMessage()]
     with pytest.raises(CheckpointError, match="no checkpoint of step 3 .*choose one of the "
-                                              r"saved steps \[2, 4\]"):
+                                              r"saved steps \[2, 4\]$"):
+        load_state(tmp_path, 3)
+    from train import workdir_lock
+    with workdir_lock.hold(tmp_path), pytest.raises(  # its steps may be pruned under a reader
+            CheckpointError, match=r"a run is training in that workdir now \(pid \d+ on "):
         load_state(tmp_path, 3)
 
 

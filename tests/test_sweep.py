@@ -420,7 +420,7 @@ def test_failing_row_is_reported_and_the_others_complete(two_stage_sweep):
     workdir, result = two_stage_sweep
     assert result.returncode == 1, result.stdout + result.stderr
     assert "[sweep] FAILED bad/seed_0/pretrain: failed (exit status 2)" in result.stdout
-    assert "unknown config key config.model.no_such_key" in result.stdout  # the log tail
+    assert "num_heads=3 does not divide hidden_size=32" in result.stdout  # the log tail
     failures = result.stdout.split("run(s) failed:")[1]
     assert "bad/seed_0/pretrain" in failures
     assert "bad/seed_0/finetune: not run (its previous stage failed)" in failures

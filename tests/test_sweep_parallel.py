@@ -37,7 +37,7 @@ def test_a_run_on_one_core_is_single_threaded_and_the_others_keep_their_flags(mo
     assert sweep_runner._environment((2, 3)) is None and sweep_runner._environment(None) is None
 
 
-PARALLEL_SWEEP = TWO_STAGE_SWEEP.replace('{{"bad": {{"model.no_such_key": 1}}, "ok": {{}}}}',
+PARALLEL_SWEEP = TWO_STAGE_SWEEP.replace('{{"bad": {{"model.num_heads": 3}}, "ok": {{}}}}',
                                          '{{"a": {{}}, "b": {{"train.num_steps": 12}}}}')
 
 

@@ -59,6 +59,7 @@ from train import storage
 from train.checkpoint_damage import (DATA, LEGACY_DATA_FILE, PROCESS_FILE, STATE, find_damage,
                                      process_file)
 from train.checkpoint_shapes import array_shapes, state_differences
+from train.workdir_lock import training_in
 
 _SET_ASIDE = re.compile(r"(\d+)\.corrupt-\d+")  # a damaged step's folder, renamed
 # On gs:// orbax marks a step (and each of its items) saved whole with this file; a step folder
@@ -392,7 +393,7 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
             fix = ("train the run first (python -m train --workdir of this run)" if not steps
                    else f"choose one of the saved steps {steps}")
             raise CheckpointError(f"no checkpoint{'' if step is None else f' of step {step}'} "
-                                  f"in {directory}: {fix}")
+                                  f"in {directory}: {fix}{_training_now(directory)}")
         chosen = steps[-1] if step is None else step
         others = (f"; the other saved steps are {[s for s in steps if s != chosen]}"
                   if len(steps) > 1 else "")
@@ -409,12 +410,21 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
                 **{STATE: ocp.args.StandardRestore(target)}))
         except Exception as error:  # orbax raises many kinds for damaged files
             raise CheckpointError(f"checkpoint {directory}/{chosen} could not be read "
-                                  f"({type(error).__name__}: {error}){others}") from error
+                                  f"({type(error).__name__}: {error}){others}"
+                                  f"{_training_now(directory)}") from error
     state = restored[STATE]
     if not isinstance(state, dict):
         state = {key: getattr(state, key) for key in ("step", "params", "opt_state", "rng",
                                                       "ema_params") if hasattr(state, key)}
     return jax.tree.map(np.asarray, state)
+
+
+def _training_now(directory: epath.Path) -> str:
+    """'; a run is training ...' when one holds the lock of the workdir of `directory` (its
+    checkpoints/), whose old steps it prunes while they are read; '' else."""
+    holder = training_in(directory.parent if directory.name == "checkpoints" else directory)
+    return ("" if holder is None else f"; a run is training in that workdir now ({holder}), "
+            "which saves and prunes checkpoints as it goes: read a step it keeps, or wait")
 
 
 def load_params(workdir: str | os.PathLike, step: int | None = None) -> Any:

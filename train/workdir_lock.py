@@ -67,6 +67,28 @@ def _acquire(folder) -> int | None:
         os.close(fd)
 
 
+def training_in(workdir) -> str | None:
+    """Who is training in `workdir` now ('pid ... on HOST, since ...'), None when no run holds
+    its lock (or it cannot tell: gs://, no flock). For readers of a workdir (evaluate,
+    predict), whose checkpoint may be pruned under them while a run trains there."""
+    path = storage.run_path(workdir) / LOCK
+    if storage.is_url(path) or not path.exists():
+        return None
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY)  # local path: a local workdir's lock
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 200).decode(errors="replace").strip() or "another process"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock, if taken
+    return None
+
+
 def _release(folder, fd: int | None, made: bool) -> None:
     if fd is not None:
         # removed while still held: a process that opened it meanwhile takes a new one
