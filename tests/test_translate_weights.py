@@ -182,7 +182,9 @@ def test_export_refuses_what_marian_cannot_describe(exported, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "sinusoid_layout='interleaved' (HF Marian: 'halves')" in err
     assert "norm_epsilon=1e-06 (HF Marian: 1e-05)" in err
+    assert "configs/transformer/translate.py:arch=marian" in err
     assert not (tmp_path / "hf").exists()
+    assert export([str(workdir), "   "]) == 2 and "OUT '   ' is blank" in capsys.readouterr().err
     assert export([str(workdir), str(tmp_path / "hf"), "--head", "model"]) == 2
     assert "--head model: for a ViT" in capsys.readouterr().err
     assert export([str(workdir), str(tmp_path / "out.npz")]) == 2

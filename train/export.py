@@ -62,6 +62,8 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str | None = N
 
     if format not in FORMATS:
         raise ConfigError(f"--format {format!r} is not one of {list(FORMATS)}")
+    if not str(out).strip():
+        raise ConfigError(f"OUT {out!r} is blank: give the folder or .npz file to write")
     directory = storage.run_path(workdir)
     saved = _saved_config(directory)
     if saved["task"]["name"] == "translate":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pathlib
 
 from models.hf_marian import MarianIds, config_to_hf, save_hf_checkpoint
+from models.safetensors_file import CheckpointError
 from models.transformer import TransformerConfig
 from train import vocabulary
 from train.config import ConfigError
@@ -29,7 +30,11 @@ def export_translation(directory, saved: dict, out: pathlib.Path, *, format: str
                           "runs kept theirs, and the weights mean nothing without it")
     ids = MarianIds.for_ours(cfg.vocab_size, eos_id=tokenizer.eos_id,
                              start_id=cfg.start_id(tokenizer.bos_id))
-    config_to_hf(cfg, ids)  # a model Marian cannot describe is refused before any weight is read
+    try:  # a model Marian cannot describe is refused before any weight is read
+        config_to_hf(cfg, ids)
+    except CheckpointError as error:
+        raise CheckpointError(f"{error}. A run trains a model Marian describes with "
+                              "configs/transformer/translate.py:arch=marian") from None
     files = tokenizer_files(tokenizer, ids, cfg.max_length)
     save_hf_checkpoint(out, cfg, load_params(directory), ids, overwrite=overwrite,
                        extra_files=files)
