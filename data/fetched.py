@@ -52,14 +52,12 @@ def missing(names: Iterable[str]) -> dict[str, str]:
 def require(names: Iterable[str]) -> None:
     """DataError naming each of `names` that is not in the data root, with the one command that
     fetches them all (and why, for one whose folder is there but incomplete)."""
-    try:
-        absent = missing(names)
-    except DataError as error:
-        if "unknown dataset" not in str(error):
-            raise
-        raise DataError(f"{error}. A dataset of the TFDS catalog is read with "
-                        "config.data.source='tfds' (TFDS downloads it, or builds it from a "
-                        "manual download: docs/data.md)") from None
+    names = list(names)
+    for name in names:
+        catalog.check_known(name, ". A dataset of the TFDS catalog is read with "
+                            "config.data.source='tfds' (TFDS downloads it, or builds it from a "
+                            "manual download: docs/data.md)")
+    absent = missing(names)
     if not absent:
         return
     damaged = "".join(f"\n  {name}: {why}" for name, why in absent.items()

@@ -168,8 +168,8 @@ def test_a_text_dataset_for_an_image_task_is_named(brown_data_root, tmp_path, ca
         assert main(["--config", config, "--workdir", str(tmp_path / "w"),
                      "--config.data.name=brown"]) == 2
         err = capsys.readouterr().err
-        assert "config.data.name='brown': dataset 'brown' (local) is not an image " \
-               "classification dataset" in err and "data.fetch fashion_mnist" in err, err
+        assert "config.data.name='brown' (local) is not an image classification dataset " \
+               "(features ['doc_id'" in err and "data.fetch fashion_mnist" in err, err
     assert not (tmp_path / "w").exists()
 
 

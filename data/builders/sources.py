@@ -135,23 +135,20 @@ def get_data_source(name: str, split: str, *, source: SourceKind = "local",
                         f"{sorted(builder.info.splits)} ({e})") from e
 
 
-def check_image_classification(name: str, source: SourceKind = "local", *,
-                               data_dir: str | pathlib.Path | None = None):
-    """The builder of `name`; DataError unless its examples have an 'image' and a 'label' (of
-    any image size: ImageNet's vary)."""
-    builder = _builder(name, source, data_dir)
-    features = builder.info.features
-    if "image" not in features or "label" not in features:
-        raise DataError(f"dataset {name!r} ({source}) is not an image classification dataset: "
-                        f"features {sorted(features)}")
-    return builder
+def features_of(name: str, source: SourceKind = "local", *,
+                data_dir: str | pathlib.Path | None = None) -> list[str]:
+    """The names of the features of an example of dataset `name`, sorted."""
+    return sorted(_builder(name, source, data_dir).info.features)
 
 
 def dataset_info(name: str, source: SourceKind = "local", *,
                  data_dir: str | pathlib.Path | None = None) -> ImageDatasetInfo:
     """Image shape, classes, split sizes and normalisation constants of an image dataset."""
-    info = check_image_classification(name, source, data_dir=data_dir).info
+    info = _builder(name, source, data_dir).info
     features = info.features
+    if "image" not in features or "label" not in features:
+        raise DataError(f"dataset {name!r} ({source}) is not an image classification dataset: "
+                        f"features {sorted(features)}")
     label = features["label"]
     norm = NORMALIZATION.get(info.name)
     return ImageDatasetInfo(

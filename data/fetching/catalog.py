@@ -216,11 +216,16 @@ def parts(name: str) -> tuple[str, ...]:
     return (get_source(name).name,)
 
 
-def get_source(name: str) -> Source:
-    """The Source of `name`; DataError naming the known ones for any other name."""
-    if name not in SOURCES:
-        hint = (f" ({name!r} is made of {', '.join(COMPOSITES[name])}: use parts(name))"
-                if name in COMPOSITES else "")
+def check_known(name: str, hint: str = "", composite: bool = True) -> None:
+    """DataError naming the known datasets when `name` is none of them (nor a composite, unless
+    `composite` is False), with `hint` after the list."""
+    if name not in SOURCES and (not composite or name not in COMPOSITES):
         raise DataError(f"unknown dataset {name!r} for data.fetch; known: "
                         f"{sorted([*SOURCES, *COMPOSITES])}{hint}")
+
+
+def get_source(name: str) -> Source:
+    """The Source of `name`; DataError naming the known ones for any other name."""
+    check_known(name, f" ({name!r} is made of {', '.join(COMPOSITES[name])}: use parts(name))"
+                if name in COMPOSITES else "", composite=False)
     return SOURCES[name]
