@@ -18,12 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO
-from sweep_helpers import (SMOKE, STAGE2_CONFIG, TWO_STAGE_SWEEP, run_config, run_sweep,
-                           sweep_cli)
+from sweep_helpers import SMOKE, STAGE2_CONFIG, TWO_STAGE_SWEEP, run_config, run_sweep, sweep_cli
 
-from train import sweep as sweep_lib
-from train import sweep_runner
-from train import sweep_spec
+from train import sweep as sweep_lib, sweep_runner, sweep_spec
 
 ROWS = ["none", "learned_1d.every_layer"]  # a row of two `:arg` items (posemb, posemb_mode)
 
@@ -125,7 +122,6 @@ def test_sweep_declarations_are_checked(kwargs, message):
         sweep_spec.Metric("loss", "lower")
 
 
-
 def test_a_sweep_may_gain_rows_and_later_stages_but_not_redefine_runs(tmp_path):
     """sweep.json keeps how the runs were defined: rows and stages after the saved ones may be
     added (the runs already made stay what they were); anything else needs
@@ -181,20 +177,19 @@ def test_summary_and_table_are_mean_and_sample_std_over_seeds(tmp_path):
             else:
                 assert math.isnan(std)
     assert summary["d"]["n"] == 0 and math.isnan(summary["d"]["loss"][0])
-    sweep_report.write_markdown(sweep, summary, "f.py", tmp_path / "results.md")
-    lines = [line for line in (tmp_path / "results.md").read_text().splitlines()
-             if line.startswith("| ")]
-    assert lines[1:] == [
+    def table():
+        sweep_report.write_markdown(sweep, summary, "f.py", tmp_path / "results.md")
+        return [line for line in (tmp_path / "results.md").read_text().splitlines()
+                if line.startswith("| ")]
+
+    assert table()[1:] == [
         "| a | 3 | 1.4000 ± 0.4583 | 0.8833 ± 0.0764 | 30 |",
         "| **b** | 2 | 0.9000 ± 0.1414 | 0.5500 ± 0.0707 | 6 |",    # lowest mean loss
         "| c | 1 | 2.0000 | 0.1000 | 7 |",
         "| d | 0 | - | - | - |"]
     # b's loss measured a's model again (Sweep.repeats): named, not shown, not the best
     sweep = dataclasses.replace(sweep, repeats={"b": {"loss": "a"}})
-    sweep_report.write_markdown(sweep, summary, "f.py", tmp_path / "results.md")
-    lines = [line for line in (tmp_path / "results.md").read_text().splitlines()
-             if line.startswith("| ")]
-    assert lines[1:3] == ["| **a** | 3 | 1.4000 ± 0.4583 | 0.8833 ± 0.0764 | 30 |",
+    assert table()[1:3] == ["| **a** | 3 | 1.4000 ± 0.4583 | 0.8833 ± 0.0764 | 30 |",
                           "| b | 2 | = a | 0.5500 ± 0.0707 | 6 |"]
 
 
@@ -352,18 +347,16 @@ def test_dry_run_and_report_only_run_nothing(smoke_sweep, fixture_data_root):
 
     # Refused before anything is written: a report of nothing (a misspelt --workdir), of another
     # sweep's runs, --dry_run with --report_only, an empty row, a misspelt override.
-    empty = workdir.parent / "no_sweep_here"
-    for where, extra, message in (
-            (empty, ["--report_only"], "holds no sweep (no sweep.json): nothing to report"),
-            (workdir, ["--report_only", "--dry_run"], "give one of them"),
-            (empty, ["--rows", ""], "--rows '' names an empty row"),
-            (empty, ["--rows", "none", "--config.train.num_stepz=3"],
-             'run none/seed_0/train: unknown config key config.train.num_stepz')):
-        refused = run_sweep(where, fixture_data_root, *extra, check=False)
+    empty, lm = workdir.parent / "no_sweep_here", "configs/ablations/lm_extrapolation.py:smoke"
+    for where, extra, config, message in (
+            (empty, ["--report_only"], SMOKE, "holds no sweep (no sweep.json)"),
+            (workdir, ["--report_only"], lm, "is another sweep's"),
+            (workdir, ["--report_only", "--dry_run"], SMOKE, "give one of them"),
+            (empty, ["--rows", ""], SMOKE, "--rows '' names an empty row"),
+            (empty, ["--rows", "none", "--config.train.num_stepz=3"], SMOKE,
+             "run none/seed_0/train: unknown config key config.train.num_stepz")):
+        refused = run_sweep(where, fixture_data_root, *extra, config=config, check=False)
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
-    other = run_sweep(workdir, fixture_data_root, "--report_only", check=False,
-                      config="configs/ablations/lm_extrapolation.py:smoke")
-    assert other.returncode == 2 and "is another sweep's" in other.stderr, other.stderr
     assert not empty.exists() and files_state(workdir) == before
 
 

@@ -21,21 +21,19 @@ Special tokens [PAD] [UNK] [CLS] [SEP] [MASK] are ids 0..4 of a trained vocabula
 in BERT's vocab.txt); a loaded vocabulary keeps its own ids (Google's vocab.txt: [PAD] = 0,
 [UNK] = 100, [CLS] = 101, [SEP] = 102, [MASK] = 103). `encode` adds no special token.
 
-Training. Google's WordPiece trainer is not public; like HF's WordPieceTrainer we learn the
-pieces by BPE merges (Sennrich et al. 2016) over word counts, in which every character after the
-first of a word is a distinct "continuation" symbol, and keep the merged strings as the
-vocabulary (a piece made of continuation symbols is written '##...'). Merges need a pair seen at
-least `MIN_FREQUENCY` times. HF's WordPieceTrainer is not deterministic (the ids of its '##'
-symbols follow hash-map order and decide ties between equally frequent pairs, so two runs on the
-same text give different vocabularies: huggingface/tokenizers#1794), so we run its plain BPE
-trainer, which sorts its alphabet, on words whose continuation characters are mapped to
-private-use code points, and map them back: two trainings on the same texts give byte-identical
-files. Every character seen gets both its forms ('e' and '##e'), so a known character never
-makes a word [UNK] only because it was not seen at that place in a word during training. Those
-and the special tokens are the smallest vocabulary of the texts (`minimum_size`: 3,103 tokens for
-the spam emails' 1,549 characters): a smaller `vocab_size` gets exactly them, characters only,
-and `load_or_train` says so. `max_characters` keeps only that many, the most frequent, the
-words with any other becoming [UNK] (data/vocab/alphabet.py: why, and what it costs).
+Training. Google's WordPiece trainer is not public; like HF's WordPieceTrainer we learn the pieces
+by BPE merges (Sennrich et al. 2016) over word counts, in which every character after the first of
+a word is a distinct "continuation" symbol, and keep the merged strings as the vocabulary (a piece
+made of continuation symbols is written '##...'). HF's WordPieceTrainer is not deterministic (the
+ids of its '##' symbols follow hash-map order and break ties: huggingface/tokenizers#1794), so we
+run its plain BPE trainer, which sorts its alphabet, on words whose continuation characters are
+mapped to private-use code points, and map them back: byte-identical files from the same texts.
+Every character seen gets both its forms ('e' and '##e'), so a known character never makes a word
+[UNK] only because it was not seen at that place in a word during training. Those and the special
+tokens are the smallest vocabulary of the texts (`minimum_size`: 3,103 tokens for the spam emails'
+1,549 characters): a smaller `vocab_size` gets exactly them, characters only, and `load_or_train`
+says so. `max_characters` keeps only that many, the most frequent, the words with any other
+becoming [UNK] (data/vocab/alphabet.py: why, and what it costs).
 
 The cache. A trained vocabulary is a `tokenizer.json` (loadable by any HF `tokenizers`), trained
 once and kept (data/vocab/cache.py: the folder, the lock, the atomic write) under a name that
@@ -43,12 +41,9 @@ encodes the datasets, split, vocabulary size, casing and `FORMAT` (bumped when t
 procedure changes; `.c1000` after the casing with max_characters=1000), e.g.
     brown+austen+sotu.train.wordpiece.v8000.uncased.wp1.json
 A different setting never reuses a stale file; a change of the texts under the same names is not
-seen: delete the file then (a training run keeps its own copy in its workdir, so deleting or
-retraining the cache never changes a run already started: train/vocabulary.py). A file that does
-not load, or does not match its name, raises DataError naming it; a vocabulary just trained
-passes the same check before it is written (failing it is a bug here, and nothing is written).
-
-Worker processes. A `WordPieceTokenizer` holds its serialized JSON and pickles as it.
+seen: delete the file then (a run keeps its own copy: train/vocabulary.py). A file that does not
+load, or does not match its name, raises DataError naming it; a vocabulary just trained passes
+the same check before it is written. A `WordPieceTokenizer` pickles as its serialized JSON.
 """
 
 from __future__ import annotations
@@ -246,19 +241,16 @@ def load_tokenizer_json(path: str | os.PathLike) -> WordPieceTokenizer:
     return WordPieceTokenizer(text, path)
 
 
-def load_tokenizer(path: str | os.PathLike, *, lowercase: bool | None = None
-                   ) -> WordPieceTokenizer:
+def load_tokenizer(path: str | os.PathLike, *, lowercase: bool | None = None) -> WordPieceTokenizer:
     """`load_tokenizer_json` for a .json file (its normalizer decides the casing: a `lowercase`
     given must agree), else `load_vocab_txt` (which needs `lowercase`)."""
     path = pathlib.Path(path)
     if path.suffix == ".json":
         tok = load_tokenizer_json(path)
-        if lowercase is not None and lowercase != tok.lowercase:
-            cased = ("an uncased tokenizer (its normalizer lowercases)" if tok.lowercase else
-                     "a cased tokenizer (its normalizer keeps the case)")
-            raise DataError(f"{path} is {cased}, but lowercase={lowercase} was asked for: set "
-                            f"the run's casing (config.data.lowercase) to {tok.lowercase}, or "
-                            "give a vocabulary of the casing wanted")
+        if lowercase not in (None, tok.lowercase):
+            raise DataError(f"{path} is {'an un' if tok.lowercase else 'a '}cased tokenizer, but "
+                            f"lowercase={lowercase} was asked for: set the run's casing "
+                            f"(config.data.lowercase) to {tok.lowercase}, or give another file")
         return tok
     if lowercase is None:
         raise DataError(f"{path}: a vocab.txt does not record its casing; pass lowercase=True "
