@@ -71,6 +71,7 @@ def test_step_zero_is_the_initial_state_and_every_report_is_there(frozen_run, tm
     for extra, message in ((["--steps", ""], "--steps '' names no step"),
                            (["--plateau", "nan"], "--plateau nan must be an accuracy in [0, 1)"),
                            (["--out", str(tmp_path)], f"--out {tmp_path} is a folder"),
-                           (["--out", str(tmp_path / "no" / "x.json")], "does not exist")):
+                           (["--out", str(tmp_path / "no" / "x.json")], "does not exist"),
+                           (["--out", " "], "--out ' ': the path is empty")):
         assert diagnose_encoder.main([str(frozen_run), "--finetune", "none", *extra]) == 2
         assert message in capsys.readouterr().err

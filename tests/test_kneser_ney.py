@@ -4,6 +4,7 @@ which scores exactly the target tokens the causal LM is scored on."""
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 import numpy as np
@@ -165,18 +166,23 @@ def test_a_workdir_holding_a_run_or_another_record_is_refused_before_the_work(tm
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "record.json").write_text('{"kind": "train"}')
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "record.json").write_text('{"kind": "bench"}')
-    for folder, what in ((run, "a training run (checkpoints)"), (other, "a 'bench' record")):
+    other, base = tmp_path / "other", tmp_path / "base"
+    for folder, kind, module in ((other, "bench", "benchmarks.x"), (base, "baselines",
+                                                                       "train.baselines")):
+        folder.mkdir()
+        (folder / "record.json").write_text(json.dumps(
+            {"kind": kind, "sessions": [{"command": ["python", "-m", module]}]}))
+    for folder, what in ((run, "a training run (checkpoints)"), (other, "a 'bench' record"),
+                         (base, "a 'python -m train.baselines' record")):
         assert kneser_ney.main(["--config", "configs/lm/english.py:smoke",
                                 "--workdir", str(folder)]) == 2
         assert f"holds {what}: its record.json would be replaced" in capsys.readouterr().err
     assert (run / "record.json").read_text() == '{"kind": "train"}'
     assert kneser_ney.main(["--config", "configs/bert/pretrain.py:smoke"]) == 2
     assert "is not a language model's config (task 'bert_pretrain')" in capsys.readouterr().err
-    (other / "record.json").write_text('{"kind": "baselines"}')  # its own kind: a rerun
-    assert run_record.own_folder(other, "baselines") == other
+    assert kneser_ney.main(["--config", "configs/lm/english.py:smoke", "--order", "30"]) == 2
+    assert "--order 30 with config.data.vocab_size=" in capsys.readouterr().err
+    assert run_record.own_folder(base, "baselines", "train.baselines") == base  # a rerun
 
 
 def test_an_eval_budget_of_nothing_to_score_is_an_error(english_lm_env, tmp_path, capsys):

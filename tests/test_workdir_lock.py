@@ -35,6 +35,26 @@ def test_a_second_hold_is_refused_naming_the_first(tmp_path):
     assert sorted(p.name for p in workdir.iterdir()) == ["checkpoints"]
 
 
+def test_a_reader_asking_who_trains_does_not_keep_a_start_out(tmp_path):
+    """training_in holds the lock shared for an instant: a start then waits it out."""
+    import fcntl
+    import threading
+
+    from train.workdir_lock import training_in
+
+    workdir = tmp_path / "run"
+    assert training_in(workdir) is None
+    with hold(workdir):
+        assert training_in(workdir).startswith(f"pid {os.getpid()} on ")
+    workdir.mkdir()
+    (workdir / LOCK).write_text("pid 1 on a machine gone, since yesterday")
+    fd = os.open(workdir / LOCK, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a reader's shared lock, released 50 ms later
+    threading.Timer(0.05, os.close, [fd]).start()
+    with hold(workdir):
+        assert f"pid {os.getpid()} on " in (workdir / LOCK).read_text()
+
+
 def test_a_killed_holder_leaves_the_workdir_free(tmp_path):
     """SIGKILL gives its holder no chance to clean up: the lock goes with the process."""
     workdir = tmp_path / "run"

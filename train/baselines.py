@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workdir:
         from train import run_record
         try:
-            run_record.own_folder(args.workdir, "baselines")
+            run_record.own_folder(args.workdir, "baselines", "train.baselines")
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -399,9 +399,13 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
                   if len(steps) > 1 else "")
         # The cheap check first: orbax's reads of a truncated file fail in its event loop,
         # whose other reads then print tracebacks of their own.
-        damage = find_damage(directory / str(chosen), read_arrays=False)
+        try:
+            damage = find_damage(directory / str(chosen), read_arrays=False)
+        except FileNotFoundError:
+            damage = "it is gone (removed while it was read)"
         if damage is not None:
-            raise CheckpointError(f"checkpoint {directory}/{chosen} is damaged: {damage}{others}")
+            raise CheckpointError(f"checkpoint {directory}/{chosen} is damaged: {damage}{others}"
+                                  f"{_training_now(directory)}")
         try:
             saved = manager.item_metadata(chosen)[STATE].tree
             # np.empty reserves address space only: no memory is touched for the target.

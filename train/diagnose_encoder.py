@@ -59,6 +59,30 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+def _check_arguments(args):
+    """The path of --out (None: stdout); ConfigError for an argument the run would fail on."""
+    from train import storage
+    from train.config import ConfigError
+
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch_size {args.batch_size} must be >= 1")
+    if not 0 <= args.plateau < 1:  # NaN too
+        raise ConfigError(f"--plateau {args.plateau} must be an accuracy in [0, 1)")
+    if not [step for step in args.steps.split(",") if step.strip()]:
+        raise ConfigError(f"--steps {args.steps!r} names no step: give steps, 'latest' or 'all'")
+    if args.out is None:
+        return None
+    try:
+        out = storage.run_path(args.out)
+    except ConfigError as error:  # blank, or a URL of another kind
+        raise ConfigError(f"--out {args.out!r}: {error}") from None
+    if not storage.is_url(out) and out.is_dir():
+        raise ConfigError(f"--out {out} is a folder")
+    if not storage.is_url(out) and not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: its folder {out.parent} does not exist")
+    return out
+
+
 def main(argv=None) -> int:
     from data.errors import DataError
     from train.checkpointing import CheckpointError
@@ -67,19 +91,10 @@ def main(argv=None) -> int:
     from train.encoder_diagnosis import diagnose_run, format_run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    problem = None  # checked before the work, so that none of it is lost at the end
-    out = storage.run_path(args.out) if args.out else None
-    if args.batch_size < 1:
-        problem = f"--batch_size {args.batch_size} must be >= 1"
-    elif not 0 <= args.plateau < 1:  # NaN too
-        problem = f"--plateau {args.plateau} must be an accuracy in [0, 1)"
-    elif not [s for s in args.steps.split(",") if s.strip()]:
-        problem = f"--steps {args.steps!r} names no step: give steps, 'latest' or 'all'"
-    elif out is not None and (out.is_dir() or not out.parent.is_dir()):
-        problem = (f"--out {out} is a folder" if out.is_dir() else
-                   f"--out {out}: its folder {out.parent} does not exist")
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
+    try:  # checked before the work, so that none of it is lost at the end
+        out = _check_arguments(args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     runs = []
     try:

@@ -33,6 +33,8 @@ def export_translation(directory, saved: dict, out: pathlib.Path, *, format: str
     try:  # a model Marian cannot describe is refused before any weight is read
         config_to_hf(cfg, ids)
     except CheckpointError as error:
+        if cfg.sinusoid_layout == "halves":  # Marian's own choices already: no hint to give
+            raise
         raise CheckpointError(f"{error}. A run trains a model Marian describes with "
                               "configs/transformer/translate.py:arch=marian") from None
     files = tokenizer_files(tokenizer, ids, cfg.max_length)

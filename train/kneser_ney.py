@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workdir:
             from train import run_record
-            run_record.own_folder(args.workdir, "baselines")
+            run_record.own_folder(args.workdir, "baselines", "train.kneser_ney")
         config = load_config_file(args.config)
         for key, value in overrides:
             apply_override(config, key, value)
@@ -280,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{args.config} is not a language model's config (task "
                               f"{config.get('task', {}).get('name')!r}): the baseline scores a "
                               "causal LM's data and vocabulary, e.g. configs/lm/english.py")
+        if config.data.vocab_size ** args.order >= 2 ** 62:  # before the documents are read
+            raise ConfigError(f"--order {args.order} with config.data.vocab_size="
+                              f"{config.data.vocab_size}: the n-gram keys do not fit int64; use "
+                              "a lower --order or a smaller vocabulary")
         results = evaluate(config, order=args.order, discounts=args.discounts)
     except (DataError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -221,20 +221,24 @@ def validate(record, where: str) -> dict:
     return record
 
 
-def own_folder(workdir: str | os.PathLike, kind: str) -> epath.Path:
-    """`workdir` as a path, where a record of `kind` may be written: ValueError when it holds a
-    training run (its config.json or checkpoints/) or another kind's record.json, which the
-    write would replace. Called before the work, so that nothing is computed in vain."""
+def own_folder(workdir: str | os.PathLike, kind: str, module: str) -> epath.Path:
+    """`workdir` as a path, where `python -m module` may write a record of `kind`: ValueError
+    when it holds a training run (its config.json or checkpoints/) or a record.json of another
+    kind or command, which the write would replace. Called before the work, so that nothing is
+    computed in vain."""
     directory = storage.run_path(workdir)
     path = directory / FILENAME
     held = [name for name in (RESOLVED_FILE, "checkpoints") if (directory / name).exists()]
     other = None
     if path.exists():
         try:
-            other = json.loads(path.read_text()).get("kind")
-        except (OSError, ValueError, AttributeError):
+            saved = json.loads(path.read_text())
+            command = saved["sessions"][0]["command"]
+            other = (saved["kind"] if saved["kind"] != kind else
+                     None if module in command else f"{' '.join(command[:3])}")
+        except (OSError, ValueError, LookupError, TypeError):
             other = "unreadable"
-    if held or (other is not None and other != kind):
+    if held or other is not None:
         what = f"a training run ({', '.join(held)})" if held else f"a {other!r} record"
         raise ValueError(f"--workdir {directory} holds {what}: its {FILENAME} would be "
                          f"replaced by this {kind!r} record; give it a folder of its own")

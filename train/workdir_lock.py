@@ -40,7 +40,7 @@ def _acquire(folder) -> int | None:
         except FileNotFoundError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_exclusive(fd)
         except BlockingIOError:
             holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
             os.close(fd)
@@ -65,6 +65,19 @@ def _acquire(folder) -> int | None:
                          f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
             return fd
         os.close(fd)
+
+
+def _lock_exclusive(fd: int, tries: int = 10) -> None:
+    """flock(LOCK_EX) without waiting on a holder; BlockingIOError when one holds it. A reader
+    (`training_in`) holds it shared for an instant, so a few tries 20 ms apart."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.02)
 
 
 def training_in(workdir) -> str | None:

@@ -67,10 +67,10 @@ def settings(run, args) -> dict:
     beam = task["beam_size"] if args.beam_size is None else args.beam_size
     if beam < 1:
         raise ConfigError(f"--beam_size={beam} must be >= 1")
-    vocab = run.tokenizer.vocab_size
-    if beam > vocab:  # more beams than tokens: no more hypotheses, only memory
-        raise ConfigError(f"--beam_size={beam} is more than the run's {vocab} tokens: a beam "
-                          f"keeps at most one hypothesis per token a step; use {vocab} or fewer")
+    vocab = None if run.tokenizer is None else run.tokenizer.vocab_size  # None: refused later
+    if vocab is not None and beam > vocab:  # a guard of memory: beam x vocab scores a step
+        raise ConfigError(f"--beam_size={beam} is more than the run's {vocab} tokens: each step "
+                          f"scores beam x {vocab} continuations; use {vocab} beams or fewer")
     if beam == 1 and args.alpha is not None:
         raise ConfigError(f"--alpha={args.alpha} with a beam of 1: the length penalty ranks "
                           "beams, and one beam is greedy search, which never reads it (use "
