@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from data.errors import DataError
 from train.config import ConfigError, apply_override, load_config_file
 from train.tasks.base import batch_objective
 from train.tasks.bert_pretrain import BertPretrainingTask
@@ -154,6 +155,11 @@ def test_length_and_format_checks(brown_env):
                                             "data.phase2_max_seq_length": 128,
                                             "model.posemb": "learned"}))
     BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128}))  # ALiBi: no limit
+    for length in (0, -5):  # refused by name, not an error of the arrays' shapes
+        with pytest.raises(ConfigError, match=f"max_seq_length={length} must be >= 3"):
+            BertPretrainingTask(smoke_config(**{"data.max_seq_length": length}))
+    with pytest.raises(DataError, match="no split 'dev'"):  # before training, not at its eval
+        BertPretrainingTask(smoke_config(**{"data.eval_split": "dev"})).check_eval_split()
     with pytest.raises(ConfigError, match="nsp=True needs config.data.input_format"):
         BertPretrainingTask(smoke_config(**{"data.input_format": "doc_sentences",
                                             "data.short_seq_prob": 0.0}))

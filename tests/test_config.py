@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -256,6 +257,18 @@ def test_smoke_variants_measure_the_peak_their_mfu_is_computed_against():
     assert len(smoke) >= 4
     for path in smoke:
         assert load_config_file(f"{path}:smoke").train.peak_flops == 0.0, path
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("configs/transformer/translate.py:smoke,arch=marian,posemb=rope",
+     "arch=marian with posemb 'rope': Marian's models (and the export to them) have sinusoids"),
+    ("configs/transformer/translate.py:arch=marian,row=E", "arch=marian with posemb 'learned'"),
+    ("configs/bert/distill.py:mode=general,task=tweets", "task=tweets is a mode=task variant"),
+    ("configs/bert/distill.py:mode=task,drop=ce", "drop= and ce_positions= are mode=general"),
+])
+def test_variants_that_contradict_each_other_are_refused(spec, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_config_file(spec)
 
 
 def test_smoke_keeps_the_variants_given_beside_it():

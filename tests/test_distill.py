@@ -278,8 +278,11 @@ def test_a_resume_refuses_a_teacher_that_changed(teachers, brown_env, tmp_path):
     # The teacher trains on: its latest checkpoint is another model now.
     more = pretrain_config(**{"train.num_steps": 8})
     Trainer(more, teacher).run()
-    with pytest.raises(ConfigError, match="(?s)distill.teacher_fingerprint.*in .*config.json"):
+    with pytest.raises(ConfigError, match=r"(?s)distill.teacher_fingerprint.*in .*config.json.*"
+                                          r"--config.distill.teacher_step=4 --allow_config_c"):
         Trainer(config, tmp_path / "student").run()
+    from train.workdir import keeps_train_state  # the pin resumes the workdir (python -m train)
+    assert keeps_train_state("distill.teacher_step", -1, 4)
     pinned = _config(f"{DISTILL}:smoke,teacher={teacher}", **{"distill.teacher_step": 4})
     assert Trainer(pinned, tmp_path / "student").run()["mlm_loss"] > 0  # the step it began with
 

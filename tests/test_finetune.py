@@ -18,6 +18,7 @@ from flax import traverse_util
 
 from conftest import run_python
 from finetune_examples import register, sentence
+from data.errors import DataError
 from train.config import ConfigError, apply_override, load_config_file
 
 SMOKE = "configs/bert/finetune.py:smoke,init=scratch"
@@ -291,6 +292,8 @@ def test_feature_mode_checks(data_root):
         _task(smoke_config(name, "features=concat_last_four", **{"model.num_layers": 3}))
     with pytest.raises(ConfigError, match="feature-based mode exists for"):
         _task(smoke_config(register("span"), "features=last"))
+    with pytest.raises(DataError, match="no split 'dev'"):  # before training, not at its eval
+        _task(smoke_config(name, **{"data.eval_split": "dev"})).check_eval_split()
 
 
 def test_config_variants():

@@ -89,10 +89,13 @@ def check_resumed(workdir: str | os.PathLike, resolution: Resolution) -> None:
         if node is not None and node != resolution.values[key]:
             changed.append(f"  {key}: {node!r} in {path}, {resolution.values[key]!r} now")
     if changed:
+        step = saved.get("distill", {}).get("teacher_step")
+        pin = ("" if step is None else f", pin the teacher's step it read "
+               f"(--config.distill.teacher_step={step} --allow_config_change)")
         raise ConfigError(
             "this run's checkpoints were trained against other inputs than it would resume "
             "with:\n" + "\n".join(changed) + "\nRestore what it read (e.g. the teacher's "
-            "checkpoint of that step), or start a new --workdir")
+            f"checkpoint of that step){pin}, or start a new --workdir")
 
 
 def to_text(tree: Mapping[str, Any]) -> str:

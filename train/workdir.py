@@ -50,6 +50,7 @@ RESUMABLE = (
     "task.eval_tokens", "task.eval_lengths",
     "distill.alpha", "distill.alpha_ce", "distill.alpha_mlm", "distill.alpha_cos",
     "distill.alpha_gold", "distill.temperature",
+    "distill.teacher_step",  # which of the teacher's checkpoints: a frozen input, fingerprinted
     "data.source", "data.train_split", "data.eval_split", "data.batch_size",
     "data.eval_batch_size", "data.augment", "data.eval_resize", "data.normalize", "data.pack",
     "data.long_examples", "data.max_length",

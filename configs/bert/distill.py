@@ -89,7 +89,7 @@ def _distill(args, *, teacher: str, segments: bool, pooler: bool, temperature: f
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    args = common.parse_arg(arg, mode="general", task="spam", teacher="", init="teacher",
+    args = common.parse_arg(arg, mode="general", task="", teacher="", init="teacher",
                             drop="", ce_positions="real", steps=0, lr=0.0, smoke=False)
     if args.mode not in MODES:
         raise ValueError(f"mode={args.mode!r} is not one of {list(MODES)}")
@@ -101,6 +101,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"steps={args.steps} and lr={args.lr} must be >= 0 (0: the default)")
     if args.mode == "task" and (args.drop or args.ce_positions != "real"):
         raise ValueError("drop= and ce_positions= are mode=general variants")
+    if args.mode == "general" and args.task:
+        raise ValueError(f"task={args.task} is a mode=task variant (general distillation reads "
+                         "the pretraining corpora): add mode=task, or drop task=")
+    args.task = args.task or "spam"
     if args.mode == "general":
         return _general(args)
     return _task(args)

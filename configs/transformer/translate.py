@@ -238,6 +238,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             raise ValueError(f"posemb={args.posemb} and row={args.row} both choose the position "
                              f"encoding (the row: {config.model.posemb}); give one of them")
         config.model.posemb = args.posemb
+    if args.arch == "marian" and config.model.posemb != "sinusoidal":  # Marian's, to export
+        raise ValueError(f"arch=marian with posemb {config.model.posemb!r}: Marian's models "
+                         "(and the export to them) have sinusoids; drop one of the two")
 
     if args.smoke:
         config.data.update(vocab_size=300, max_length=32, batch_size=8, eval_batch_size=32)

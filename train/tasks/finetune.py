@@ -268,6 +268,9 @@ class FinetuneTask(Task):
         return self._sums(params, batch, train=False)[2]
 
     # ---- data --------------------------------------------------------------------------------
+    def check_eval_split(self) -> None:
+        self._examples(self.config.data.eval_split)  # a misspelt split costs no training
+
     def _examples(self, split: str):
         try:
             return self.dataset.examples(split, source=self.config.data.source)

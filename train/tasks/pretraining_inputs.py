@@ -136,6 +136,9 @@ class PretrainingInputs:
         """ConfigError when a phase's sequence length does not fit the model's positions."""
         data = self.config.data
         for key in ("max_seq_length",) + (("phase2_max_seq_length",) if self.phase2_steps else ()):
+            if data[key] < 3:  # (a pair's format asks for more, when its instances are made)
+                raise ConfigError(f"config.data.{key}={data[key]} must be >= 3: [CLS], a token "
+                                  "and [SEP]")
             try:
                 model_config.check_length(data[key])
             except ValueError as error:
@@ -283,6 +286,15 @@ class MaskedLMData:
         return self.inputs.train_iterator(batch_size=batch_size, seed=seed,
                                           process_index=process_index,
                                           process_count=process_count)
+
+    def check_eval_split(self) -> None:
+        """The eval documents read (and cached) before training: a misspelt split costs no
+        steps; a TFDS stream's split is opened only."""
+        data = self.config.data
+        if data.source == "tfds":
+            self.inputs._source(data.eval_split)
+        else:
+            self.inputs.documents(data.eval_split)
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         return self.inputs.eval_batches(batch_size=batch_size, process_index=process_index,
