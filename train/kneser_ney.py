@@ -190,9 +190,6 @@ def evaluate(config, *, order: int, discounts: str) -> dict:
     from train import lm_metrics
 
     data = config.data
-    if data.source == "local":  # named with its fetch command, as a training start does
-        from data import fetched
-        fetched.require([data.name])
     tok = bpe.load_or_train_for_dataset(data.name, data.train_split, vocab_size=data.vocab_size,
                                         key=data.text_key, source=data.source)
 
@@ -284,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--order {args.order} with config.data.vocab_size="
                               f"{config.data.vocab_size}: the n-gram keys do not fit int64; use "
                               "a lower --order or a smaller vocabulary")
+        if config.data.source == "local":  # named with its fetch command, as a start does
+            from data import fetched
+            fetched.require([config.data.name])
         results = evaluate(config, order=args.order, discounts=args.discounts)
     except (DataError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
