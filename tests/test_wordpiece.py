@@ -171,8 +171,12 @@ def test_vocab_txt_loading(tok, tmp_path):
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(DataError, match="corrupt"):
         wp.load_vocab_txt(tmp_path / "empty.txt", lowercase=True)
-    with pytest.raises(DataError, match="does not exist"):
+    with pytest.raises(DataError, match="absent.txt is missing, unreadable"):
         wp.load_vocab_txt(tmp_path / "absent.txt", lowercase=True)
+    with pytest.raises(DataError, match="no token with a capital letter .*pass lowercase=True"):
+        wp.load_vocab_txt(tmp_path / "google.txt", lowercase=False)  # all its words [UNK]
+    (tmp_path / "cased.txt").write_text("\n".join(google + ["Zebra"]) + "\n")
+    assert wp.load_vocab_txt(tmp_path / "cased.txt", lowercase=False).encode("Zebra") == [109]
     with pytest.raises(DataError, match="casing"):
         wp.load_tokenizer(saved)
 

@@ -205,18 +205,14 @@ def from_vocab(vocab: dict[str, int], *, lowercase: bool,
 
 
 def load_vocab_txt(path: str | os.PathLike, *, lowercase: bool) -> WordPieceTokenizer:
-    """A tokenizer from BERT's vocab.txt (one token per line; line i is id i).
-
-    The file does not say its casing: pass `lowercase=True` for an uncased vocabulary.
-    """
+    """A tokenizer from BERT's vocab.txt (one token per line; line i is id i), which does not say
+    its casing: `lowercase=True` for an uncased one (False for one without capitals is refused)."""
     path = pathlib.Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as e:
-        raise DataError(f"the WordPiece vocabulary {path} does not exist") from e
     except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"the WordPiece vocabulary {path} is unreadable or not UTF-8 text "
-                        f"({type(e).__name__}: {e})") from e
+        raise DataError(f"the WordPiece vocabulary {path} is missing, unreadable or not UTF-8 "
+                        f"text ({type(e).__name__}: {e})") from e
     tokens = [line.strip() for line in lines]
     if not tokens or any(not t for t in tokens):
         raise DataError(f"the WordPiece vocabulary {path} is corrupt: it is empty or has an "
@@ -225,6 +221,10 @@ def load_vocab_txt(path: str | os.PathLike, *, lowercase: bool) -> WordPieceToke
     if duplicates:
         raise DataError(f"the WordPiece vocabulary {path} is corrupt: tokens {duplicates[:5]} "
                         "appear more than once")
+    if not lowercase and not any(c.isupper() for t in tokens if t[:1] != "[" for c in t):
+        raise DataError(f"{path} has no token with a capital letter (an uncased vocabulary): with "
+                        "lowercase=False every capitalised word would be [UNK]; pass lowercase="
+                        "True (config.data.lowercase)")
     return from_vocab({t: i for i, t in enumerate(tokens)}, lowercase=lowercase, path=path)
 
 
