@@ -185,6 +185,12 @@ def test_fine_tuning_from_a_pretraining_workdir(brown_env, tmp_path):
 
     with pytest.raises(ConfigError, match="config.json"):
         _task(smoke_config("brown_genre", init=str(tmp_path / "nowhere")))
+    # config values the pretrained model and vocabulary replace are named, not dropped silently
+    other = _task(smoke_config("brown_genre", **{"init": str(pre), "model.hidden_size": 64,
+                                                 "data.lowercase": False}))
+    line = other.init.description
+    assert "config values it replaces: model.hidden_size 64 -> 32" in line, line
+    assert "data.lowercase False -> True" in line and "num_layers" not in line, line
 
 
 def test_a_checkpoint_of_another_shape_is_refused(brown_env, tmp_path):

@@ -46,6 +46,8 @@ PRETRAINING_TASKS = ("bert_pretrain", "distill_pretrain")
 # BertConfig fields fine-tuning sets itself, whatever the pretrained model used.
 RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "attention_implementation", "dtype",
                   "param_dtype", "remat", "scan_layers", "nsp")
+# The fields a pretrained init decides (config.model's values of them are replaced).
+_DIMENSIONS = {f.name for f in dataclasses.fields(BertConfig)} - {*RUNTIME_FIELDS, "vocab_size"}
 
 
 @dataclasses.dataclass
@@ -71,10 +73,22 @@ def _runtime(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return {k: section[k] for k in RUNTIME_FIELDS if k in section}
 
 
-def _describe(what: str, cfg: BertConfig, tokenizer: Any) -> str:
+def _describe(what: str, cfg: BertConfig, tokenizer: Any, config=None) -> str:
+    """The line the trainer prints; with the run's `config` (a pretrained init), also the
+    config values the pretrained model and vocabulary replace, so that none goes unnoticed."""
     tokens = f"{cfg.vocab_size:,} tokens" if tokenizer is not None else "vocabulary not trained yet"
     layers = f"{cfg.num_layers} layer{'s' * (cfg.num_layers != 1)}"
-    return f"encoder: {what} ({layers}, hidden {cfg.hidden_size}, {tokens})"
+    line = f"encoder: {what} ({layers}, hidden {cfg.hidden_size}, {tokens})"
+    if config is None:
+        return line
+    model, data = config.model, config.data
+    replaced = [f"model.{k} {model[k]!r} -> {getattr(cfg, k)!r}" for k in sorted(model.keys())
+                if k in _DIMENSIONS and model[k] != getattr(cfg, k)]
+    if data.vocab_file:
+        replaced.append(f"data.vocab_file {data.vocab_file!r} (the init's vocabulary instead)")
+    if tokenizer is not None and data.lowercase != tokenizer.lowercase:
+        replaced.append(f"data.lowercase {data.lowercase} -> {tokenizer.lowercase}")
+    return line + ("; config values it replaces: " + ", ".join(replaced) if replaced else "")
 
 
 def resolve_init(config: ml_collections.ConfigDict, scratch_vocab: Callable[[], Any], *,
@@ -133,7 +147,8 @@ def _minilm(config, build: bool) -> Pretrained:
     if tok.vocab_size != cfg.vocab_size:
         raise ConfigError(f"MiniLM's tokenizer has {tok.vocab_size} tokens, its config.json "
                           f"vocab_size={cfg.vocab_size}")
-    return Pretrained(cfg, tok, params, _describe(f"all-MiniLM-L6-v2 from {folder}", cfg, tok))
+    return Pretrained(cfg, tok, params, _describe(f"all-MiniLM-L6-v2 from {folder}", cfg, tok,
+                                                  config))
 
 
 def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
@@ -198,7 +213,7 @@ def _workdir(config, workdir: epath.Path, build: bool) -> Pretrained:
                               f"parameters {sorted(params)})")
         params = params["bert"]
     return Pretrained(cfg, tok, params, _describe(
-        f"the pretraining run in {workdir}, its latest checkpoint", cfg, tok), pending)
+        f"the pretraining run in {workdir}, its latest checkpoint", cfg, tok, config), pending)
 
 
 def replace_encoder(variables: dict, encoder_params: Any, *, where: str = "bert") -> dict:
