@@ -40,6 +40,9 @@ def _problem(name: str) -> str | None:
         builders.builder_class(name).check_raw_files()
     except DataError as error:
         return None if builders.is_prepared(name) else str(error)
+    fetched = source is not None and (paths.raw_dir(name) / raw.MARKER).is_file()
+    if fetched and not builders.is_prepared(name):  # about to be built: every file, not a few
+        return raw.verify(source)  # (the committed test fixtures have no marker)
     return None
 
 

@@ -3,6 +3,7 @@ with it (train/tasks get_task) before doing any work."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import pytest
@@ -62,3 +63,20 @@ def test_a_run_without_its_data_stops_first_naming_all_of_it(config, names, tmp_
     with pytest.raises(DataError, match=f"\n    python -m data.fetch {names}$"):
         get_task(load_config_file(config))
     assert not root.exists()
+
+
+def test_a_fetched_corpus_missing_files_is_named_before_it_is_built(tmp_path, monkeypatch):
+    """Its builder checks a few files; with a fetch marker, every file it recorded is checked
+    before the dataset is built from them (not built from half the corpus)."""
+    from data.fetching import catalog, raw
+
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(tmp_path))
+    install_brown_fixture(tmp_path)  # an excerpt: the source expects none of the real files
+    excerpt = dataclasses.replace(catalog.get_source("brown"), expected=())
+    monkeypatch.setitem(catalog.SOURCES, "brown", excerpt)
+    raw._write_marker(paths.raw_dir("brown"), excerpt)
+    fetched.require(["brown"])  # whole
+    victim = sorted(paths.raw_dir("brown").rglob("c*"))[-1]
+    victim.unlink()
+    with pytest.raises(DataError, match=f"{victim} is missing"):
+        fetched.require(["brown"])
