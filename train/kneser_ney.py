@@ -273,10 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config_file(args.config)
         for key, value in overrides:
             apply_override(config, key, value)
-        if config.get("task", {}).get("name") != "causal_lm":
-            raise ConfigError(f"{args.config} is not a language model's config (task "
-                              f"{config.get('task', {}).get('name')!r}): the baseline scores a "
-                              "causal LM's data and vocabulary, e.g. configs/lm/english.py")
+        task = config.get("task", {}).get("name")
+        if task != "causal_lm":
+            raise ConfigError(f"{args.config} is not a language model's config (task {task!r}): "
+                              "the baseline scores a causal LM's data and vocabulary, e.g. "
+                              "configs/lm/english.py")
         if config.data.vocab_size ** args.order >= 2 ** 62:  # before the documents are read
             raise ConfigError(f"--order {args.order} with config.data.vocab_size="
                               f"{config.data.vocab_size}: the n-gram keys do not fit int64; use "

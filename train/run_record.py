@@ -234,8 +234,10 @@ def own_folder(workdir: str | os.PathLike, kind: str, module: str) -> epath.Path
         try:
             saved = json.loads(path.read_text())
             command = saved["sessions"][0]["command"]
-            other = (saved["kind"] if saved["kind"] != kind else
-                     None if module in command else f"{' '.join(command[:3])}")
+            if saved["kind"] != kind:
+                other = saved["kind"]
+            elif module not in command:
+                other = " ".join(command[:3])
         except (OSError, ValueError, LookupError, TypeError):
             other = "unreadable"
     if held or other is not None:
