@@ -86,7 +86,10 @@ def models(args):
     cfg = student_config(teacher_cfg, select_layers(teacher_cfg.num_layers, args.layers),
                          segments=config.distill.segments, pooler=config.distill.pooler)
     dataset = get_dataset(args.task)
+    # A multiple-choice example is num_choices sequences, each encoded on its own.
+    per_example = dataset.num_choices if dataset.kind == "multiple_choice" else 1
     settings = {"task": args.task, "kind": dataset.kind, "seq": seq, "batch": batch,
+                "sequences_per_pass": batch * per_example, "dtype": teacher_cfg.dtype,
                 "teacher": args.teacher, "layers": args.layers}
     return (settings, head_model(dataset.kind, teacher_cfg, dataset.num_labels),
             head_model(dataset.kind, cfg, dataset.num_labels))
@@ -142,7 +145,7 @@ def run(args) -> dict:
             c.times.append(c.run(args.steps))
     rows = [{"label": c.label, "layers": c.num_layers, "params": c.num_params,
              "compile_s": c.compile_seconds, "pass_s": statistics.median(c.times),
-             "pass_s_rounds": c.times, "sequences_per_s": settings["batch"] /
+             "pass_s_rounds": c.times, "sequences_per_s": settings["sequences_per_pass"] /
              statistics.median(c.times), "encoder_gflops_per_sequence": c.forward_flops / 1e9}
             for c in contenders]
     teacher, student = rows
@@ -159,9 +162,10 @@ def run(args) -> dict:
 
 def markdown(report: dict) -> str:
     head = (f"**distillation, {report['task']}** ({report['kind']}), teacher {report['teacher']}, "
-            f"student layers {report['layers']}: batch {report['batch']}, seq {report['seq']}, "
-            f"float32, inference; {report['device']}; median of {report['repeats']} rounds of "
-            f"{report['steps']} passes")
+            f"student layers {report['layers']}: batch {report['batch']} "
+            f"({report['sequences_per_pass']} sequences), seq {report['seq']}, "
+            f"{report['dtype']}, inference; {report['device']}; median of "
+            f"{report['repeats']} rounds of {report['steps']} passes")
     lines = [head, "", "| model | layers | parameters | compile s | pass ms | sequences/s | "
                        "encoder GFLOPs/sequence |", "|---|---|---|---|---|---|---|"]
     for r in report["rows"]:

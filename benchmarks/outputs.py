@@ -6,6 +6,7 @@ Markdown table, and on request (`--json FILE`, `--markdown FILE`) write the run 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,9 @@ def run_command(module: str, argv: list[str] | None, *, parse_args: Callable, ru
     started = time.time()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    for option in ("json", "markdown"):  # before the run, not after it
+        if getattr(args, option):
+            check_output(getattr(args, option), option)
     report = run(args)
     text = table(report)
     print(text)
@@ -31,6 +35,22 @@ def run_command(module: str, argv: list[str] | None, *, parse_args: Callable, ru
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     return report
+
+
+def check_output(path: str, option: str) -> None:
+    """Stops (SystemExit naming the fix) where `--option path` could not be written once the
+    benchmark has run: a folder there, or a parent folder that cannot be made or written."""
+    target = Path(path)
+    if target.is_dir():
+        raise SystemExit(f"--{option} {path} is a folder; give a file path")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SystemExit(f"--{option} {path}: cannot make its folder ({error}); give a path in "
+                         "a writable folder") from error
+    if not os.access(target.parent, os.W_OK) or (target.exists()
+                                                 and not os.access(target, os.W_OK)):
+        raise SystemExit(f"--{option} {path} is not writable; give a path in a writable folder")
 
 
 def benchmark_record(args, report: dict, table: str, command: list[str], started: float, *,

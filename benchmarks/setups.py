@@ -132,6 +132,12 @@ def _check_attention(args, model_config, length: int):
                          "--dtype bfloat16, an NVIDIA GPU).")
 
 
+def equal_work(task, seq_length: int) -> tuple:
+    """(our model with the MLM head on every position, its train FLOPs per example)."""
+    return (HeadOnEveryPosition(task.model),
+            flops.bert_train_flops_per_example(task.model_config, seq_length, seq_length))
+
+
 def bert_setup(args, workdir: str) -> Setup:
     from train.tasks.bert_pretrain import BertPretrainingTask
 
@@ -158,8 +164,9 @@ def bert_setup(args, workdir: str) -> Setup:
     optimizer, schedule = _optimizer(config, task.d_model)
     batch = bert_batch(np.random.default_rng(args.seed), args.batch, args.seq, predictions,
                        task.model_config.vocab_size)
-    equal = (HeadOnEveryPosition(task.model),
-             flops.bert_train_flops_per_example(task.model_config, args.seq, args.seq))
+    # The equal-work row: for the ratio with the peer, or asked for (it costs a compilation
+    # and, in the process's memory, a second model with its optimizer state and logits).
+    equal = equal_work(task, args.seq) if args.peer != "none" or args.equal_work else None
     peer = None
     if args.peer == "transformers":
         from benchmarks.peers import HfBertForPreTraining

@@ -29,21 +29,29 @@ runs default to dropout 0). ``--dropout 0 --attention_dropout 0`` makes the work
                       80 at 512), what ``configs/bert/pretrain.py`` trains
         ours (head on every position)   the same step with our model's head run on every
                       position (``mlm_logits_all_positions``) and read at the masked ones, as the
-                      peer does: the same loss and the peer's work ("equal work")
+                      peer does: the same loss and the peer's work ("equal work"; with the
+                      peer, or ``--equal_work``)
         transformers  ``FlaxBertForPreTraining``: logits at every position, loss at the masked
   ViT   ours, transformers (``FlaxViTForImageClassification``)
 
 Timing: every step is compiled first (compile time reported apart) and run once; then
 ``--repeats`` rounds run ``--steps`` steps of each contender in turn (the order reversed every
 other round, so drift in a shared machine's load hits all alike); a round's time per step is its
-wall time / steps, and the table shows each contender's median over rounds. Ratios are medians
-of the peer's time over ours.
+wall time / steps, and the table shows each contender's median over rounds and the spread of its
+rounds (slowest / fastest: above 1.15 the table warns that the machine's load changed). Ratios
+are the medians over rounds of the peer's time over ours in the same round (pairs that share
+their moment's load), with their range.
 
 FLOPs are ``train.flops`` (6 x matmul parameters x tokens plus attention, the MLM head only where
 it is computed). MFU = FLOPs per step / time per step / peak. The peak: on a GPU or TPU, the
 device's bf16 data-sheet peak (``train.flops.data_sheet_peak``) for bf16 runs; otherwise (CPU,
-or fp32) the best square matmul measured in this run, before the first round and after every
-round (``train.flops.measure_matmul_peak``, in the run's dtype); ``--peak_tflops`` overrides.
+or fp32) square matmuls measured in this run, before the first round and after every round
+(``train.flops.measure_matmul_peak``, in the run's dtype), each round's MFU against the better of
+the two probes around it and the table's MFU the median over rounds; ``--peak_tflops``
+overrides. Each row also says its compiled step's memory (XLA's buffer assignment: parameters,
+optimizer state, batch, activations; not the process's peak, which holds every contender) and
+the attention kernel its compiled step calls ('cudnn' where the lowered step holds cuDNN's
+fused-attention call, else 'xla'), which is what ``--attention auto`` resolved to.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ import numpy as np
 from benchmarks.outputs import benchmark_record, run_command
 from benchmarks.profile import markdown as profile_markdown
 from benchmarks.profile import profile_contender
-from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown
+from benchmarks.report import OURS_EVERY_POSITION, make_report, markdown, round_peaks
 from benchmarks.setups import Setup, bert_setup, default_num_predictions, vit_setup
 from models.attention import IMPLEMENTATIONS
 from models.sizes import BERT_SIZES, VIT_SIZES
@@ -78,6 +86,9 @@ PEERS = ("transformers", "none")
 DTYPES = ("float32", "bfloat16")
 REMATS = ("none", "minimal", "full")
 PRNGS = ("threefry2x32", "rbg", "unsafe_rbg")  # jax_default_prng_impl
+# Options one model reads, with their defaults: refused for the other model.
+MODEL_OPTIONS = {"bert": {"seq": 128, "num_predictions": 0, "equal_work": False},
+                 "vit": {"image_size": 224}}
 
 
 @dataclasses.dataclass
@@ -94,6 +105,8 @@ class Contender:
     compile_seconds: float
     first_loss: float = float("nan")
     times: list = dataclasses.field(default_factory=list)
+    memory_bytes: int | None = None  # the compiled step's buffers (`step_memory`)
+    attention_ran: str = "xla"       # the kernel the compiled step calls (`attention_kernel`)
 
     def run(self, steps: int) -> float:
         """Wall seconds per step over `steps` steps, waiting for the last one."""
@@ -121,15 +134,38 @@ def _init_state(init_params, optimizer, seed: int) -> TrainState:
     return jax.jit(init)(jax.random.PRNGKey(seed))
 
 
+CUDNN_ATTENTION_CALL = "__cudnn$fmha"  # the prefix of jax's cuDNN fused-attention custom calls
+
+
+def attention_kernel(lowered_text: str) -> str:
+    """'cudnn' where a lowered step calls cuDNN's fused attention, else 'xla'."""
+    return "cudnn" if CUDNN_ATTENTION_CALL in lowered_text else "xla"
+
+
+def step_memory(compiled) -> int | None:
+    """Bytes a compiled step's buffers take on its device (XLA's memory analysis: arguments,
+    outputs and temporaries, donated buffers once); None where the backend reports none."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return None
+    total = stats.peak_memory_in_bytes or (
+        stats.argument_size_in_bytes + stats.output_size_in_bytes
+        - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+    return int(total) or None
+
+
 def _compile(label, library, task, setup: Setup, init_params, batch, flops_per_example, seed):
     state = _init_state(init_params, setup.optimizer, seed)
     step_fn = make_train_step(task, setup.optimizer, setup.schedule, setup.config.train)
     batch = jax.device_put({k: jnp.asarray(v) for k, v in batch.items()})
     start = time.perf_counter()
-    step = jax.jit(step_fn, donate_argnums=0).lower(state, batch).compile()
+    lowered = jax.jit(step_fn, donate_argnums=0).lower(state, batch)
+    step = lowered.compile()
     compile_seconds = time.perf_counter() - start
     contender = Contender(label, library, step, state, batch, flops_per_example,
-                          _num_params(state.params), compile_seconds)
+                          _num_params(state.params), compile_seconds,
+                          memory_bytes=step_memory(step),
+                          attention_ran=attention_kernel(lowered.as_text()))
     contender.state, metrics = step(contender.state, batch)  # first run: allocation, warm caches
     loss_sum, loss_count = jax.device_get(metrics["loss"])
     contender.first_loss = float(loss_sum / loss_count)
@@ -192,19 +228,25 @@ def time_rounds(contenders: list[Contender], *, steps: int, repeats: int,
 
 def peak_flops(args) -> tuple[float | None, str]:
     """(peak FLOP/s, where it comes from); None: to be measured during the run."""
-    if args.peak_tflops:
-        return args.peak_tflops * 1e12, "given (--peak_tflops)"
+    return peak_for(args.dtype, args.peak_tflops)
+
+
+def peak_for(dtype: str, given_tflops: float = 0.0) -> tuple[float | None, str]:
+    """(peak FLOP/s, where it comes from) for a step computing in `dtype`: `given_tflops`, a
+    GPU's or TPU's bf16 data sheet, else None: measured around each round (`measured_peak`)."""
+    if given_tflops:
+        return given_tflops * 1e12, "given (--peak_tflops)"
     device = jax.devices()[0]
-    if device.platform in ("gpu", "tpu") and args.dtype == "bfloat16":
-        peak = flops.data_sheet_peak(device, args.dtype)
+    if device.platform in ("gpu", "tpu") and dtype == "bfloat16":
+        peak = flops.data_sheet_peak(device, dtype)
         if peak is None:
             raise SystemExit(f"no bf16 data-sheet peak is known for {device.device_kind!r}; "
                              "pass --peak_tflops")
         return peak, f"{device.device_kind} dense bf16 data sheet"
-    return None, f"best {args.dtype} 2048^3 matmul measured in this run"
+    return None, f"{dtype} 2048^3 matmuls measured around each round"
 
 
-def report_for(args, setup: Setup, contenders: list[Contender], peak: float,
+def report_for(args, setup: Setup, contenders: list[Contender], peaks: list[float],
                peak_source: str) -> dict:
     """``benchmarks.report.make_report`` with this run's shape description."""
     if args.model == "bert":
@@ -216,7 +258,7 @@ def report_for(args, setup: Setup, contenders: list[Contender], peak: float,
     return make_report(args, contenders, tokens_per_example=setup.tokens_per_example,
                        shape=shape, dropout=cfg.dropout_rate,
                        attention_dropout=cfg.attention_dropout_rate,
-                       attention=cfg.attention_implementation, peak=peak,
+                       attention=cfg.attention_implementation, peaks=peaks,
                        peak_source=peak_source)
 
 
@@ -232,11 +274,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"BERT: {'|'.join(BERT_SIZES)}; ViT: {'|'.join(VIT_SIZES)} with "
                              "the patch, e.g. B/16")
     parser.add_argument("--batch", type=int, default=8, help="examples per step")
-    parser.add_argument("--seq", type=int, default=128, help="BERT: tokens per example")
-    parser.add_argument("--num_predictions", type=int, default=0,
-                        help="BERT: predicted positions per example (0: 20 at 128, 80 at 512, "
-                             "else 15%% rounded up)")
-    parser.add_argument("--image_size", type=int, default=224, help="ViT: square image side")
+    parser.add_argument("--seq", type=int, default=None,
+                        help=f"BERT: tokens per example (default {MODEL_OPTIONS['bert']['seq']})")
+    parser.add_argument("--num_predictions", type=int, default=None,
+                        help="BERT: predicted positions per example (0, the default: 20 at 128, "
+                             "80 at 512, else 15%% rounded up)")
+    parser.add_argument("--image_size", type=int, default=None,
+                        help=f"ViT: square image side (default "
+                             f"{MODEL_OPTIONS['vit']['image_size']})")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="compute dtype of both libraries (parameters stay float32)")
     parser.add_argument("--remat", choices=REMATS, default="none",
@@ -255,6 +300,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "and 'unsafe_rbg' cost less arithmetic on GPUs)")
     parser.add_argument("--peer", choices=PEERS, default="transformers",
                         help="'none' times ours only (no transformers needed)")
+    parser.add_argument("--equal_work", action="store_true",
+                        help="BERT: also time ours with the MLM head on every position (always "
+                             "with a peer, whose work it is)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
     parser.add_argument("--repeats", type=int, default=5, help="rounds (alternating contenders)")
     parser.add_argument("--peak_tflops", type=float, default=0.0,
@@ -269,7 +317,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "this directory and print where the time goes by op kind "
                              "(benchmarks/profile.py)")
     args = parser.parse_args(argv)
-    for name in ("batch", "steps", "repeats", "image_size"):
+    for model, options in MODEL_OPTIONS.items():
+        for name, default in options.items():
+            given = getattr(args, name) is not None and getattr(args, name) is not False
+            if model != args.model and given:
+                parser.error(f"--{name} is a {model.upper()} option; --model {args.model} does "
+                             "not read it")
+            if model == args.model and not given:
+                setattr(args, name, default)
+    for name in ("batch", "steps", "repeats", *(("image_size",) if args.model == "vit" else ())):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
     if args.peak_tflops < 0:
@@ -307,7 +363,7 @@ def _run(args) -> dict:
         peaks = time_rounds(contenders, steps=args.steps, repeats=args.repeats, peak_probe=probe)
         profiles = {c.label: profile_contender(c, args.steps, Path(args.profile) / f"contender_{i}")
                     for i, c in enumerate(contenders)} if args.profile else None
-    report = report_for(args, setup, contenders, peak if peak is not None else max(peaks),
+    report = report_for(args, setup, contenders, round_peaks(peak, peaks, args.repeats),
                         peak_source)
     if profiles:
         report["profile"] = profiles
@@ -319,7 +375,13 @@ def record(args, report: dict, command: list[str], started: float) -> dict:
     Markdown table the docs show (`python -m train.tables` copies it from the record)."""
     return benchmark_record(args, report, markdown(report), command, started,
                             peak=report["peak_tflops"] * 1e12, peak_source=report["peak_source"],
-                            leave_out=("profile",))
+                            leave_out=("profile", *other_models_options(args.model)))
+
+
+def other_models_options(model: str) -> tuple[str, ...]:
+    """The options of the models other than `model` (not read, not recorded)."""
+    return tuple(name for other, options in MODEL_OPTIONS.items() if other != model
+                 for name in options)
 
 
 def _table(report: dict) -> str:

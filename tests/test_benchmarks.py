@@ -1,6 +1,6 @@
-"""benchmarks/: the equal-work model computes the same loss, the report's numbers follow from the
-timings, a tiny BERT and ViT run end to end against the peer, and the profile splits a step's
-time by op kind."""
+"""benchmarks/: the equal-work model computes the same loss, bad arguments and output paths stop
+before the run, a tiny BERT and ViT run end to end against the peer, the profile splits a
+step's time by op kind, the GPU table's script, and the decoding and MAE benchmarks."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_equal_work_model_has_the_same_loss(tmp_path):
     """The head on every position, read at the predicted ones, is the same MLM loss, accuracy
     and NSP loss as the gathered head on the same batch and parameters: only the work differs."""
     args = _args("--model", "bert", "--size", "tiny", "--seq", "32", "--batch", "3",
-                 "--peer", "none", "--dropout", "0")
+                 "--peer", "none", "--dropout", "0", "--equal_work")
     setup = setups.bert_setup(args, str(tmp_path))
     every_model, every_flops = setup.equal_work
     assert every_flops > setup.task.flops_per_example()
@@ -66,129 +66,6 @@ def test_equal_work_model_has_the_same_loss(tmp_path):
             >= 2 * extra_rows * cfg.hidden_size * cfg.vocab_size)
 
 
-def test_report_numbers_follow_from_the_timings():
-    """Every row's numbers are its own: median time, throughput, TFLOPs = its FLOPs per example x
-    batch / 1e12, MFU = FLOPs per step / median step time / peak (each contender with its own
-    FLOPs), and both ratios (peer over ours; peer over ours with the head on every position)."""
-    args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
-    model_config = type("C", (), {"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
-                                  "attention_implementation": "xla"})
-    setup = setups.Setup(task=type("T", (), {"model_config": model_config})(),
-                         config=None, optimizer=None, schedule=None, batch={},
-                         tokens_per_example=197)
-    ours = bench.Contender("ours", "ours", None, None, {}, flops_per_example=1e9,
-                           num_params=10, compile_seconds=1.0, times=[0.5, 0.2, 0.3])
-    every = bench.Contender(bench.OURS_EVERY_POSITION, "ours", None, None, {},
-                            flops_per_example=1.5e9, num_params=10, compile_seconds=1.0,
-                            times=[0.4, 0.5, 0.45])
-    peer = bench.Contender("transformers 4.57.6", "transformers", None, None, {},
-                           flops_per_example=2e9, num_params=10, compile_seconds=1.0,
-                           times=[0.6, 0.9, 0.7])
-    report = bench.report_for(args, setup, [ours, every, peer], peak=1e11, peak_source="given")
-    row = report["rows"][0]
-    assert row["step_s"] == 0.3                                  # the median of the rounds
-    assert row["examples_per_s"] == pytest.approx(4 / 0.3)
-    assert row["tokens_per_s"] == pytest.approx(4 * 197 / 0.3)
-    assert row["mfu"] == pytest.approx(4e9 / 0.3 / 1e11)
-    for row, flops_per_example, median in zip(report["rows"], (1e9, 1.5e9, 2e9),
-                                              (0.3, 0.45, 0.7)):
-        assert row["step_s"] == pytest.approx(median), row["label"]
-        assert row["tflops_per_step"] == pytest.approx(4 * flops_per_example / 1e12)
-        assert row["mfu"] == pytest.approx(4 * flops_per_example / median / 1e11), row["label"]
-    assert report["ratios"] == pytest.approx({
-        "standard step (peer time / ours)": 0.7 / 0.3,
-        "equal work (peer time / ours, head on every position)": 0.7 / 0.45})
-    assert report["shape"] == "224x224, 197 tokens"
-    table = bench.markdown(report)
-    assert "| ours |" in table and "peak 100.0 GFLOP/s (given)" in table
-    # ours: 300.0 ms, 4e9 FLOPs = 0.004 TFLOPs per step, MFU 4e9 / 0.3 / 1e11 = 13.3%.
-    assert "| ours | 10 | 1.0 | 300.0 | 13.33 | 2627 | 0.004 | 13.3% |" in table
-    assert "- equal work (peer time / ours, head on every position): **1.56x**" in table
-    report["peak_tflops"] = 989.0
-    assert "peak 989.0 TFLOP/s" in bench.markdown(report)
-
-
-def test_contender_times_are_seconds_per_step(monkeypatch):
-    """Contender.run returns the round's wall time divided by its steps (on a fake clock that
-    each step advances by 0.25 s), threading the state through every step."""
-    clock = [100.0]
-
-    def step(state, batch):
-        clock[0] += 0.25
-        return state + 1, {"loss": (state, 1)}
-
-    monkeypatch.setattr(bench, "time", type("FakeTime", (), {
-        "perf_counter": staticmethod(lambda: clock[0])}))
-    contender = bench.Contender("ours", "ours", step, 0, {}, flops_per_example=1.0,
-                                num_params=1, compile_seconds=0.0)
-    assert contender.run(4) == pytest.approx(0.25)
-    assert contender.state == 4
-    assert contender.run(2) == pytest.approx(0.25) and contender.state == 6
-
-
-def test_time_rounds_alternate_the_order_and_probe_the_peak_around_each_round():
-    """Round i runs the contenders in order (even i) or reversed (odd i), each gets one time per
-    round, and the peak is probed before the first round and after every round."""
-    calls = []
-
-    def contender(label):
-        def step(state, batch):
-            calls.append(label)
-            return state, {}
-        return bench.Contender(label, "ours", step, 0, {}, flops_per_example=1.0,
-                               num_params=1, compile_seconds=0.0)
-
-    contenders = [contender("a"), contender("b")]
-    probes = iter(range(10))
-    peaks = bench.time_rounds(contenders, steps=2, repeats=3, peak_probe=lambda: next(probes))
-    assert calls == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]
-    assert peaks == [0, 1, 2, 3]
-    assert [len(c.times) for c in contenders] == [3, 3]
-    assert bench.time_rounds(contenders, steps=1, repeats=1, peak_probe=None) == []
-
-
-def test_spec_peaks_by_device_kind():
-    assert flops.spec_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
-    assert flops.spec_peak_flops("NVIDIA H100 PCIe") == 756e12
-    assert flops.spec_peak_flops("NVIDIA H100 NVL") == 835e12
-    assert flops.spec_peak_flops("NVIDIA H200") == 989e12
-    assert flops.spec_peak_flops("NVIDIA H200 NVL") == 835e12
-    assert flops.spec_peak_flops("NVIDIA GH200 480GB") == 989e12
-    assert flops.spec_peak_flops("TPU v4") == 275e12
-    assert flops.spec_peak_flops("TPU v5 lite") == 197e12       # v5e's device_kind
-    assert flops.spec_peak_flops("TPU v5") == 459e12            # v5p's
-    assert flops.spec_peak_flops("cpu") is None
-
-
-def test_an_accelerators_mfu_of_a_bfloat16_model_is_against_its_data_sheet(monkeypatch,
-                                                                          fashion_mnist_env):
-    """The trainer's and the benchmark's peak on a GPU or TPU for a bfloat16 model: the data
-    sheet (a 2048^3 matmul timed in one call, in float32, understated it); measured elsewhere."""
-    from types import SimpleNamespace
-
-    from train.config import apply_override, load_config_file
-    from train.trainer import Trainer
-
-    h100 = SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
-    v4 = SimpleNamespace(platform="tpu", device_kind="TPU v4")
-    assert flops.data_sheet_peak(h100, "bfloat16") == 989e12
-    assert flops.data_sheet_peak(v4, "bfloat16") == 275e12
-    assert flops.data_sheet_peak(h100, "float32") is None
-    assert flops.data_sheet_peak(SimpleNamespace(platform="cpu", device_kind="cpu"),
-                                 "bfloat16") is None
-    config = load_config_file("configs/vit/fashion_mnist.py:smoke")
-    apply_override(config, "model.dtype", "bfloat16")
-    trainer = Trainer(config, "unused")
-    given = load_config_file("configs/vit/fashion_mnist.py:smoke")
-    apply_override(given, "model.dtype", "bfloat16")
-    apply_override(given, "train.peak_flops", "5e14")  # given: taken as it is
-    told = Trainer(given, "unused")
-    monkeypatch.setattr(jax, "devices", lambda: [h100])
-    assert trainer._peak_flops() == (989e12, "the NVIDIA H100 80GB HBM3 data sheet's dense "
-                                             "bf16 peak")
-    assert told._peak_flops() == (5e14, "config.train.peak_flops")
-
-
 def test_bad_arguments_name_the_fix(capsys):
     with pytest.raises(SystemExit, match="not a BERT size"):
         bench.run(_args("--model", "bert", "--size", "B/16", "--peer", "none"))
@@ -200,10 +77,35 @@ def test_bad_arguments_name_the_fix(capsys):
         bench.run(_args("--model", "vit", "--size", "Ti/15", "--image_size", "32",
                         "--peer", "none"))
     for flag, value, message in (("--image_size", "0", "--image_size must be >= 1"),
-                                 ("--peak_tflops", "-1", "--peak_tflops must be >= 0")):
+                                 ("--peak_tflops", "-1", "--peak_tflops must be >= 0"),
+                                 ("--seq", "999", "--seq is a BERT option; --model vit"),
+                                 ("--equal_work", None, "--equal_work is a BERT option")):
         with pytest.raises(SystemExit) as stop:  # argparse: usage and the message on stderr
-            _args("--model", "vit", "--size", "Ti/16", flag, value)
+            _args("--model", "vit", "--size", "Ti/16", flag, *([value] if value else []))
         assert stop.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        _args("--model", "bert", "--size", "tiny", "--image_size", "32")
+    assert stop.value.code == 2 and "--image_size is a VIT option" in capsys.readouterr().err
+    assert (_args("--model", "bert", "--size", "tiny").seq,
+            _args("--model", "vit", "--size", "Ti/16").image_size) == (128, 224)
+
+
+def test_output_paths_are_checked_before_the_benchmark_runs(tmp_path, monkeypatch):
+    """A --markdown or --json path that could not be written stops before the run (which can
+    take many minutes), naming the fix; a missing folder is made."""
+    ran = []
+    monkeypatch.setattr(bench, "run", lambda args: ran.append(args) or {})
+    for option in ("--json", "--markdown"):
+        with pytest.raises(SystemExit, match=f"{option} {tmp_path} is a folder"):
+            bench.main(["--model", "vit", "--size", "Ti/16", option, str(tmp_path)])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit, match="cannot make its folder"):
+        bench.main(["--model", "vit", "--size", "Ti/16", "--markdown", str(blocker / "t.md")])
+    assert ran == []
+    monkeypatch.setattr(bench, "_table", lambda report: "table")
+    bench.main(["--model", "vit", "--size", "Ti/16", "--markdown", str(tmp_path / "a/b/t.md")])
+    assert (tmp_path / "a/b/t.md").read_text() == "table\n" and len(ran) == 1
 
 
 def test_attention_kernel_and_its_dropout_reach_the_model_and_the_report(tmp_path):
@@ -283,6 +185,8 @@ def test_tiny_benchmark_against_the_peer(model_args, tmp_path):
     for row in report["rows"]:
         assert all(t > 0 for t in row["step_s_rounds"]) and len(row["step_s_rounds"]) == 2
         assert 0 < row["mfu"] < 1.5
+        # CPU: XLA's einsums; the step holds at least the parameters and Adam's two moments.
+        assert row["attention_ran"] == "xla" and row["step_memory_bytes"] > 3 * 4 * row["params"]
         assert abs(row["first_loss"] - math.log(classes)) < 2.0 + (model_args[1] == "bert")
     assert report["ratios"]
     assert (tmp_path / "r.md").read_text().startswith(f"**{model_args[1]}")

@@ -107,6 +107,7 @@ def test_the_speed_benchmark_times_teacher_and_student_and_records_them(
     assert report["ratios"]["flops_ratio"] == pytest.approx(2.0)
     assert report["paper"] == {"param_ratio": pytest.approx(66 / 110),
                                "speedup": pytest.approx(668 / 410)}
+    assert (report["sequences_per_pass"], report["dtype"]) == (2, "float32")  # a tagging task
     for row in report["rows"]:
         assert len(row["pass_s_rounds"]) == 2 and row["sequences_per_s"] == pytest.approx(
             2 / row["pass_s"])

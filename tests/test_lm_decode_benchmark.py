@@ -9,25 +9,32 @@ import types
 import pytest
 
 from benchmarks import lm_decode
+from benchmarks.peers import import_transformers
 from train import records, run_record
 
 
 def test_the_decoding_benchmark_compares_both_libraries_on_the_same_weights(tmp_path):
     path = tmp_path / "lm_decode.json"
     report = lm_decode.main(["--size", "tiny", "--prompt_length", "6", "--new_tokens", "5",
-                             "--repeats", "2", "--bandwidth_mb", "8", "--batches", "2",
+                             "--repeats", "2", "--bandwidth_mb", "8", "--batches", "1,2",
                              "--json", str(path)])
-    assert report["same_greedy_tokens"] == {"2": True}
-    rows = {(r["label"], r["decoding"]) for r in report["rows"]}
-    assert rows == {(lib, d) for lib in ("ours", "transformers") for d in ("greedy", "sample")}
+    assert report["same_greedy_tokens"] == {"1": True, "2": True}
+    rows = {(r["label"], r["decoding"], r["batch"]) for r in report["rows"]}
+    assert rows == {(lib, d, b) for lib in ("ours", "transformers") for d in ("greedy", "sample")
+                    for b in (1, 2)}
     assert all(len(r["times"]) == 2 and r["tokens_per_s"] > 0 for r in report["rows"])
     assert report["bound_tokens_per_s"] == pytest.approx(
         report["bandwidth_bytes_per_s"] / report["weight_bytes"])
-    greedy = next(r for r in report["rows"] if r["label"] == "ours" and r["decoding"] == "greedy")
+    # The bound is one prompt's (a step reads the weights once for every row of its batch).
+    greedy = next(r for r in report["rows"]
+                  if (r["label"], r["decoding"], r["batch"]) == ("ours", "greedy", 1))
     assert report["bound_fraction"]["ours"] == pytest.approx(
-        greedy["tokens_per_s"] / 2 / report["bound_tokens_per_s"])
+        greedy["tokens_per_s"] / report["bound_tokens_per_s"])
+    assert report["peer"] == f"transformers {import_transformers().__version__}"
     record = run_record.load(path)
     assert record["kind"] == "benchmark" and "| greedy | 2 | ours |" in record["metrics"]["table"]
+    without_batch_1 = {**report, "bound_fraction": {}}
+    assert "- batch 1 not run (--batches)" in lm_decode.markdown(without_batch_1)
     saved = records.save(path, "bench_lm_decode", runs_dir=tmp_path / "runs", force=True)
     assert saved.exists()
 

@@ -69,8 +69,8 @@ class _Records:
         return self.records.get(name)
 
 
-def _gpu_record(mfu, device_kind="NVIDIA H100 80GB HBM3"):
-    row = {"label": "ours", "step_s": 0.1135, "mfu": mfu}
+def _gpu_record(mfu, device_kind="NVIDIA H100 80GB HBM3", step_memory=None):
+    row = {"label": "ours", "step_s": 0.1135, "mfu": mfu, "step_memory_bytes": step_memory}
     return {"metrics": {"model": "vit", "size": "B/16", "shape": "224x224, 197 tokens",
                         "batch": 256, "dtype": "bfloat16", "attention": "xla", "rows": [row]},
             "machine": {"device_kind": device_kind,
@@ -87,8 +87,15 @@ def test_a_measurement_set_up_unlike_its_recipe_says_how():
               "dtype": "bfloat16", "jax": "0.0.1"}
     assert rc.differences(config, report) == [
         "attention dropout 0 (recipe 0.1)",
-        "cuDNN attention where the recipe, with attention dropout, falls back to XLA's",
+        "cuDNN attention if `auto` could run it there (the record does not say), where the "
+        "recipe, with attention dropout, falls back to XLA's",
         f"jax 0.0.1 (this checkout pins {importlib.metadata.version('jax')})"]
+    # The record's "ours" row says which kernel its compiled step called.
+    for ran, said in (("cudnn", ["cuDNN attention, where the recipe, with attention dropout, "
+                                 "falls back to XLA's"]), ("xla", [])):
+        report["rows"] = [{"label": "ours", "attention_ran": ran}]
+        assert rc.differences(config, report)[1:-1] == said, ran
+    del report["rows"]
     report.update(attention_dropout=0.1, jax=importlib.metadata.version("jax"))
     assert rc.differences(config, report) == []
     report.update(prng="rbg")  # benchmarks.train_step --prng rbg: not the trainer's generator
@@ -115,7 +122,7 @@ def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
     cells = rows["ViT-B/16, ImageNet, from scratch"]
     assert "224x224, 197 tokens, batch 256" in cells[1]
     assert cells[2] == "nothing"  # the test record gives no dropout or jax version to compare
-    assert cells[3:6] == ["114 ms", "20.0%", "3.0 GiB"]
+    assert cells[3:6] == ["114 ms", "20.0%", "3.0 GiB (the process's, all rows)"]
     assert cells[6] == rc.duration(total / (8 * 989e12 * 0.2))
     assert cells[7] == rc.duration(total / (8 * 989e12 * 0.4))
     assert cells[6] != cells[7]
@@ -124,8 +131,10 @@ def test_the_measured_table_projects_the_recipe_at_the_measured_mfu():
     assert len(bert) == 2
     bert_total = sum(p.steps * p.batch * p.flops_per_example for p in bert)
     both = _measured_rows(rc.measured_table(_Records(**{vit_name: _gpu_record(0.2),
-                                                        bert_name: _gpu_record(0.1)})))
+                                                        bert_name: _gpu_record(
+                                                            0.1, step_memory=2**31)})))
     assert both["BERT-base, Wikipedia"][6] == rc.duration(bert_total / (8 * 989e12 * 0.1))
+    assert both["BERT-base, Wikipedia"][5] == "2.0 GiB"  # its compiled step's, not the process's
     assert "not recorded yet" in rc.measured_table(_Records())
     with pytest.raises(ValueError, match=r"ran on 'NVIDIA A100-SXM4-80GB', not the 'NVIDIA "
                                          r"H100 80GB HBM3'"):

@@ -226,7 +226,8 @@ def differences(config, report: dict) -> list[str]:
     (bfloat16), the generator of the dropout bits, and the jax version beside this
     checkout's. Attention-probability dropout
     matters twice: cuDNN's fused attention cannot apply it, so under `auto` the recipe's
-    attention runs XLA's einsums where the measurement may have had cuDNN."""
+    attention runs XLA's einsums where the measurement had cuDNN (its "ours" row says which ran;
+    records from before that say nothing, and the difference is then hedged)."""
     out = []
     for key, name in (("dropout", "dropout_rate"), ("attention_dropout",
                                                     "attention_dropout_rate")):
@@ -235,9 +236,16 @@ def differences(config, report: dict) -> list[str]:
                        f"{config.model[name]:g})")
     if report.get("dtype", "bfloat16") != "bfloat16":
         out.append(f"{report['dtype']} (launched in bfloat16)")
+    ran = next((row.get("attention_ran") for row in report.get("rows", [])
+                if row.get("label") == "ours"), None)  # records from before it: None
     if float(config.model.get("attention_dropout_rate", 0.0)) > 0 and report.get(
             "attention") in ("auto", "cudnn") and not float(report.get("attention_dropout", 0)):
-        out.append("cuDNN attention where the recipe, with attention dropout, falls back to XLA's")
+        if ran == "cudnn" or report.get("attention") == "cudnn":
+            out.append("cuDNN attention, where the recipe, with attention dropout, falls back to "
+                       "XLA's")
+        elif ran is None:
+            out.append("cuDNN attention if `auto` could run it there (the record does not say), "
+                       "where the recipe, with attention dropout, falls back to XLA's")
     if report.get("prng", "threefry2x32") != "threefry2x32":  # benchmarks.train_step --prng
         out.append(f"{report['prng']} dropout bits (the trainer's: threefry2x32)")
     here = importlib.metadata.version("jax")
@@ -247,13 +255,13 @@ def differences(config, report: dict) -> list[str]:
 
 
 def measured_table(records) -> str:
-    """Each recipe of MEASURED: what its record measured (the step, its MFU, the device memory
-    at its peak), how its setup differs from the recipe's (`differences`), and the recipe's
-    total time on one 8-GPU node at that MFU beside the estimate at DEFAULT_MFU.
+    """Each recipe of MEASURED: what its record measured (the step, its MFU, its compiled step's
+    device memory, `memory_of`), how its setup differs from the recipe's (`differences`), and
+    the recipe's total time on one 8-GPU node at that MFU beside the estimate at DEFAULT_MFU.
     `records.get(name)` gives a record or None (train/result_tables.Records)."""
     node = TARGETS[0]
     lines = ["| recipe | measured (record) | differs from the recipe | step | MFU | device memory "
-             f"at peak | total time on {node.name} at the measured MFU | at {DEFAULT_MFU:.0%} "
+             f"(the step's) | total time on {node.name} at the measured MFU | at {DEFAULT_MFU:.0%} "
              "(estimate) |", "|---|---|---|---|---|---|---|---|"]
     for recipe in RECIPES:
         name = MEASURED.get(recipe.name)
@@ -272,8 +280,7 @@ def measured_table(records) -> str:
             raise ValueError(f"{name} ran on {machine['device_kind']!r}, not the "
                              f"{node.device_kind!r} of {node.name!r}: its MFU does not carry over")
         (ours,) = [row for row in report["rows"] if row["label"] == "ours"]
-        peak = max((d["peak_bytes_in_use"] for d in machine["device_memory"] or []), default=None)
-        memory = "-" if peak is None else f"{peak / 2**30:.1f} GiB"
+        memory = memory_of(ours, machine)
         lines.append(
             f"| {recipe.name} | `{name}`: {report['model']} {report['size']}, {report['shape']}, "
             f"batch {report['batch']} on one device, {report['dtype']}, attention "
@@ -281,6 +288,15 @@ def measured_table(records) -> str:
             f"| {duration(ours['step_s'])} | {ours['mfu']:.1%} | {memory} | "
             f"{duration(run_seconds(run, node, ours['mfu']))} | {estimate} |")
     return "\n".join(lines)
+
+
+def memory_of(row: dict, machine: dict) -> str:
+    """The row's compiled step memory where its record has it; records from before it say only
+    the process's peak, which holds every contender the benchmark compiled (said so)."""
+    if row.get("step_memory_bytes"):
+        return f"{row['step_memory_bytes'] / 2**30:.1f} GiB"
+    peak = max((d["peak_bytes_in_use"] for d in machine["device_memory"] or []), default=None)
+    return "-" if peak is None else f"{peak / 2**30:.1f} GiB (the process's, all rows)"
 
 
 def main(argv: list[str] | None = None) -> int:
