@@ -32,15 +32,17 @@ def joins(monkeypatch):
         method = kwargs.get("cluster_detection_method")
         # What jax's State.initialize does before it connects.
         coordinator_address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
-        resolved = (coordinator_address, num_processes, process_id, None)
-        if method != "deactivate":
-            resolved = ClusterEnv.auto_detect_unset_distributed_params(
-                coordinator_address, num_processes, process_id, None, method, 300)
+        local = kwargs.get("local_device_ids")
+        if local is None and (ids := os.environ.get("JAX_LOCAL_DEVICE_IDS")):
+            local = [int(i) for i in ids.split(",")]
+        resolved = (coordinator_address, num_processes, process_id, local)
+        if method != "deactivate" and None in resolved:
+            resolved = ClusterEnv.auto_detect_unset_distributed_params(*resolved, method, 300)
         calls.append(dict(kwargs, num_processes=num_processes, process_id=process_id,
                           resolved=resolved))
 
     monkeypatch.setattr(jax.distributed, "initialize", initialize)
-    monkeypatch.setattr(distributed, "_use_gloo_on_cpu", lambda: None)
+    monkeypatch.setattr(distributed, "_configure_runtime", lambda: None)
     return calls
 
 
@@ -100,6 +102,49 @@ def test_flags_and_jax_variables_win_over_a_detected_cluster(machine, joins):
     assert distributed.initialize("10.7.7.7:99", 8, 5) == ("process 5 of 8 (coordinator "
                                                              "10.7.7.7:99, from the flags)")
     assert joins.pop()["resolved"][:3] == ("10.7.7.7:99", 8, 5)
+
+
+def test_flags_and_jax_variables_leave_the_devices_to_the_user_under_srun(machine, joins):
+    """Under srun JAX would give each process only the GPU of its SLURM_LOCALID; a launch the
+    flags or variables describe detects no cluster, so JAX_LOCAL_DEVICE_IDS alone picks them."""
+    SIMULATIONS["slurm"][0](machine)  # local task 1 of its node
+    distributed.initialize("10.7.7.7:99", 8, 5)
+    assert joins.pop()["resolved"] == ("10.7.7.7:99", 8, 5, None)
+    machine.setenv(JAX_COORDINATOR_ADDRESS="10.9.9.9:1234", JAX_NUM_PROCESSES=2, JAX_PROCESS_ID=1)
+    distributed.initialize()
+    assert joins.pop()["resolved"] == ("10.9.9.9:1234", 2, 1, None)
+    machine.setenv(JAX_LOCAL_DEVICE_IDS="2,3")
+    distributed.initialize()
+    assert joins.pop()["resolved"] == ("10.9.9.9:1234", 2, 1, [2, 3])
+
+
+# As train/__main__.py does: Python's SIGTERM handler first, then the join.
+SIGTERM_AFTER_JOINING = """
+import os, signal, sys, time
+caught = []
+signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))
+from train import distributed
+print(distributed.initialize(sys.argv[1], 1, 0), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+for _ in range(100):
+    if caught:
+        break
+    time.sleep(0.02)
+print("caught", caught, flush=True)
+"""
+
+
+def test_a_joined_process_still_handles_sigterm_itself():
+    """JAX's preemption service, on by default, would take over SIGTERM when the process joins
+    and only log it, so a signal while loading or compiling would not end the run."""
+    base = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
+    address = f"127.0.0.1:{portpicker.pick_unused_port()}"
+    result = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_JOINING, address], cwd=REPO,
+                            env=dict(base, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        f"process 0 of 1 (coordinator {address}, from the flags)", "caught [15]"], result.stderr
 
 
 def test_launch_from_environment_variables(machine):

@@ -433,5 +433,12 @@ def test_train_batches_shard_the_global_stream_over_processes(tok):
                                               err_msg=key)
     epoch = [row.tolist() for b in single[:8] for row in b["input_ids"]]
     assert sorted(epoch) == sorted(enc(e)[0]["input_ids"].tolist() for e in examples)
-    with pytest.raises(DataError, match="cannot fill one global batch"):
+    # config.data.batch_size is the global batch: 5 examples fill one of 4 over 2 processes.
+    with pytest.raises(DataError, match=r"cannot fill one global batch of 6 \(3 per process x 2 "
+                       r"processes\): lower config.data.batch_size \(the global batch\) to at "
+                       "most 4, keeping it a multiple of the 2 processes and of the data-par"):
         ft.finetune_batches(examples[:5], enc, batch_size=3, train=True, process_count=2)
+    with pytest.raises(DataError, match="at most 5, keeping it a multiple of the data-parallel"):
+        ft.finetune_batches(examples[:5], enc, batch_size=6, train=True)
+    with pytest.raises(DataError, match="the split is too small for 2 processes"):
+        ft.finetune_batches(examples[:1], enc, batch_size=1, train=True, process_count=2)

@@ -9,7 +9,8 @@ How the processes find each other, in order:
   1. explicit flags `--coordinator_address HOST:PORT --num_processes N --process_id I`;
   2. the same three from the environment, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
      JAX_PROCESS_ID, for a launcher that sets variables rather than flags (JAX itself reads only
-     the first; the other two are read here);
+     the first; the other two are read here); with 1. or 2. no cluster is detected, and a
+     process uses every device of its host unless JAX_LOCAL_DEVICE_IDS names its own;
   3. the cluster environment, found by JAX's own detectors (train/clusters.py: Open MPI, SLURM,
      MPI through mpi4py, GCE TPU VMs, GKE TPU, Kubernetes Indexed Jobs), when it holds more than
      one process; JAX_COORDINATOR_ADDRESS, if set, then picks the coordinator;
@@ -70,9 +71,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         if not 0 <= process_id < num_processes:
             raise ValueError(f"process id {process_id} (from the {source}) must be in "
                              f"[0, {num_processes})")
-        _use_gloo_on_cpu()
+        _configure_runtime()
+        # "deactivate": the flags (or variables) say all; JAX detects no cluster, which would
+        # pick each process's devices (SLURM_LOCALID, ...). JAX_LOCAL_DEVICE_IDS still applies.
         jax.distributed.initialize(coordinator_address, num_processes=num_processes,
-                                   process_id=process_id)
+                                   process_id=process_id, cluster_detection_method="deactivate")
         return (f"process {process_id} of {num_processes} (coordinator {coordinator_address}, "
                 f"from the {source})")
     cluster = clusters.detect()
@@ -89,7 +92,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         return "single process"
     if cluster.num_processes == 1:
         return f"single process ({cluster.name})"
-    _use_gloo_on_cpu()
+    _configure_runtime()
     # The counts go in as detected, so the log says what JAX uses; JAX finds the coordinator
     # and, on GPUs under SLURM or Open MPI, the one device of each process.
     jax.distributed.initialize(os.environ.get("JAX_COORDINATOR_ADDRESS") or None,
@@ -98,7 +101,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     return f"process {cluster.process_id} of {cluster.num_processes} ({cluster.name})"
 
 
-def _use_gloo_on_cpu() -> None:
+def _configure_runtime() -> None:
+    """What every join sets first. JAX's preemption service would replace this process's SIGTERM
+    handler with its own, which only notes the signal for `reached_preemption_sync_point` (unused
+    here; orbax treats the service as off): a SIGTERM while loading or compiling would then be
+    lost. train/preemption.py handles signals instead, agreeing over the processes itself."""
+    jax.config.update("jax_enable_preemption_service", False)
     # Only the CPU backend reads this; GPU (NCCL) and TPU (ICI/DCN) collectives are unaffected.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 

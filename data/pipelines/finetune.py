@@ -282,9 +282,7 @@ def finetune_batches(examples: Sequence[dict], encoder: FeatureEncoder, *, batch
         raise DataError("no examples to batch")
     if train:
         if n < batch_size * process_count:
-            raise DataError(f"{n} training examples cannot fill one global batch of "
-                            f"{batch_size} x {process_count} processes: lower "
-                            f"config.data.batch_size to {max(1, n // process_count)} or less")
+            raise DataError(_too_few_to_fill(n, batch_size, process_count))
         ds = grain.MapDataset.range(n).shuffle(seed=seeds(seed, 1)[0]).repeat(None)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
@@ -293,6 +291,23 @@ def finetune_batches(examples: Sequence[dict], encoder: FeatureEncoder, *, batch
     ds = ds.map(_LoadBatch(examples, encoder))
     ds = ds[process_index::process_count]
     return CountingIterator(iter(ds.to_iter_dataset(read_options or _DEFAULT_READ)))
+
+
+def _too_few_to_fill(n: int, batch_size: int, process_count: int) -> str:
+    """Why `n` training examples fill no global batch of `batch_size` per process, and what
+    config.data.batch_size (the global batch) would. It must be a multiple of the processes and of
+    the data-parallel size times the microbatches (train/start_checks.py), which only the
+    trainer knows: the largest multiple of the processes is an upper bound."""
+    global_batch = batch_size * process_count
+    why = (f"{n} training examples cannot fill one global batch of {global_batch} "
+           f"({batch_size} per process x {process_count} processes)")
+    if n < process_count:
+        return (f"{why}: the split is too small for {process_count} processes, each of which "
+                "needs at least one example a step; use fewer processes")
+    processes = f"of the {process_count} processes and " if process_count > 1 else ""
+    return (f"{why}: lower config.data.batch_size (the global batch) to at most "
+            f"{n // process_count * process_count}, keeping it a multiple {processes}of the "
+            "data-parallel size (mesh data*fsdp) x config.train.grad_accum_steps")
 
 
 def texts_of(example: dict, kind: str) -> list[str]:
