@@ -23,9 +23,20 @@ recipes' tests run the real pipelines and trainer on them, so three things are m
     own (split S's example i is the generator's example seeded crc32(S) + i), and a split
     string is read as TFDS reads it: `tfds.core.ReadInstruction.from_spec(spec).to_absolute()`,
     TFDS's own parser (absolute, negative and percent boundaries, 'a+b'; a slice past the
-    split's size raises TFDS's ValueError). `READS[spec]` records the (split, index, seed) of
-    each example read through each split string, for tests that check what was trained and
-    evaluated on (examples of different seeds differ).
+    split's size raises TFDS's ValueError). Only the dataset's real splits exist (`SPLITS`:
+    the mock's builders declare none): any other name raises TFDS's ValueError ("Unknown split
+    'trian'. Should be one of ['train']."), so a recipe's split typo fails its test.
+    `READS[spec]` records the (split, index, seed) of each example read through each split
+    string, for tests that check what was trained and evaluated on (examples of different
+    seeds differ).
+  - A source opened with TFDS's SkipDecoding for a feature (`get_data_source(...,
+    undecoded=('image',))`) hands it over as its stored bytes (an image's PNG here): TFDS's
+    mock would encode it with TensorFlow, which is not installed. `DECODED[feature]` counts
+    the examples read with that feature decoded, for tests that check what was decoded.
+  - Under TFDS's mock no builder is prepared (its data_dir does not exist), so a multi-process
+    run would refuse every dataset (data/builders/sources.py). The mocked datasets count as
+    prepared (`is_prepared()`); mock_tfds(n, prepared=False) keeps TFDS's answer, for the tests
+    of what a run does with a dataset not yet prepared.
   - grain's worker processes (`data.worker_count` > 0) are spawned: they unpickle their
     pipeline's sources where TFDS is not mocked, so a mocked source would load the real
     dataset's info and records there, and fail. A mocked source pickles as the call that opens
@@ -35,6 +46,7 @@ recipes' tests run the real pipelines and trainer on them, so three things are m
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import zlib
@@ -43,6 +55,7 @@ import numpy as np
 
 LETTERS = np.array(list("abcdefghij"))
 READS: dict[str, set[tuple[str, int, int]]] = {}  # split string -> (split, index, seed) read
+DECODED: collections.Counter = collections.Counter()  # feature -> examples read it decoded
 
 
 def _word(rng: np.random.Generator) -> str:
@@ -61,30 +74,61 @@ def prose(rng: np.random.Generator) -> str:
     return "\n\n".join([_word(rng).capitalize(), *paragraphs])
 
 
-def split_rows(spec: str, num_examples: int) -> list[tuple[str, int]]:
-    """The (split, index) rows a TFDS split string selects when every split has `num_examples`
-    examples, in TFDS's order: 'train[-2:]' of 5 -> [('train', 3), ('train', 4)]."""
+# The split names of each mocked dataset (its TFDS builder's, by the name before any '/config').
+SPLITS = {
+    "imagenet2012": ("train", "validation", "test"),
+    "wikipedia": ("train",),
+    "wmt14_translate": ("train", "validation", "test"),
+}
+
+
+def split_names(dataset: str) -> tuple[str, ...]:
+    """The real split names of mocked `dataset` ('wmt14_translate/de-en' -> train, validation,
+    test)."""
+    base = dataset.partition("/")[0]
+    if base not in SPLITS:
+        raise KeyError(f"tests/tfds_mock.py SPLITS has no split names for {dataset!r}: add its "
+                       "TFDS builder's")
+    return SPLITS[base]
+
+
+def split_rows(spec: str, num_examples: int, dataset: str) -> list[tuple[str, int]]:
+    """The (split, index) rows a TFDS split string selects of `dataset` when every split has
+    `num_examples` examples, in TFDS's order: 'train[-2:]' of 5 -> [('train', 3), ('train', 4)];
+    TFDS's ValueError for a split the dataset does not have."""
     import tensorflow_datasets as tfds
 
-    class EverySplit(dict):  # the mocked builders declare no split sizes: all have num_examples
-        def __contains__(self, name):
-            return True
-
-        def __missing__(self, name):
-            return tfds.core.SplitInfo(name=name, shard_lengths=[num_examples], num_bytes=0,
-                                       filename_template=None)
-
-    instructions = tfds.core.ReadInstruction.from_spec(spec).to_absolute(EverySplit())
+    splits = {name: tfds.core.SplitInfo(name=name, shard_lengths=[num_examples], num_bytes=0,
+                                        filename_template=None)
+              for name in split_names(dataset)}
+    instructions = tfds.core.ReadInstruction.from_spec(spec).to_absolute(splits)
     return [(i.splitname, index) for i in instructions
             for index in range(i.from_ or 0, num_examples if i.to is None else i.to)]
 
 
-class SlicedRecords:
-    """The records of one split string (what the mocked ArrayRecordDataSource reads)."""
+def stored_bytes(value) -> bytes:
+    """A mocked feature as TFDS's SkipDecoding hands it over, undecoded: an image's PNG file,
+    anything else its array's bytes."""
+    value = np.asarray(value)
+    if value.dtype == np.uint8 and value.ndim == 3:
+        import io
 
-    def __init__(self, spec: str, generator, num_examples: int):
-        self.spec, self.generator = spec, generator
-        self.rows = split_rows(spec, num_examples)
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        Image.fromarray(value[..., 0] if value.shape[-1] == 1 else value).save(buffer, "PNG")
+        return buffer.getvalue()
+    return value.tobytes()
+
+
+class SlicedRecords:
+    """The records of one split string (what the mocked ArrayRecordDataSource reads), the
+    features `undecoded` as their stored bytes (a source opened with TFDS's SkipDecoding)."""
+
+    def __init__(self, spec: str, generator, num_examples: int, dataset: str,
+                 undecoded: tuple[str, ...] = ()):
+        self.spec, self.generator, self.undecoded = spec, generator, undecoded
+        self.rows = split_rows(spec, num_examples, dataset)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -93,7 +137,13 @@ class SlicedRecords:
         split, index = self.rows[key]
         seed = zlib.crc32(split.encode()) + index
         READS.setdefault(self.spec, set()).add((split, index, seed))
-        return self.generator[seed]
+        example = dict(self.generator[seed])
+        for feature in example:
+            if feature in self.undecoded:
+                example[feature] = stored_bytes(example[feature])
+            else:
+                DECODED[feature] += 1
+        return example
 
     def __getitems__(self, keys):
         return [self[int(key)] for key in keys]
@@ -101,15 +151,22 @@ class SlicedRecords:
 
 def _sliced(as_data_source, num_examples: int):
     """The mocked `DatasetBuilder.as_data_source`, its string splits read as TFDS reads them,
-    its sources opened again, mocked, where they are unpickled (`_reopened`)."""
-    def sliced(self, split=None, *args, **kwargs):
+    its features of SkipDecoding decoders undecoded (TFDS's mock would encode them with
+    TensorFlow), its sources opened again, mocked, where they are unpickled (`_reopened`)."""
+    import tensorflow_datasets as tfds
+
+    def sliced(self, split=None, *args, decoders=None, **kwargs):
+        if not isinstance(split, str):
+            return as_data_source(self, split, *args, decoders=decoders, **kwargs)
+        undecoded = tuple(sorted(decoders or ()))
+        assert all(isinstance(decoders[f], tfds.decode.SkipDecoding) for f in undecoded), (
+            f"the mock reads only SkipDecoding decoders: {decoders}")
         source = as_data_source(self, split, *args, **kwargs)
-        if isinstance(split, str):
-            source.data_source = SlicedRecords(split, source.data_source._generator,
-                                               num_examples)
-            name = f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
-            source.__class__ = _reopened(type(source))
-            source.reopen = (name, split, num_examples)
+        name = f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
+        source.data_source = SlicedRecords(split, source.data_source._generator, num_examples,
+                                           name, undecoded)
+        source.__class__ = _reopened(type(source))
+        source.reopen = (name, split, num_examples, undecoded)
         return source
     return sliced
 
@@ -128,7 +185,7 @@ _ACTIVE: list[int] = []              # mock_tfds contexts open in this process
 _WORKER = contextlib.ExitStack()     # the one a worker process opens, for its whole life
 
 
-def _reopen(name: str, split: str, num_examples: int):
+def _reopen(name: str, split: str, num_examples: int, undecoded: tuple[str, ...] = ()):
     """The source of `name` / `split` as mock_tfds(num_examples) gives it: under the mock open
     in this process, or in a worker process that has none, under one opened for the rest of
     its life. Anywhere else (the main process after its mock closed) it is refused: a mock
@@ -145,12 +202,13 @@ def _reopen(name: str, split: str, num_examples: int):
     elif _ACTIVE[-1] != num_examples:
         raise RuntimeError(f"a source mocked with {num_examples} examples a split was "
                            f"unpickled under a mock of {_ACTIVE[-1]}")
-    return get_data_source(name, split, source="tfds")
+    return get_data_source(name, split, source="tfds", undecoded=undecoded)
 
 
 @contextlib.contextmanager
-def mock_tfds(num_examples: int):
-    """tfds.testing.mock_data(num_examples, policy=USE_CODE), mended (module docstring)."""
+def mock_tfds(num_examples: int, *, prepared: bool = True):
+    """tfds.testing.mock_data(num_examples, policy=USE_CODE), mended (module docstring); the
+    mocked datasets count as prepared unless `prepared` is False."""
     import tensorflow_datasets as tfds
     from tensorflow_datasets.testing import mocking
 
@@ -174,6 +232,8 @@ def mock_tfds(num_examples: int):
         builder = tfds.core.DatasetBuilder
         stack.enter_context(mock_patch(builder, "as_data_source",
                                        _sliced(builder.as_data_source, num_examples)))
+        if prepared:
+            stack.enter_context(mock_patch(builder, "is_prepared", lambda self: True))
         yield
 
 

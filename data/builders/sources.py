@@ -1,19 +1,27 @@
 """Random-access data sources by dataset name: our local builders or the standard TFDS catalog.
 
-    get_data_source("fashion_mnist", "train")                    # fetched (python -m data.fetch)
-    get_data_source("cifar10", "test", source="tfds")            # TFDS catalog; needs internet once
+    get_data_source("fashion_mnist", "train")                   # fetched (python -m data.fetch)
+    get_data_source("cifar10", "test", source="tfds")           # TFDS catalog; needs internet once
 
 A data source has len() and [i] -> dict example (numpy arrays / ints), and `__getitems__` for
 batched reads (data/builders/examples.py); the pipelines of data/pipelines/ batch it. TFDS
 split strings work as usual ('train[:90%]', 'train[90%:]'). `dataset_info` says what a model
 needs of an image dataset, with its per-channel normalisation constants (`NORMALIZATION`).
+
+A TFDS catalog dataset not yet prepared in its data_dir is downloaded and prepared on first use
+by a single process; a multi-process run (`process_count() > 1`) never does, since every host
+would at once (wmt14's 4.5M pairs, Wikipedia's tens of GB, into a data_dir they may share): it
+stops with a DataError naming the `tfds build` command that prepares it once before launching
+(docs/launch.md, "The data, prepared once").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
-from typing import Literal
+import sys
+from typing import Literal, Sequence
 
 from data import builders
 from data.errors import DataError
@@ -37,7 +45,7 @@ class ImageDatasetInfo:
 
     name: str  # the name asked for, e.g. 'fashion_mnist'
     tfds_name: str  # the TFDS builder's name, e.g. 'fashion_mnist_local'
-    image_shape: tuple[int, int, int]  # (height, width, channels)
+    image_shape: tuple[int | None, ...]  # (height, width, channels); None: any (ImageNet's)
     num_classes: int
     class_names: tuple[str, ...]
     splits: dict[str, int]  # split name -> number of examples
@@ -92,44 +100,80 @@ def _tfds_error(name: str, data_dir, e: Exception) -> DataError:
         "with a dataset from `python -m data.fetch --list`.")
 
 
-def _builder(name: str, source: SourceKind, data_dir: str | pathlib.Path | None):
-    """A prepared TFDS builder for `name`."""
-    _check_kind(source)
-    if source == "local":
-        return builders.prepare(name, data_dir=data_dir)
+def process_count() -> int:
+    """The processes of this run: jax.process_count() once JAX's distributed system has been
+    started (train/distributed.py does, before any data is read), else 1. It neither imports JAX
+    nor starts its backends (which must wait for jax.distributed.initialize)."""
+    jax = sys.modules.get("jax")
+    if jax is None or not jax.distributed.is_initialized():
+        return 1
+    return jax.process_count()
+
+
+def _unprepared_error(name: str, builder, data_dir, processes: int) -> DataError:
+    root = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
+    return DataError(
+        f"TFDS dataset {name!r} is not prepared in {builder.data_dir}, and a run of {processes} "
+        "processes does not download or prepare it (every host would at once). Prepare it once "
+        "before launching, where it can be downloaded, into the data_dir every host reads: "
+        f"tfds build {name} --file_format=array_record --data_dir={root}"
+        f"{' --manual_dir=DIR' if name.startswith('imagenet') else ''} "
+        "(docs/launch.md, 'The data, prepared once').")
+
+
+def _catalog_builder(name: str, data_dir: str | pathlib.Path | None):
+    """The TFDS catalog's builder for `name`, prepared (module docstring: downloaded and
+    prepared here by a single process; a DataError in a multi-process run)."""
     import tensorflow_datasets as tfds
 
     try:
         builder = from_catalog(lambda: tfds.builder(
             name, data_dir=None if data_dir is None else str(data_dir),
             file_format="array_record"))
-        builder.download_and_prepare()
-    except Exception as e:  # TFDS raises many kinds (network, registration, missing files).
+    except Exception as e:  # TFDS raises many kinds (registration, bad config names).
         raise _tfds_error(name, data_dir, e) from e
+    if not builder.is_prepared():
+        if (processes := process_count()) > 1:
+            raise _unprepared_error(name, builder, data_dir, processes)
+        try:
+            builder.download_and_prepare()
+        except Exception as e:  # network, missing manual files, optional dependencies.
+            raise _tfds_error(name, data_dir, e) from e
     return builder
 
 
+def _builder(name: str, source: SourceKind, data_dir: str | pathlib.Path | None):
+    """A prepared TFDS builder for `name`."""
+    _check_kind(source)
+    if source == "local":
+        return builders.prepare(name, data_dir=data_dir)
+    return _catalog_builder(name, data_dir)
+
+
 def get_data_source(name: str, split: str, *, source: SourceKind = "local",
-                    data_dir: str | pathlib.Path | None = None):
+                    data_dir: str | pathlib.Path | None = None, undecoded: Sequence[str] = ()):
     """Random-access source of dict examples for `split` of dataset `name`.
 
     source='local': our builder for a dataset fetched with `python -m data.fetch NAME`; prepared
     on first use when only the raw files are there (data_dir default: paths.tfds_dir()).
-    source='tfds': `tfds.data_source(name)` from the standard catalog (data_dir default: TFDS's);
-    downloads and prepares on first use, which needs internet access.
+    source='tfds': the builder of `name` in the standard catalog (data_dir default: TFDS's),
+    read as `tfds.data_source` reads it; downloads and prepares on first use in a single
+    process, which needs internet access (module docstring).
+    undecoded: features read as their stored bytes (TFDS's SkipDecoding), e.g. ('image',) to
+    read the labels of ImageNet without decoding a JPEG.
     """
-    _check_kind(source)
-    if source == "tfds":
-        import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds
 
+    builder = _builder(name, source, data_dir)
+    decoders = {key: tfds.decode.SkipDecoding() for key in undecoded} or None
+    if source == "tfds":
         try:
-            return from_catalog(lambda: tfds.data_source(
-                name, split=split, data_dir=None if data_dir is None else str(data_dir)))
-        except Exception as e:  # TFDS raises many kinds (network, registration, missing files).
-            raise _tfds_error(name, data_dir, e) from e
-    builder = builders.prepare(name, data_dir=data_dir)
+            return builder.as_data_source(split=split, decoders=decoders)
+        except Exception as e:  # TFDS raises many kinds (an unknown split, missing files).
+            raise DataError(f"TFDS dataset {name!r} (in {builder.data_dir}) could not open "
+                            f"split {split!r}: {type(e).__name__}: {e}") from e
     try:
-        return builder.as_data_source(split=split)
+        return builder.as_data_source(split=split, decoders=decoders)
     except (ValueError, KeyError) as e:
         raise DataError(f"dataset {name!r} ({source}) has no split {split!r}; splits: "
                         f"{sorted(builder.info.splits)} ({e})") from e
@@ -154,7 +198,7 @@ def dataset_info(name: str, source: SourceKind = "local", *,
     return ImageDatasetInfo(
         name=name,
         tfds_name=info.name,
-        image_shape=tuple(int(d) for d in features["image"].shape),
+        image_shape=tuple(None if d is None else int(d) for d in features["image"].shape),
         num_classes=int(label.num_classes),
         class_names=tuple(label.names),
         splits={s: int(v.num_examples) for s, v in info.splits.items()},

@@ -10,7 +10,9 @@ examples of C classes, both seeded, so a seed picks the same subset in every run
              (every class present, equally often: the usual few-labels protocol).
 
 `Subset` then presents the chosen examples as a data source of their own (len, [i],
-__getitems__), which the image pipeline reads as it reads any split.
+__getitems__), which the image pipeline reads as it reads any split. The labels are read once,
+before the first step, with the images left undecoded (`split_labels`): drawing 1% of ImageNet
+must not decode its 1.28M training JPEGs.
 """
 
 from __future__ import annotations
@@ -19,14 +21,25 @@ from typing import Sequence
 
 import numpy as np
 
+from data.builders import sources
 from data.builders.examples import read_examples
 from data.errors import DataError
 
 HOW = ("random", "balanced")
 
 
+def split_labels(name: str, split: str, *, source: sources.SourceKind = "local",
+                 data_dir=None) -> np.ndarray:
+    """The 'label' of every example of `split` of image dataset `name`, int64, in the split's
+    order, read from a source that leaves the images undecoded (their stored bytes)."""
+    return labels_of(sources.get_data_source(name, split, source=source, data_dir=data_dir,
+                                             undecoded=("image",)))
+
+
 def labels_of(source, chunk: int = 4096) -> np.ndarray:
-    """The 'label' of every example of `source`, int64 [len(source)], read in chunks."""
+    """The 'label' of every example of `source`, int64 [len(source)], read in chunks. Every
+    feature of an example is read as the source hands it over: for an image dataset's split,
+    `split_labels` reads them without decoding the images."""
     labels = np.empty(len(source), np.int64)
     for start in range(0, len(source), chunk):
         stop = min(len(source), start + chunk)

@@ -88,14 +88,15 @@ class ImageData:
 
     def train_source(self):
         """The training split, or the fraction of it config.data.train_fraction asks for (its
-        labels read once per task)."""
+        labels read once per task, the images left undecoded)."""
         if getattr(self, "_train_source", None) is None:
             source = self._source(self.config.data.train_split)
             data = self.config.data
             if data.train_fraction != 1.0:
+                labels = subsets.split_labels(data.name, data.train_split, source=data.source)
                 try:
-                    chosen = subsets.choose(subsets.labels_of(source), data.train_fraction,
-                                            data.train_subset, seed=self.config.seed)
+                    chosen = subsets.choose(labels, data.train_fraction, data.train_subset,
+                                            seed=self.config.seed)
                 except DataError as error:
                     raise ConfigError(f"config.data.train_fraction={data.train_fraction}: "
                                       f"{error}") from error
