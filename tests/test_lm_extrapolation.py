@@ -84,7 +84,7 @@ def test_the_smoke_sweep_runs_and_reports(english_lm_data_root, tmp_path):
     run_sweep(workdir, english_lm_data_root, "--rows", "learned,alibi", "--seeds", "1",
               config=f"{CONFIG}:smoke")
     paths = extrapolation_report.report(workdir, f"{CONFIG}:smoke")
-    assert paths[0].stat().st_size > 10_000  # a PNG with two lines
+    assert paths[0].stat().length > 10_000  # a PNG with two lines
     text = paths[1].read_text()
     assert "Not finished yet, so left out: sinusoidal seed 0, sinusoidal seed 1" in text
     assert "learned seed 1" in text and "learned seed 0" not in text

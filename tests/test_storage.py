@@ -37,18 +37,25 @@ LOCAL_CALLS = ("Path", "pathlib.Path", "PurePath", "pathlib.PurePath", "PosixPat
                "os.rename", "os.replace", "os.makedirs", "os.mkdir", "os.remove", "os.unlink",
                "os.listdir", "os.scandir", "os.walk", "os.rmdir")
 LOCAL_MODULES = ("os.path.", "shutil.", "tempfile.")
-
-
+LOCAL_TYPES = tuple(name for name in LOCAL_CALLS if name.endswith("Path"))  # argparse's type=
 def local_path_operations(source: str) -> list[str]:
     """'line: call' for each call in `source` that makes or uses a local path: pathlib.Path of
     anything but a literal or __file__, builtin open, os.path, os's file calls, shutil and
-    tempfile; lines marked with PRAGMA are left out."""
+    tempfile, and argparse's add_argument(..., type=Path); lines marked
+    with PRAGMA are left out (for add_argument, its first line or the one with type=)."""
     lines = source.splitlines()
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
             continue
         name = ast.unparse(node.func)
+        if name.endswith("add_argument"):
+            types = [kw.value for kw in node.keywords if kw.arg == "type"
+                     and ast.unparse(kw.value) in LOCAL_TYPES]
+            marked = [PRAGMA in lines[n.lineno - 1] for n in (node, *types)]
+            if types and not any(marked):
+                found.append((node.lineno, f"{node.lineno}: {ast.unparse(node)}"))
+            continue
         if name not in LOCAL_CALLS and not name.startswith(LOCAL_MODULES):
             continue
         fixed = node.args and (isinstance(node.args[0], ast.Constant)
@@ -79,6 +86,14 @@ def test_the_static_check_finds_a_workdir_made_into_a_local_path():
                                  "os.path.join(w, 'y')\nREPO = Path(__file__)\n"
                                  "c = Path(config)  # local path: a config file\n") == [
         "1: Path(workdir)", "2: open(w / 'x')", "3: os.path.join(w, 'y')"]
+    # argparse would make `gs://b/run` the local folder `gs:/b/run` before storage sees it
+    assert local_path_operations(
+        "p.add_argument('workdir', type=Path)\np.add_argument('--out', type=pathlib.Path,\n"
+        "                 help='x')\np.add_argument('--n', type=int)\n"
+        "p.add_argument('--c', type=Path)  # local path: a config file\n"
+        "p.add_argument('--d',\n                 type=Path)  # local path: a data folder\n") == [
+        "1: p.add_argument('workdir', type=Path)",
+        "2: p.add_argument('--out', type=pathlib.Path, help='x')"]
 
 
 # ---- the trainer's file operations on an in-memory gs:// ------------------------------------
@@ -262,3 +277,21 @@ def test_a_sweep_in_a_gs_folder_keeps_its_runs_results_and_reports_there(gs):
                                      stdout=output, check=True)
     assert gs.cat(os.fspath(log)).decode() == ("attempt 1\nfrom the child\n"
                                                "attempt 2\nfrom the child\n")
+
+
+def test_the_extrapolation_report_reads_a_gs_sweep_and_writes_there(gs, capsys):
+    from train import extrapolation_report
+
+    for row, perplexity in (("alibi", 50.0), ("learned", 60.0)):
+        for seed in (0, 1):
+            metrics = {f"perplexity_{n}": perplexity * (1 + n / 100 + seed / 10)
+                       for n in (16, 32, 64, 128)}
+            gs.pipe(f"gs://bucket/lx/{row}/seed_{seed}/train/result.json",
+                    json.dumps({"metrics": metrics, "wall_s": 1.0}).encode())
+    config = str(REPO / "configs" / "ablations" / "lm_extrapolation.py") + ":smoke"
+    assert extrapolation_report.main(["gs://bucket/lx", "--config", config,
+                                      "--out", "gs://bucket/lx/report"]) == 0
+    assert capsys.readouterr().out == ("wrote gs://bucket/lx/report/extrapolation.png, "
+                                       "gs://bucket/lx/report/findings.md\n")
+    assert gs.cat("gs://bucket/lx/report/extrapolation.png").startswith(b"\x89PNG")
+    assert "left out: sinusoidal seed 0" in gs.cat("gs://bucket/lx/report/findings.md").decode()

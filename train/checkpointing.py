@@ -138,9 +138,9 @@ class Checkpointer:
         data_handler = ocp.JsonCheckpointHandler(
             filename=process_file(jax.process_index(), jax.process_count()),
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=None))
+        handlers = {STATE: ocp.StandardCheckpointHandler(), DATA: data_handler}
         self._manager = ocp.CheckpointManager(directory, options=options, item_names=(STATE, DATA),
-                                              item_handlers={STATE: ocp.StandardCheckpointHandler(),
-                                                             DATA: data_handler})
+                                              item_handlers=handlers)
         self._set_aside_now: list[str] = []  # what restore_latest_good set aside, and why
 
     # ----- what is there ----------------------------------------------------------------
@@ -301,7 +301,9 @@ class Checkpointer:
         judged the step (one still reading it would find it gone and stop), and the others
         wait until it has. On gs:// the rename is a copy, checked, then the deletion of the
         original, its commit markers first (train/storage.py move_folder): stopped half-way,
-        the step is either whole or no longer a saved step, and its copy is whole or gone."""
+        the step is either whole or no longer a saved step, and its copy is whole or gone. Every
+        process then lists the folder afresh (storage.forget_listings: a cached listing would
+        keep the step, and that process alone would skip saving it again, a collective)."""
         path = self.directory / str(step)
         moved = f"{path}.corrupt-{int(time.time())}"
         barrier = next(_barriers)
@@ -311,6 +313,7 @@ class Checkpointer:
         else:
             moved = f"{path}.corrupt-* (renamed by process 0)"
         ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{barrier}")
+        storage.forget_listings(self.directory)
         self._manager.reload()
         return moved
 

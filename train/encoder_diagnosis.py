@@ -22,7 +22,7 @@ import numpy as np
 
 from models.bert import SCAN_NAME, with_layer_layout
 from train import encoder_probe, run_config, storage
-from train.checkpointing import CheckpointError, load_state
+from train.checkpointing import CheckpointError, checkpoint_steps, load_state
 from train.config import ConfigError, apply_override, load_config_file
 from train.trainer import Trainer
 from train.workdir import completed_request
@@ -148,10 +148,7 @@ def diagnose_run(workdir, *, steps: str = "latest", batch_size: int = 64,
     """The JSON-ready diagnosis of the pretraining run in `workdir` (module docstring)."""
     workdir = storage.run_path(workdir)
     config = _config(workdir)
-    checkpoints = workdir / "checkpoints"
-    saved = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) \
-        if checkpoints.is_dir() else []
-    chosen = _steps(steps, saved)
+    chosen = _steps(steps, checkpoint_steps(workdir))  # saved whole: not one being written
     trainer = Trainer(config, workdir)  # builds the task with the run's own vocabulary
     task = trainer.task
     iterator, _ = task.eval_batches(batch_size=batch_size, process_index=0, process_count=1)
@@ -215,7 +212,8 @@ def _row(layer: dict, pretrain: dict, ft: dict | None) -> str:
     if ft is not None:
         mine = ft["layers"][layer["layer"]]
         cells += [f"{mine['states']['identity_readout']:8.3f}",
-                  f"{mine['dropout_noise_to_signal']:8.3g}", f"{ft['gradients'][name]['rms']:9.2e}"]
+                  f"{mine['dropout_noise_to_signal']:8.3g}",
+                  f"{ft['gradients'][name]['rms']:9.2e}"]
     return " ".join(cells)
 
 

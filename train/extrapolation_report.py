@@ -8,7 +8,8 @@ Press et al. 2022) from its runs' records in WORKDIR (train/sweep_report.collect
   DIR/findings.md         each of the paper's findings the sweep declares, judged seed by seed
                           (train/findings.py: reproduced / direction only / not reproduced /
                           inconclusive / not testable at this scale)
-DIR defaults to WORKDIR. A row or seed without a finished run is left out and named.
+DIR defaults to WORKDIR; either may be a gs:// URL (train/storage.py). A row or seed without a
+finished run is left out and named.
 
 The committed sweep (notebooks/results/lm_extrapolation, train/sweep_compare.py SWEEPS) draws
 the same figure through train/sweep_figures.py and judges the same findings in docs/findings.md;
@@ -18,13 +19,16 @@ this report works on any workdir, a sweep being run included.
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
+from etils import epath
 
-from train import findings
+from train import findings, storage
+from train.config import ConfigError
 from train.sweep_compare import SWEEPS, missing_runs, runs_of
 from train.sweep_report import collect
 from train.sweep_spec import Sweep, load_sweep_file
@@ -86,7 +90,7 @@ def figure(sweep: Sweep, runs: dict):
     return fig
 
 
-def findings_markdown(sweep: Sweep, runs: dict, workdir: Path) -> str:
+def findings_markdown(sweep: Sweep, runs: dict, workdir: epath.Path) -> str:
     """One line per declared finding: the claim, the paper's numbers, ours (Δ ± s.e. in % of
     the second series' mean, n seeds) and the verdict (train/findings.py)."""
     lines = ["| finding | paper | ours: Δ ± s.e. (seeds) | verdict |", "|---|---|---|---|"]
@@ -98,27 +102,31 @@ def findings_markdown(sweep: Sweep, runs: dict, workdir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(workdir: Path, config: str = CONFIG, out: Path | None = None) -> list[Path]:
+def report(workdir: str | os.PathLike, config: str = CONFIG,
+           out: str | os.PathLike | None = None) -> list[epath.Path]:
     """Writes the figure and the findings (module docstring); returns their paths.
     FileNotFoundError when the workdir holds no finished run."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    workdir = storage.run_path(workdir)
     sweep = load_sweep_file(config)
     runs = runs_of(sweep, collect(sweep, workdir) if workdir.is_dir() else [])
     if not runs:
         raise FileNotFoundError(f"{workdir} holds no finished run of {config}: `python -m "
                                 f"train.sweep --config {config} --workdir {workdir}` makes them")
-    out = workdir if out is None else out
-    out.mkdir(parents=True, exist_ok=True)
+    out = workdir if out is None else storage.run_path(out)
+    storage.make_folder(out)
     fig = figure(sweep, runs)
     paths = [out / "extrapolation.png", out / "findings.md"]
-    fig.savefig(paths[0], dpi=80, bbox_inches="tight")
+    image = io.BytesIO()  # matplotlib would take a gs:// URL for a local file name
+    fig.savefig(image, format="png", dpi=80, bbox_inches="tight")
     plt.close(fig)
+    storage.write_atomically(paths[0], image.getvalue())
     missing = missing_runs(sweep, runs)
     note = f"\nNot finished yet, so left out: {', '.join(missing)}.\n" if missing else ""
-    paths[1].write_text(findings_markdown(sweep, runs, workdir) + note)
+    storage.write_atomically(paths[1], findings_markdown(sweep, runs, workdir) + note)
     return paths
 
 
@@ -126,16 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.extrapolation_report",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workdir", type=Path, help="the sweep's --workdir")
+    parser.add_argument("workdir", help="the sweep's --workdir (a folder or gs:// URL)")
     parser.add_argument("--config", default=CONFIG, help="the sweep config (default %(default)s)")
-    parser.add_argument("--out", type=Path, help="where to write (default: the workdir)")
+    parser.add_argument("--out", help="where to write (default: the workdir)")
     args = parser.parse_args(argv)
     try:
         paths = report(args.workdir, args.config, args.out)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print("wrote " + ", ".join(str(p) for p in paths))
+    print("wrote " + ", ".join(os.fspath(p) for p in paths))
     return 0
 
 

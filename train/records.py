@@ -105,7 +105,7 @@ def list_runs(runs_dir: Path = RUNS_DIR) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.records", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR,
+    parser.add_argument("--runs_dir", type=Path, default=RUNS_DIR,  # local path: the repo's
                         help="where records are committed (default: %(default)s)")
     commands = parser.add_subparsers(dest="action", required=True)
     saving = commands.add_parser("save", help="commit a finished run's record under NAME")

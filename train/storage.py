@@ -19,6 +19,11 @@ What differs between a local disk and an object store is decided here too:
   a child process's output (`output_file`: a sweep's train.log): the child writes to a file
       descriptor, the log itself locally; at a URL a local temporary file, added to the log
       when the child ends.
+  listing a folder: locally the disk answers; gcsfs would answer from the listings it made
+      before (kept until this process writes there), blind to other processes' changes: on a
+      pod, process 0 sets a damaged checkpoint aside, and the others' orbax would still list
+      that step and skip a save process 0 makes, which then waits for them forever. So gcsfs
+      keeps no listings here (below), and `forget_listings` clears a client made before.
 
 URLs: gs:// only. orbax 0.12.8 writes a checkpoint's arrays through tensorstore to local paths
 and gs:// alone (an s3:// checkpoint would land in a local folder `s3:`), so other schemes are
@@ -38,11 +43,22 @@ from collections.abc import Iterator
 from typing import IO
 
 from etils import epath
+from etils.epath import backend as epath_backend
 
 from train.config import ConfigError
 
+try:
+    from fsspec import config as fsspec_config
+except ImportError:  # no gcsfs installed: no gs:// workdirs
+    fsspec_config = None
+
 SCHEMES = {"gs": "gcsfs"}  # URL scheme -> the package epath reads and writes it with
 INSTALL = "pip install -c constraints.txt -e '.[gcs]'"
+# fsspec's defaults for every gcsfs client made from now on (epath makes its own on first use):
+# each listing asks the store (see the module's docstring). fsspec comes with gcsfs (and
+# tokenizers); without gcsfs there is no gs:// to list.
+if fsspec_config is not None:
+    fsspec_config.conf.setdefault("gs", {})["use_listings_cache"] = False
 
 
 def is_url(path: str | os.PathLike) -> bool:
@@ -84,6 +100,13 @@ def make_folder(path: epath.Path) -> None:
         raise ConfigError(f"{path}: the bucket {bucket} does not exist (or these credentials "
                           f"cannot see it): create it first (gcloud storage buckets create "
                           f"{bucket}), or give another path")
+
+
+def forget_listings(path: epath.Path) -> None:
+    """Makes this process's next listings at the URL `path` (of every folder) ask the store,
+    even through a gcsfs client made before this module turned its listings cache off."""
+    if is_url(path):
+        epath_backend.fsspec_backend.fs(os.fspath(path)).invalidate_cache()
 
 
 def write_atomically(path: epath.Path, data: bytes | str) -> None:
