@@ -166,6 +166,27 @@ def test_run_path_keeps_urls_and_makes_local_paths_absolute(gs, tmp_path):
         storage.make_folder(storage.run_path("gs://nobucket/run"))
 
 
+def test_a_gs_file_kept_open_keeps_the_lines_another_writer_added(gs):
+    """The trainer holds metrics.jsonl open for the whole run, uploading it whole at each flush;
+    `python -m train.evaluate --write` meanwhile adds its line as a writer of its own. The
+    trainer's next flush keeps that line and puts its own after it (its copy would drop it)."""
+    from train import storage
+
+    path = storage.run_path("gs://bucket/run/metrics.jsonl")
+    trainer = storage.AppendFile(path)
+    trainer.write('{"step": 1}\n')
+    trainer.flush()
+    storage.append(path, '{"split": "evaluate"}\n')
+    trainer.write('{"step": 2}\n')
+    trainer.close()
+    assert path.read_text().splitlines() == ['{"step": 1}', '{"split": "evaluate"}',
+                                             '{"step": 2}']
+    resumed = storage.AppendFile(path)  # a resumed run continues the object as it is
+    resumed.write('{"step": 3}\n')
+    resumed.close()
+    assert path.read_text().splitlines()[-2:] == ['{"step": 2}', '{"step": 3}']
+
+
 def test_the_config_metrics_and_record_of_a_gs_workdir_stay_in_the_store(gs):
     from train.tasks import plan_task
 

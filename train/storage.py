@@ -12,7 +12,7 @@ What differs between a local disk and an object store is decided here too:
       an object is replaced whole by one upload, so readers see the old or the new object;
   appending (`AppendFile`: metrics.jsonl, TensorBoard events): locally an append; an object
       cannot grow, so the whole object is uploaded again at each flush (a few KiB per log line
-      of a run: small beside a checkpoint);
+      of a run: small beside a checkpoint), after what another writer added meanwhile;
   moving a folder (`move_folder`: a damaged checkpoint set aside): locally one rename; an object
       store has no folders and no rename, so every object is copied, the copy is checked, and
       only then are the originals deleted;
@@ -133,7 +133,13 @@ def write_atomically(path: epath.Path, data: bytes | str) -> None:
 class AppendFile:
     """A file written at its end, text or `binary`: appended to locally; at a URL kept in
     memory and uploaded whole at each `flush` (what was in the object before is read first,
-    so a resumed run continues it). `flush(durable=True)` also forces a local file to disk."""
+    so a resumed run continues it). `flush(durable=True)` also forces a local file to disk.
+
+    At a URL another writer may add to the object meanwhile (`python -m train.evaluate --write`
+    beside a training run): a flush that finds the object's size other than it left it reads
+    the object again and puts this file's new bytes after what is there, so the other
+    writer's lines stay (one that lands between that read and the upload, moments apart, is
+    still lost: an object store has no append)."""
 
     def __init__(self, path: epath.Path, *, binary: bool = False):
         self.path = path
@@ -141,7 +147,7 @@ class AppendFile:
         if is_url(path):
             self._file = None
             self._contents = bytearray(path.read_bytes() if path.exists() else b"")
-            self._flushed = None
+            self._known = len(self._contents)  # the object's size as last read or written
         else:
             self._file = open(path, "ab" if binary else "a", encoding=None if binary else "utf-8")
 
@@ -156,9 +162,12 @@ class AppendFile:
             self._file.flush()
             if durable:
                 os.fsync(self._file.fileno())
-        elif self._flushed != len(self._contents):
+        elif self._known != len(self._contents):
+            new = self._contents[self._known:]
+            if self.path.exists() and self.path.stat().length != self._known:
+                self._contents = bytearray(self.path.read_bytes()) + new  # another writer's
             self.path.write_bytes(bytes(self._contents))
-            self._flushed = len(self._contents)
+            self._known = len(self._contents)
 
     def close(self) -> None:
         self.flush()
