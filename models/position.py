@@ -239,7 +239,8 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     For ``n`` a power of two the slopes are the geometric sequence ``2^(-8/n), 2^(-16/n), ...,
     2^(-8)``: a few heads look far back, most look locally. For other ``n`` the paper takes all
     slopes of the largest power of two ``p < n`` and then every other slope of ``2p`` (its 1st,
-    3rd, ...) until there are ``n``; those interleave between the first ones.
+    3rd, ...) until there are ``n``, appended after them (their values fall between the first
+    ones', their heads come last).
     """
     if num_heads < 1:
         raise ValueError(f'alibi_slopes needs num_heads >= 1, got {num_heads}.')

@@ -4,14 +4,14 @@ their outputs, so that the repository page shows their tables and figures before
     python notebooks/execute.py                        # every notebook (`make notebooks`)
     python notebooks/execute.py quickstart.ipynb ...   # some of them
 
-Each notebook runs top to bottom in one fresh kernel, from the repository root, on the CPU (what
-a reader has), and is written back with its outputs; its metadata stays as it was and its cells
-get no timing metadata, so that a re-run changes only what the code computes. A cell's printed
-text is kept as Jupyter shows it: a run of text on one stream in one piece, a progress bar at its
-last state rather than every redraw. Figures are PNG at 80 dpi (the dpi of notebooks/figures/,
-train/sweep_figures.py), stored with a palette of 256 colours: a quarter of the bytes, which
-keeps a notebook to a few hundred kB. The kernel talks to this process over IPC sockets: over
-TCP it warns that its traffic is unencrypted.
+Each notebook runs top to bottom in one fresh kernel, from the repository root, on the CPU (what a
+reader has), every cell whatever its tags, stopping at the first error; it is written back with its
+outputs. Its metadata stays as it was and its cells get no timing metadata, so that a re-run
+changes only what the code computes. A cell's printed text is kept as Jupyter shows it: a run of
+text on one stream in one piece, a progress bar at its last state rather than every redraw. Figures
+are PNG at 80 dpi (the dpi of notebooks/figures/, train/sweep_figures.py), stored with a palette of
+256 colours: a quarter of the bytes, which keeps a notebook to a few hundred kB. The kernel talks
+to this process over IPC sockets: over TCP it warns that its traffic is unencrypted.
 
 tests/test_notebooks.py runs `execute` with `tiny=True` on copies (PAPERS_JAX_TINY=1, which
 each notebook's parameters cell reads to shrink what it computes) and checks the committed
@@ -79,6 +79,10 @@ def run(notebook: nbformat.NotebookNode, *, tiny: bool, timeout: int = 900) -> N
         env["PAPERS_JAX_TINY"] = "1"
     client = NotebookClient(
         notebook, timeout=timeout, kernel_name="python3", record_timing=False,
+        # nbclient's defaults honour cell tags: "skip-execution" keeps a cell's old outputs,
+        # "raises-exception" lets it fail. Here every cell runs ("" is no valid tag) and any
+        # error raises.
+        skip_cells_with_tag="", force_raise_errors=True,
         resources={"metadata": {"path": str(REPO)}},
         extra_arguments=[f"--InlineBackend.rc={{'figure.dpi': {DPI}}}"],
         config=Config({"KernelManager": {"transport": "ipc"}}))

@@ -26,8 +26,8 @@ all 49 patches (Figure 5's `scratch_equal_compute` row, 1.08 steps a second). Th
 trains 7,405 steps. By FLOPs alone (mae_stages.PRETRAIN_FLOPS_RATIO) it would be 7,256: the
 pretraining step's smaller matrices use the core a little less well. The pretraining rate,
 measured at 128 images a step, is assumed to hold at mae.py's 256; the records bear it out (375
-and 382 images a second), and the two rows' totals came out within 1.5% (105.2 against 103.6
-minutes a seed).
+and 373 images a second, each seed's last logged rate), and the two rows' totals came out within
+1.5% (105.2 against 103.6 minutes a seed).
 
 Budget: about 23 minutes of pretraining and 91 of fine-tuning for `mae`, 114 minutes for
 `scratch`, one core each: one seed of both rows side by side (`--parallel 2`: a core each) is
