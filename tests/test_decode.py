@@ -174,6 +174,29 @@ def test_beam_search_matches_brute_force():
     assert best[2.0] == [(5, 5, EOS), (4, 2, EOS)]
 
 
+def test_early_stopping_never_searches_on_where_a_longer_hypothesis_could_still_win():
+    """The alive/finished search (models/beam_search_t2t.py) with early_stopping='never' bounds
+    the best alive hypothesis by its length limit's penalty, not the current length's: it never
+    stops with a worse best hypothesis than the default (False) does, and on some chains finds a
+    better one (planted, the current length's bound made it the default search)."""
+    from models.beam_search_t2t import beam_search_t2t
+
+    @functools.partial(jax.jit, static_argnames="stopping")
+    def best(table, stopping):
+        _, scores = beam_search_t2t(markov_search_fn(table), markov_cache(2, 2), batch_size=2,
+                                    beam_size=2, max_length=6, bos_id=BOS, eos_id=EOS,
+                                    alpha=3.0, early_stopping=stopping)
+        return scores[:, 0]
+
+    gains = []
+    for seed in range(20):  # seed 16's chain: a longer hypothesis wins by 0.0073
+        table = 2.0 * np.random.default_rng(seed).normal(size=(2, 6, 6, 6))
+        never, default = (np.asarray(best(table, s)) for s in ("never", False))
+        assert np.all(never >= default - 1e-5), seed
+        gains.append(float(np.max(never - default)))
+    assert max(gains) > 1e-3
+
+
 def test_small_beam_keeps_scores_consistent():
     """With pruning (beam 3) every returned hypothesis still has its true score."""
     table, max_length = hand_made_table(seed=1), 4

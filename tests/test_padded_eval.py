@@ -133,3 +133,31 @@ def test_eval_metrics_do_not_depend_on_the_padding_of_the_last_batch(name, reque
     padded = _padded_batch(num_examples, 1)
     actual = _trainer(name, padded).evaluate(params, decode=decode, log=lambda _: None)
     _assert_same_metrics(actual, expected, f"Trainer.evaluate, eval_batch_size={padded}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_rows_marked_as_padding_count_for_nothing_where_they_would_score(name, request):
+    """A copy of the split's real rows appended as padding (row mask 0; the causal LM's token
+    weights 0) leaves every metric's sum and count as they were, although each copy would score
+    exactly as its original does. Planted, classify's and NSP's accuracies ignoring the mask in
+    their sums passed the test above: its padded rows (zero images, all-pad inputs) were never
+    predicted as their label."""
+    request.getfixturevalue(CASES[name][2])
+    trainer = _trainer(name, eval_batch_size=1)
+    task = trainer.task
+    _, num_examples = task.eval_batches(batch_size=1, process_index=0, process_count=1)
+    params = perturbed(jax.device_get(trainer.init_state().params), scale=0.1)
+    eval_fn = jax.jit(task.eval_fn)
+    real = padded = None
+    for batch in _global_batches(task, batch_size=num_examples, processes=1):
+        marker = "mask" if "mask" in batch else "weights"
+        copy = {**batch, marker: np.zeros_like(batch[marker])}
+        both = {key: np.concatenate([batch[key], copy[key]]) for key in batch}
+        sums, with_copy = (jax.device_get(eval_fn(params, b)) for b in (batch, both))
+        real = sums if real is None else jax.tree.map(np.add, real, sums)
+        padded = with_copy if padded is None else jax.tree.map(np.add, padded, with_copy)
+    assert any(float(total) > 0 for total, _ in real.values())  # something the copies would add
+    for metric, (total, count) in real.items():
+        assert padded[metric][1] == pytest.approx(count), f"{metric} count"
+        np.testing.assert_allclose(padded[metric][0], total, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{metric} sum")

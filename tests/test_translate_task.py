@@ -16,6 +16,7 @@ from random_params import perturbed
 from data.pipelines import translation as text_data
 from models import decode as decoding
 from train.config import ConfigError, apply_override, load_config_file
+from train.tasks.base import batch_objective
 from train.tasks.translate import TranslationTask, bleu
 
 SMOKE = "configs/transformer/translate.py:smoke"
@@ -188,6 +189,30 @@ def test_bleu_is_sacrebleus_corpus_bleu():
     assert abs(bleu(hyps, refs) - _np_corpus_bleu(refs, hyps)) > 1.0
 
 
+def test_the_tasks_bleu_scores_its_translations_as_hypotheses(bible_env, monkeypatch):
+    """score_predictions: each real row's decoded tokens are the hypothesis, the reference the
+    verse its index names, padded rows left out; BLEU as sacrebleu's corpus BLEU (the brevity
+    penalty makes swapped arguments differ, checked above)."""
+    import sacrebleu
+
+    task = TranslationTask(smoke_config())
+    source = task._source(task.config.data.eval_split)
+    references = [source[i]["es"] for i in range(3)]
+    references = [r.decode() if isinstance(r, bytes) else str(r) for r in references]
+    # The decoder "translates" row i as the first half of its reference's words.
+    shortened = {i: " ".join(ref.split()[: len(ref.split()) // 2])
+                 for i, ref in enumerate(references)}
+    monkeypatch.setattr(task.tokenizer, "decode", lambda tokens: shortened[tokens[0]])
+    outputs = [{"tokens": np.array([[0], [1], [2], [0]]), "index": np.array([0, 1, 2, 0]),
+                "mask": np.array([1, 1, 1, 0])}]
+    scored = task.score_predictions(outputs, log=lambda _: None)
+    hypotheses = [shortened[i] for i in range(3)]
+    assert scored["decoded"] == 3
+    assert scored["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(hypotheses, [references]).score, rel=1e-9)
+    assert abs(scored["bleu"] - sacrebleu.corpus_bleu(references, [hypotheses]).score) > 1.0
+
+
 def _np_log_softmax(logits: np.ndarray) -> np.ndarray:
     x = np.asarray(logits, np.float64)
     x = x - x.max(-1, keepdims=True)
@@ -226,6 +251,13 @@ def test_loss_fn_smooths_with_the_tasks_label_smoothing(bible_env):
     nll = -np.take_along_axis(log_p, targets[..., None], -1)[..., 0]
     assert set(terms) == {"cross_entropy"}
     np.testing.assert_allclose(float(terms["cross_entropy"]), smoothed[real].sum(), rtol=1e-5)
+    # What a step minimises: the mean over the real target tokens (Sec. 5.4), not over every
+    # position, nor over the source's tokens (their counts differ here).
+    normalizers = task.loss_normalizers(batch)
+    assert float(normalizers["cross_entropy"]) == real.sum() != (np.asarray(batch["inputs"]) != 0
+                                                                 ).sum()
+    np.testing.assert_allclose(float(batch_objective(terms, normalizers)),
+                               smoothed[real].mean(), rtol=1e-5)
     np.testing.assert_allclose(float(metrics["nll"][0]), nll[real].sum(), rtol=1e-5)
     assert float(metrics["nll"][1]) == real.sum()
     # Apart by over 100 times the tolerance above (the sums: 2526 and 2535 here).
