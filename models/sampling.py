@@ -84,6 +84,9 @@ def filter_logits(logits, sampling: Sampling):
     if sampling.top_p < 1:
         # Holtzman et al. 2020, eq. 2: the smallest prefix of the ranked tokens with mass >= p.
         # Token i is in it when the mass ranked before it is still < p (the first always is).
+        # Ranked over what top-k kept, every token tied with its k-th included (so all of the
+        # vocabulary is sorted: those ties can run past k).
+        ranked = jnp.sort(z, axis=-1)[..., ::-1] if k < vocab else ranked
         probs = jax.nn.softmax(ranked, axis=-1)                       # top-k renormalised
         before = jnp.cumsum(probs, axis=-1) - probs
         count = jnp.sum(before < sampling.top_p, axis=-1, keepdims=True)

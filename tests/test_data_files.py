@@ -148,6 +148,11 @@ def test_as_text_accepts_str_bytes_and_0d_arrays():
         assert as_text(value) == "Año nuevo" and type(as_text(value)) is str, value
     with pytest.raises(DataError, match="got int"):
         as_text(3)
+    # Half an emoji (JSON's "\ud83d" alone) has no UTF-8: named here, not as a tokenizer's
+    # UnicodeEncodeError or TypeError deep in vocabulary training.
+    with pytest.raises(DataError, match=r"not valid Unicode \(surrogates not allowed at "
+                                        r"character 6\): 'tweet \\ud83d'"):
+        as_text("tweet \ud83d")
     # A TFDS Tensor of strings reads back as an object array of bytes, of any shape.
     texts = np.array([["Año".encode("utf-8"), b"nuevo"]], dtype=object)
     assert as_texts(texts) == ["Año", "nuevo"] and as_texts(["a", b"b"]) == ["a", "b"]

@@ -53,6 +53,22 @@ def test_filtered_probabilities_match_numpy(sampling):
         assert np.array_equal(got[row] > 0, want > 0)   # the same support
 
 
+def test_the_nucleus_is_taken_from_what_top_k_kept_ties_included():
+    """Top-k keeps every token tied with its k-th; top-p then cuts the distribution top-k left,
+    ties and all. Here k = 5 keeps all 12 tokens (eight tie at the fifth place), the four
+    largest hold 0.4934 of that mass at T = 1.5, so the nucleus of p = 0.5 needs the tied ones
+    too (planted, a nucleus over the first k alone kept four)."""
+    logits = np.array([1.0] * 4 + [0.0] * 8)
+    z = logits / 1.5
+    assert np.exp(z[:4]).sum() / np.exp(z).sum() == pytest.approx(0.4934, abs=1e-4)
+    got = np.asarray(sampling_probabilities(jnp.asarray(logits[None], jnp.float32),
+                                            Sampling(temperature=1.5, top_k=5, top_p=0.5)))[0]
+    np.testing.assert_allclose(got, np.exp(z) / np.exp(z).sum(), atol=1e-6)
+    keeps_four = Sampling(temperature=1.5, top_k=5, top_p=0.45)  # 0.4934 >= 0.45: the four
+    np.testing.assert_array_equal(np.asarray(sampling_probabilities(
+        jnp.asarray(logits[None], jnp.float32), keeps_four))[0] > 0, logits > 0)
+
+
 @pytest.mark.parametrize("sampling", [Sampling(temperature=0.8),
                                       Sampling(temperature=1.5, top_k=4),
                                       Sampling(top_p=0.7)], ids=str)

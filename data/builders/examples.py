@@ -34,6 +34,12 @@ def as_text(value) -> str:
     if isinstance(value, (bytes, np.bytes_)):
         return bytes(value).decode("utf-8")
     if isinstance(value, str):
+        try:  # a lone surrogate ('\ud83d', e.g. half an emoji from JSON) has no UTF-8
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise DataError(f"a text is not valid Unicode ({error.reason} at character "
+                            f"{error.start}): {value[:60]!r}; mend it in the data (half of an "
+                            "emoji's surrogate pair, as JSON can write one)") from error
         return str(value)
     raise DataError(f"a text (str or UTF-8 bytes) expected, got {type(value).__name__}")
 
