@@ -56,8 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--layers", default="every_other",
                         help="teacher layers the student keeps: every_other or '0,2,4'")
     parser.add_argument("--seq", type=int, default=0, help="tokens per sequence (0: the task's)")
-    parser.add_argument("--batch", type=int, default=0, help="sequences per pass (0: the task's "
-                                                             "eval batch)")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="examples per pass (0: the task's eval batch); a multiple-choice "
+                             "example is one sequence per choice")
     parser.add_argument("--steps", type=int, default=5, help="timed passes per round")
     parser.add_argument("--repeats", type=int, default=5, help="rounds (alternating models)")
     parser.add_argument("--seed", type=int, default=0)

@@ -79,7 +79,7 @@ class Contender:
     run: object           # () -> tokens [batch, new_tokens], blocking
     compile_s: float = 0.0  # lowering and compiling `generate`, no call
     times: list = dataclasses.field(default_factory=list)
-    first: object = None  # the tokens of the first (compiling) call
+    first: object = None  # the tokens of the first (untimed) call
 
 
 def _ours(model, params, prompts, new_tokens: int, decoding: str):

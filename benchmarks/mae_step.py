@@ -105,7 +105,8 @@ def make_report(args, contenders, peaks: list[float], peak_source: str, cfg) -> 
             "rows": rows,
             "ratios": {RATIO: speedup,
                        "model FLOPs ratio (mask tokens / visible only)":
-                           contenders[1].flops_per_example / contenders[0].flops_per_example},
+                           by_label[MASK_TOKENS].flops_per_example
+                           / by_label[VISIBLE].flops_per_example},
             "ratio_ranges": {RATIO: speedup_range}}
 
 

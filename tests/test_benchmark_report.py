@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 
 import jax
+import numpy as np
 import pytest
 
 from benchmarks import setups
@@ -19,17 +20,23 @@ def _args(*argv: str) -> argparse.Namespace:
     return bench.parse_args(list(argv))
 
 
+def _vit_stub() -> tuple[argparse.Namespace, setups.Setup]:
+    """A ViT benchmark's arguments (batch 4) and a Setup standing in for its model (197 tokens,
+    no dropout, XLA attention): what the report reads of them."""
+    args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
+    model_config = type("C", (), {"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+                                  "attention_implementation": "xla"})
+    return args, setups.Setup(task=type("T", (), {"model_config": model_config})(),
+                              config=None, optimizer=None, schedule=None, batch={},
+                              tokens_per_example=197)
+
+
 def test_report_numbers_follow_from_the_timings():
     """Every row's numbers are its own: median time, throughput, TFLOPs = its FLOPs per example x
     batch / 1e12, MFU = FLOPs per step / median step time / peak (each contender with its own
     FLOPs), and both ratios (peer over ours; peer over ours with the head on every position),
     each the median of the rounds' own ratios (not the ratio of medians from other rounds)."""
-    args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
-    model_config = type("C", (), {"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
-                                  "attention_implementation": "xla"})
-    setup = setups.Setup(task=type("T", (), {"model_config": model_config})(),
-                         config=None, optimizer=None, schedule=None, batch={},
-                         tokens_per_example=197)
+    args, setup = _vit_stub()
     ours = bench.Contender("ours", "ours", None, None, {}, flops_per_example=1e9,
                            num_params=10, compile_seconds=1.0, times=[0.5, 0.2, 0.3],
                            memory_bytes=3 * 2**29)
@@ -77,12 +84,7 @@ def test_each_rounds_mfu_is_against_the_peak_probed_around_it():
 
     assert round_peaks(None, [1.0, 3.0, 2.0, 5.0], 3) == [3.0, 3.0, 5.0]
     assert round_peaks(7.0, [], 2) == [7.0, 7.0]
-    args = _args("--model", "vit", "--size", "Ti/16", "--batch", "4", "--peer", "none")
-    model_config = type("C", (), {"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
-                                  "attention_implementation": "xla"})
-    setup = setups.Setup(task=type("T", (), {"model_config": model_config})(),
-                         config=None, optimizer=None, schedule=None, batch={},
-                         tokens_per_example=197)
+    args, setup = _vit_stub()
     ours = bench.Contender("ours", "ours", None, None, {}, flops_per_example=1e9,
                            num_params=10, compile_seconds=1.0, times=[0.5, 0.2, 0.3])
     report = bench.report_for(args, setup, [ours], [1e11, 2e11, 1e11], "measured")
@@ -102,12 +104,18 @@ def test_a_compiled_step_says_its_memory_and_its_attention_kernel():
 
 
 def test_the_matmul_peak_counts_every_matmul_of_the_chain(monkeypatch):
-    """measure_matmul_peak times `chain` matmuls in one call (on accelerators, where one alone is
-    shorter than its launch): FLOP/s = 2 n^3 x chain / the best call's seconds (each timed call
-    made to last exactly one second here)."""
-    clock = iter(range(1000))
-    monkeypatch.setattr(flops, "time", type("FakeTime", (), {
-        "perf_counter": staticmethod(lambda: next(clock))}))
+    """measure_matmul_peak times `chain` dependent matmuls in one call (on accelerators, 32 by
+    default: one alone is shorter than its launch; on a CPU one): FLOP/s = 2 n^3 x chain / the
+    best call's seconds (each timed call made to last exactly one second here), and the chain
+    does multiply that many times (x @ (2I)^3 = 8x)."""
+    x = np.arange(4.0).reshape(2, 2)
+    np.testing.assert_allclose(flops.chained_matmuls(3)(x, 2 * np.eye(2)), 8 * x)
+    for backend, chain in (("cpu", 1), ("gpu", 32)):
+        clock = iter(range(1000))
+        monkeypatch.setattr(flops, "time", type("FakeTime", (), {
+            "perf_counter": staticmethod(lambda: next(clock))}))
+        monkeypatch.setattr(jax, "default_backend", lambda: backend)
+        assert flops.measure_matmul_peak(size=8, repeats=2) == 2 * 8 ** 3 * chain, backend
     assert flops.measure_matmul_peak(size=8, repeats=2, chain=3) == 2 * 8 ** 3 * 3
 
 

@@ -121,6 +121,24 @@ def test_the_speed_benchmark_times_teacher_and_student_and_records_them(
     assert record["command"][:3] == ["python", "-m", "benchmarks.distill_speed"]
 
 
+def test_a_multiple_choice_example_is_one_sequence_per_choice(monkeypatch):
+    """The speed benchmark's sequences per pass: batch x choices for a multiple-choice task (each
+    choice is encoded on its own), batch for the others; the teacher's dtype named."""
+    from types import SimpleNamespace
+
+    import train.teacher
+    from benchmarks import distill_speed
+    from models.bert import BertConfig
+
+    teacher = BertConfig.from_size("tiny", vocab_size=100, dtype="bfloat16")
+    monkeypatch.setattr(train.teacher, "load_teacher",
+                        lambda path, build: SimpleNamespace(model_config=teacher))
+    for task, sequences in (("swag", 3 * 4), ("spam", 3)):
+        args = distill_speed.parse_args(["--task", task, "--teacher", "x", "--batch", "3"])
+        settings, _, _ = distill_speed.models(args)
+        assert (settings["sequences_per_pass"], settings["dtype"]) == (sequences, "bfloat16")
+
+
 def _seeds(**rows) -> dict:
     """{row: {label: per-seed values, 'seed': 0..n-1}} as train/sweep_compare.load gives them."""
     out = {}

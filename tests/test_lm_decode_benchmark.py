@@ -33,10 +33,27 @@ def test_the_decoding_benchmark_compares_both_libraries_on_the_same_weights(tmp_
     assert report["peer"] == f"transformers {import_transformers().__version__}"
     record = run_record.load(path)
     assert record["kind"] == "benchmark" and "| greedy | 2 | ours |" in record["metrics"]["table"]
-    without_batch_1 = {**report, "bound_fraction": {}}
-    assert "- batch 1 not run (--batches)" in lm_decode.markdown(without_batch_1)
     saved = records.save(path, "bench_lm_decode", runs_dir=tmp_path / "runs", force=True)
     assert saved.exists()
+
+
+def test_the_bandwidth_bound_is_one_prompts_and_needs_batch_1():
+    """The bound (bandwidth / bytes of weights) is for one prompt: a batch's step reads the
+    weights once for all its rows. Without batch 1 there is no fraction of it to give (planted,
+    batch 2's tokens/s per row over the bound was given as one)."""
+    args = types.SimpleNamespace(batches=(2,), new_tokens=5, size="tiny", prompt_length=6)
+    contenders = [lm_decode.Contender(label, decoding, 2, None, 1.0, times=[0.5])
+                  for label in ("ours", "transformers") for decoding in lm_decode.DECODINGS]
+    report = lm_decode.make_report(args, contenders, weight_bytes=1000, bandwidth=1e6,
+                                   same={2: True})
+    assert report["bound_tokens_per_s"] == 1000.0 and report["bound_fraction"] == {}
+    assert "- batch 1 not run (--batches)" in lm_decode.markdown(report)
+    args.batches = (1, 2)
+    contenders += [lm_decode.Contender(label, decoding, 1, None, 1.0, times=[0.01])
+                   for label in ("ours", "transformers") for decoding in lm_decode.DECODINGS]
+    fraction = lm_decode.make_report(args, contenders, 1000, 1e6, {1: True, 2: True})[
+        "bound_fraction"]
+    assert fraction == {"ours": pytest.approx(0.5), "transformers": pytest.approx(0.5)}
 
 
 def test_the_bandwidth_counts_each_byte_of_the_array_read_once(monkeypatch):

@@ -38,6 +38,8 @@ LOCAL_CALLS = ("Path", "pathlib.Path", "PurePath", "pathlib.PurePath", "PosixPat
                "os.listdir", "os.scandir", "os.walk", "os.rmdir")
 LOCAL_MODULES = ("os.path.", "shutil.", "tempfile.")
 LOCAL_TYPES = tuple(name for name in LOCAL_CALLS if name.endswith("Path"))  # argparse's type=
+
+
 def local_path_operations(source: str) -> list[str]:
     """'line: call' for each call in `source` that makes or uses a local path: pathlib.Path of
     anything but a literal or __file__, builtin open, os.path, os's file calls, shutil and

@@ -96,6 +96,11 @@ def convnet_train_flops_per_example(cfg, channels: int) -> float:
     return TRAIN_FLOPS_FACTOR * forward
 
 
+def chained_matmuls(chain: int):
+    """A jitted f(x, y) = x @ y @ ... @ y, `chain` dependent matmuls in one compiled loop."""
+    return jax.jit(lambda x, y: jax.lax.fori_loop(0, chain, lambda _, z: z @ y, x))
+
+
 def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32,
                         chain: int | None = None) -> float:
     """Best observed FLOP/s of square matmuls on the default device (a practical peak).
@@ -110,7 +115,7 @@ def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32,
         chain = 1 if jax.default_backend() == "cpu" else 32
     a = jnp.ones((size, size), dtype)
     b = jnp.full((size, size), 1.0 / size, dtype)  # ones @ b = ones: the values stay finite
-    matmuls = jax.jit(lambda x, y: jax.lax.fori_loop(0, chain, lambda _, z: z @ y, x))
+    matmuls = chained_matmuls(chain)
     matmuls(a, b).block_until_ready()
     best = float("inf")
     for _ in range(repeats):

@@ -94,8 +94,8 @@ def _check_kind(source: str) -> None:
 def _tfds_error(name: str, data_dir, e: Exception) -> DataError:
     return DataError(
         f"TFDS dataset {name!r} could not be loaded ({type(e).__name__}: {e}). It must be "
-        "downloaded and prepared once on a machine with internet access (e.g. "
-        f"tfds.data_source('{name}', split=...)) into data_dir "
+        "downloaded and prepared once on a machine with internet access (`tfds build "
+        f"{name} --file_format=array_record --data_dir=DIR`) into data_dir "
         f"{data_dir or '$TFDS_DATA_DIR or ~/tensorflow_datasets'}. Offline, use source='local' "
         "with a dataset from `python -m data.fetch --list`.")
 

@@ -299,8 +299,8 @@ def _too_few_to_fill(n: int, batch_size: int, process_count: int) -> str:
     the data-parallel size times the microbatches (train/start_checks.py), which only the
     trainer knows: the largest multiple of the processes is an upper bound."""
     global_batch = batch_size * process_count
-    why = (f"{n} training examples cannot fill one global batch of {global_batch} "
-           f"({batch_size} per process x {process_count} processes)")
+    per = f" ({batch_size} per process x {process_count} processes)" if process_count > 1 else ""
+    why = f"{n} training examples cannot fill one global batch of {global_batch}{per}"
     if n < process_count:
         return (f"{why}: the split is too small for {process_count} processes, each of which "
                 "needs at least one example a step; use fewer processes")
