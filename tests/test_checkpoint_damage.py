@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import tensorstore
+from conftest import json_report, run_two_processes, start_two_processes
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from train.__main__ import main
@@ -43,7 +45,10 @@ def _truncate_array_file(step_dir):
 
 def _garble_array_file(step_dir):
     """Overwrites the array-data file with as many random bytes: only decoding finds it."""
-    victim = _largest_file(step_dir / "state" / "ocdbt.process_0")
+    _garble(_largest_file(step_dir / "state" / "ocdbt.process_0"))
+
+
+def _garble(victim):
     victim.write_bytes(np.random.default_rng(0).bytes(victim.stat().st_size))
 
 
@@ -87,13 +92,13 @@ def test_damaged_steps_are_set_aside_newest_first_until_one_reads(tmp_path, monk
     _saved_weights(tmp_path)
     DAMAGE[damage](tmp_path / "3")
     warnings, read_by_orbax = [], []
-    orbax_restore = ocp.CheckpointManager.restore
+    orbax_restore = ocp.StandardCheckpointHandler.restore
 
-    def restore(manager, step, *args, **kwargs):
-        read_by_orbax.append(step)
-        return orbax_restore(manager, step, *args, **kwargs)
+    def restore(handler, directory, *args, **kwargs):
+        read_by_orbax.append(int(directory.parent.name))
+        return orbax_restore(handler, directory, *args, **kwargs)
 
-    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+    monkeypatch.setattr(ocp.StandardCheckpointHandler, "restore", restore)
     with Checkpointer(tmp_path, save_every=1, keep=3) as ckpt:
         restored, data, step = ckpt.restore_latest_good(_abstract_weights(), warnings.append)
         assert (step, data) == (2, {"at": 2})
@@ -143,7 +148,7 @@ def test_a_failure_that_is_not_damage_stops_and_moves_nothing(tmp_path, monkeypa
         raise error
 
     with Checkpointer(tmp_path, save_every=1, keep=2) as ckpt:
-        monkeypatch.setattr(ocp.CheckpointManager, "restore", fail)
+        monkeypatch.setattr(ocp.StandardCheckpointHandler, "restore", fail)
         with pytest.raises(CheckpointError) as raised:
             ckpt.restore_latest_good(_abstract_weights())
         message = str(raised.value)
@@ -212,7 +217,7 @@ def test_an_interrupt_goes_through_and_moves_nothing(tmp_path, monkeypatch):
 
     with Checkpointer(tmp_path, save_every=1, keep=2) as ckpt:
         for restore in (interrupted, interrupted_read):
-            monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+            monkeypatch.setattr(ocp.StandardCheckpointHandler, "restore", restore)
             with pytest.raises(KeyboardInterrupt):
                 ckpt.restore_latest_good(_abstract_weights())
             assert sorted(os.listdir(tmp_path)) == ["1", "2"] and ckpt.all_steps() == [1, 2]
@@ -240,6 +245,73 @@ def test_whole_checkpoints_show_no_damage_and_each_kind_is_named(tmp_path):
         "data/process_0-of-1.json is not JSON (UnicodeDecodeError")
     with pytest.raises(FileNotFoundError, match="is not there"):
         find_damage(tmp_path / "4")
+
+
+SHARES = "tests/scripts/shard_damage.py"  # two processes, each writing its share of the arrays
+
+
+@pytest.fixture(scope="module")
+def shared_checkpoint(tmp_path_factory):
+    """Steps 1 and 2 saved by two processes of two devices each, each its rows of the arrays."""
+    directory = tmp_path_factory.mktemp("shares") / "ckpt"
+    run_two_processes([SHARES, "save", str(directory)])
+    return directory
+
+
+def _two_reports(directory, env=None) -> list[dict]:
+    """Each process's JSON report of `restore_latest_good` on `directory` (shard_damage.py);
+    fails the test when they have not both ended within 180 s (they would wait for ever in
+    each other's collectives)."""
+    processes = start_two_processes([SHARES, "restore", str(directory)], env=env)
+    try:
+        outputs = [process.communicate(timeout=180) for process in processes]
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the processes did not both end: one waits for the other") from None
+    finally:
+        for process in processes:
+            process.kill()
+    assert [process.returncode for process in processes] == [0, 0], outputs[1][1][-3000:]
+    return [json_report(stdout) for stdout, _ in outputs]
+
+
+def test_damage_in_one_process_share_sets_the_step_aside_on_every_process(shared_checkpoint,
+                                                                          tmp_path):
+    """Bytes that do not decode in process 1's own array file (the cheap check, which reads no
+    array, sees nothing): only process 1's restore fails, and its full check proves the
+    damage. Both processes set step 2 aside together, process 0's warning saying what process
+    1 found, and both resume from step 1, each its own rows."""
+    directory = tmp_path / "ckpt"
+    shutil.copytree(shared_checkpoint, directory)
+    _garble(_largest_file(directory / "2" / "state" / "ocdbt.process_1"))
+    assert find_damage(directory / "2", read_arrays=False) is None
+    reports = _two_reports(directory)
+    assert [(r["process"], r["step"], r["rows_match"]) for r in reports] == [
+        (0, 1, True), (1, 1, True)]
+    for report in reports:
+        warning, = report["warnings"]
+        assert warning.startswith(f"checkpoint {directory / '2'} cannot be restored: state/ "
+                                  "array w does not read back (")
+    assert "(found by process 1, which reads that part)" in reports[0]["warnings"][0]
+    assert "found by process" not in reports[1]["warnings"][0]
+    assert sorted(p.name.split(".")[0] for p in directory.iterdir()) == ["1", "2"]
+    assert len(list(directory.glob("2.corrupt-*"))) == 1
+
+
+def test_a_failure_on_one_process_stops_every_process_and_moves_nothing(shared_checkpoint,
+                                                                       tmp_path):
+    """EIO while process 1 alone reads the arrays: process 1 stops with its own error (the
+    files read back whole), process 0 with one naming process 1 and its error; nothing moved."""
+    directory = tmp_path / "ckpt"
+    shutil.copytree(shared_checkpoint, directory)
+    first, second = _two_reports(directory, env={"FAIL_RESTORE_ON_PROCESS": "1"})
+    own = (f"checkpoint {directory / '2'} could not be restored (OSError: [Errno 5] "
+           "Input/output error), but its files read back whole")
+    assert second["error"][0] == "CheckpointError" and second["error"][1].startswith(own)
+    assert first["error"][0] == "CheckpointError"
+    assert first["error"][1].startswith(f"checkpoint {directory / '2'} could not be restored by "
+                                        f"process 1 of 2 (CheckpointError: {own}")
+    assert "the whole error is in process 1's output); nothing was moved" in first["error"][1]
+    assert sorted(os.listdir(directory)) == ["1", "2"]
 
 
 def _truncate_largest_state_file(step_dir):
@@ -273,7 +345,7 @@ def test_the_trainer_stops_rather_than_lose_checkpoints_or_train_over_damaged_on
         raise OSError(errno.EIO, "Input/output error")
 
     with monkeypatch.context() as patch:  # undoes this patch alone, not the fixture's data root
-        patch.setattr(ocp.CheckpointManager, "restore", eio)
+        patch.setattr(ocp.StandardCheckpointHandler, "restore", eio)
         capsys.readouterr()
         assert main(command) == 3
         err = capsys.readouterr().err

@@ -1,5 +1,6 @@
 """train/distributed.py: how a process finds the others (flags, environment variables, cluster
-environments) and the sum of host-side counters over processes."""
+environments), the sum of host-side counters over processes, and how all stop together when a
+piece of work fails on some of them only."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import jax
 import portpicker
 import pytest
 from cluster_sims import CLUSTER_VARS, MULTI_PROCESS, SIMULATIONS, Machine
-from conftest import REPO, json_report, xla_flags
+from conftest import REPO, json_report, run_two_processes, xla_flags
 from jax._src.clusters import ClusterEnv
 
+from data.errors import DataError
 from train import distributed
+from train.config import ConfigError
 
 
 @pytest.fixture
@@ -214,3 +217,34 @@ def test_two_processes_join_and_sum_counts(launch):
         assert report["totals"] == {"dropped": 1.0, "examples": 6e9 + 1}
         # How the trainer checks that every process built the same vocabulary.
         assert report["differ_shared"] == [] and report["differ_own"] == [1]
+
+
+def test_together_alone_runs_the_block_and_gathers_nothing():
+    """One process: the block's error goes through as it is; the reports are its own."""
+    assert distributed.gather_reports(3, "x") == [(3, "x")]
+    with pytest.raises(DataError, match="^missing$"):
+        with distributed.together("reading", (ConfigError, DataError)):
+            raise DataError("missing")
+    with distributed.together("reading"):
+        pass
+
+
+def test_a_block_failing_on_one_process_stops_every_process():
+    """Two processes: where a block under `together` raised on one, that one raises its own
+    error and the other an error of the same kind (RuntimeError for a kind not named) naming
+    the failing process, its error and where to read the whole of it; each its own where all
+    failed. They stay in step: a collective after the blocks adds up on both."""
+    script = "tests/scripts/together_processes.py"
+    reports = [json_report(stdout) for stdout, _ in run_two_processes([script])]
+    assert [(r["process"], r["total"]) for r in reports] == [(0, 2), (1, 2)]
+    first, second = (r["raised"] for r in reports)
+    assert first["none"] is None and second["none"] is None
+    assert second["data_on_1"] == ["DataError", "no data/fashion_mnist on this host", True]
+    assert first["data_on_1"] == [
+        "DataError", "process 1 of 2 failed reading its shard (DataError: no data/fashion_mnist "
+        "on this host), so process 0 stops too: the whole error is in process 1's output", False]
+    assert first["os_on_0"] == ["OSError", "[Errno 28] No space left on device", True]
+    assert second["os_on_0"][0] == "RuntimeError" and second["os_on_0"][1].startswith(
+        "process 0 of 2 failed reading its shard (OSError: [Errno 28] No space left on device)")
+    assert first["everywhere"] == ["ConfigError", "bad key on 0", True]
+    assert second["everywhere"] == ["ConfigError", "bad key on 1", True]

@@ -1,4 +1,5 @@
-"""Whether a checkpoint step is damaged, judged from its files alone.
+"""Whether a checkpoint step is damaged, judged from its files alone; what a failed restore
+means (`judge_failure`), agreed over the processes of a run (`agreed_damage`).
 
 A restore fails for many reasons that say nothing about the checkpoint: the host is out of
 memory, a file is not readable by this user, a network filesystem answers EIO or times out, the
@@ -24,6 +25,12 @@ a tensorstore status carrying an OS error or any other code, e.g. PERMISSION_DEN
 UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNKNOWN) is raised as it is: the files could
 not be judged, so they are not called damaged.
 
+With several processes, a restore can fail on some of them only: bytes that do not decode are
+read only by the processes whose shards lie in them (with an unchanged mesh, the process that
+wrote them). So after each try the processes agree on its outcome (`agreed_damage`, one
+gather): any other failure on any process stops every process (CheckpointError naming the
+failing ones, nothing moved); else damage proven by any process sets the step aside on all.
+
 The layout read (orbax 0.12.8, a StandardCheckpointHandler item with OCDBT, its default; the
 data item is train/checkpointing.py's):
 
@@ -42,6 +49,7 @@ restore does not need them.
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import json
 import re
@@ -49,6 +57,8 @@ from typing import Any
 
 import tensorstore as ts
 from etils import epath
+
+from train import distributed
 
 STATE, DATA = "state", "data"
 LEGACY_DATA_FILE = "metadata"  # earlier checkpoints: one JSON (process 0's) for all processes
@@ -64,6 +74,73 @@ _DAMAGE_CODES = ("NOT_FOUND", "OUT_OF_RANGE", "DATA_LOSS", "FAILED_PRECONDITION"
 
 def process_file(index: int, count: int) -> str:
     return f"process_{index}-of-{count}.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be restored, or a directory whose checkpoints cannot be used;
+    the message names the path, the cause and what to do."""
+
+
+class CheckpointDamagedError(CheckpointError):
+    """A checkpoint whose files prove it damaged (`damage` says what is); found before orbax
+    reads it."""
+
+    def __init__(self, path: str | epath.PathLike, damage: str):
+        super().__init__(f"checkpoint {path} is damaged: {damage}")
+        self.damage = damage
+
+
+RETRY = ("Fix the cause (memory, file permissions, the filesystem or its network) and run the "
+         "same command again: it resumes from this checkpoint. Should the checkpoint itself be "
+         "unusable, move it out of the checkpoints folder: the previous one is then resumed.")
+_OK, _DAMAGED, _FAILED = 0, 1, 2  # a process's outcome of a restore, in agreed_damage
+
+
+def judge_failure(path: epath.Path, error: Exception) -> str:
+    """What `find_damage` finds in the step `path` whose restore raised `error`;
+    CheckpointError when the files are whole or cannot be read to tell."""
+    try:
+        damage = find_damage(path)
+    except Exception as unreadable:  # noqa: BLE001 - nothing is known about the files
+        raise CheckpointError(
+            f"checkpoint {path} could not be restored ({_describe(error)}), and its files "
+            f"could not be read to tell whether they are damaged ({_describe(unreadable)}); "
+            f"nothing was moved. {RETRY}") from error
+    if damage is None:
+        raise CheckpointError(
+            f"checkpoint {path} could not be restored ({_describe(error)}), but its files "
+            f"read back whole: it is not damaged, and nothing was moved. {RETRY}") from error
+    return damage
+
+
+def agreed_damage(path: epath.Path, damage: str | None,
+                  error: BaseException | None) -> str | None:
+    """The damage every process sets the step `path` aside for, None when every process
+    restored it; this process found `damage`, or failed otherwise with `error`. A collective
+    (one gather; with one process, nothing to agree). Raises `error` where it is not None, and
+    on the other processes a CheckpointError naming the failing ones when any failed otherwise,
+    even where others proved damage: nothing is moved."""
+    if error is not None:
+        with contextlib.suppress(Exception):  # the others may be gone: its own error matters
+            distributed.gather_reports(_FAILED, distributed.summary(error))
+        raise error
+    reports = distributed.gather_reports(*((_OK, "") if damage is None else (_DAMAGED, damage)))
+    failed = [index for index, (code, _) in enumerate(reports) if code == _FAILED]
+    if failed:
+        raise CheckpointError(
+            f"checkpoint {path} could not be restored by process{'es' if len(failed) > 1 else ''}"
+            f" {', '.join(map(str, failed))} of {len(reports)} ({reports[failed[0]][1]}; the "
+            f"whole error is in process {failed[0]}'s output); nothing was moved. {RETRY}")
+    found = [(index, text) for index, (code, text) in enumerate(reports) if code == _DAMAGED]
+    if damage is not None or not found:
+        return damage
+    return f"{found[0][1]} (found by process {found[0][0]}, which reads that part)"
+
+
+def _describe(error: BaseException) -> str:
+    """'Type: first line' of an error and of its cause (orbax wraps tensorstore's errors)."""
+    return "; caused by ".join(distributed.summary(e) for e in (error, error.__cause__)
+                               if e is not None)
 
 
 class _Damage(Exception):

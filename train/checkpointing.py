@@ -18,9 +18,10 @@ Saving is asynchronous by default: `save` returns once the arrays are copied off
 thread. `wait()` blocks until the last save is on disk; `close()` waits too. A save that is
 still running when the next `save` starts is waited for first.
 
-Multi-host: every process must call `save`, `restore`, `wait` and `close` with the same
-arguments (they are collective; orbax synchronises the processes and each writes its own
-shards), except `data_state`, which is each process's own. `restore` gives every process the
+Multi-host: every process must call `save`, `restore`, `restore_latest_good`, `wait` and
+`close` with the same arguments (saving is collective: orbax synchronises the processes and each
+writes its own shards; restore_latest_good too: the processes agree on each restore's outcome),
+except `data_state`, which is each process's own. `restore` gives every process the
 data state it saved; with another number of processes than saved it, each process gets process
 0's, and `warn` says that the data order does not continue exactly. `latest_step()` reads a
 per-process cache of the directory, the same on every process.
@@ -29,12 +30,14 @@ Damage (`restore_latest_good`): a step is set aside only when its files prove it
 (train/checkpoint_damage.py reads them by itself, cheaply before every restore and in full
 after a failed one): a missing item; a missing, truncated or undecodable array file or index;
 metadata or a data state that is not JSON. It is renamed to `<step>.corrupt-<unix time>`, kept
-for inspection, and the previous step is tried (every process judges every process's files,
-so all agree; process 0 renames, the others wait for it). Any other failure stops the run with a
-CheckpointError that names the step, the error and what to do, and moves nothing: out of
-memory, a permission, an OSError such as EIO or ETIMEDOUT from a network filesystem, a timeout,
-files that cannot be read to judge them, anything not proven to be damage; KeyboardInterrupt
-goes through as it is. A step of another train state (CheckpointMismatchError) is refused and
+for inspection, and the previous step is tried (process 0 renames, the others wait for it). Any
+other failure stops the run with a CheckpointError that names the step, the error and what to
+do, and moves nothing: out of memory, a permission, an OSError such as EIO or ETIMEDOUT from a
+network filesystem, a timeout, files that cannot be read to judge them, anything not proven to
+be damage; KeyboardInterrupt goes through as it is. A restore may fail on some processes only
+(bytes that do not decode are read by the processes whose shards lie there): after each try
+the processes agree on its outcome (checkpoint_damage.py agreed_damage), so all set the step
+aside, or all stop. A step of another train state (CheckpointMismatchError) is refused and
 left alone. When every step was set aside nothing is restored, and `check_start_from_scratch`
 refuses to train again from step 0 over them unless asked to (a fresh start keeps them).
 """
@@ -56,8 +59,9 @@ from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
 from train import storage
-from train.checkpoint_damage import (DATA, LEGACY_DATA_FILE, PROCESS_FILE, STATE, find_damage,
-                                     process_file)
+from train.checkpoint_damage import (DATA, LEGACY_DATA_FILE, PROCESS_FILE, STATE,
+                                     CheckpointDamagedError, CheckpointError, agreed_damage,
+                                     find_damage, judge_failure, process_file)
 from train.checkpoint_shapes import array_shapes, state_differences
 from train.workdir_lock import training_in
 
@@ -66,20 +70,6 @@ _SET_ASIDE = re.compile(r"(\d+)\.corrupt-\d+")  # a damaged step's folder, renam
 # without it is a half-written one, which orbax ignores and removes.
 _COMMIT_MARKER = "commit_success.txt"
 _barriers = itertools.count()  # set-aside renames, numbered alike on every process
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be restored, or a directory whose checkpoints cannot be used;
-    the message names the path, the cause and what to do."""
-
-
-class CheckpointDamagedError(CheckpointError):
-    """A checkpoint whose files prove it damaged (`damage` says what is); found before orbax
-    reads it."""
-
-    def __init__(self, path: str | os.PathLike, damage: str):
-        super().__init__(f"checkpoint {path} is damaged: {damage}")
-        self.damage = damage
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -139,6 +129,7 @@ class Checkpointer:
             filename=process_file(jax.process_index(), jax.process_count()),
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=None))
         handlers = {STATE: ocp.StandardCheckpointHandler(), DATA: data_handler}
+        self._state_handler = handlers[STATE]  # restore reads through it (see there)
         self._manager = ocp.CheckpointManager(directory, options=options, item_names=(STATE, DATA),
                                               item_handlers=handlers)
         self._set_aside_now: list[str] = []  # what restore_latest_good set aside, and why
@@ -189,7 +180,9 @@ class Checkpointer:
         `data_state` is the one this process saved (see the module's note on multi-host).
         Raises FileNotFoundError if the directory has no checkpoint (or not that step), and
         CheckpointDamagedError if the cheap check of its files (`find_damage` without reading
-        the arrays) finds damage.
+        the arrays) finds damage. The arrays are read by the state item's handler, not by the
+        manager's restore, whose closing barrier would hold the other processes where this one
+        failed: restore_latest_good has them agree on the outcome instead.
         """
         self.wait()  # a step still being written is not readable yet
         steps = self.all_steps()
@@ -206,9 +199,9 @@ class Checkpointer:
             raise CheckpointDamagedError(path, damage)
         self._check_state_matches(step, abstract_state)
         data_state = self._read_data_state(step, warn)
-        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state)})
-        restored = self._manager.restore(step, args=args)
-        return restored[STATE], data_state, step
+        state = self._state_handler.restore(path / STATE,
+                                            args=ocp.args.StandardRestore(abstract_state))
+        return state, data_state, step
 
     def _check_state_matches(self, step: int, abstract_state: Any) -> None:
         """Raises CheckpointMismatchError if the step's saved arrays are not the ones (paths and
@@ -263,16 +256,10 @@ class Checkpointer:
         self.wait()
         for step in reversed(self.all_steps()):
             path = self.directory / str(step)
-            try:
-                return self.restore(abstract_state, step, warn)
-            except CheckpointMismatchError:
-                raise
-            except CheckpointDamagedError as error:
-                damage = error.damage
-            except Exception as error:  # noqa: BLE001 - judged by the files, in _damage
-                if isinstance(error.__cause__, KeyboardInterrupt):  # orbax wraps Ctrl-C in a read
-                    raise error.__cause__
-                damage = self._damage(path, error)
+            restored, damage, error = self._try_restore(abstract_state, step, warn)
+            damage = agreed_damage(path, damage, error)  # proven on any process: aside on all
+            if damage is None:
+                return restored
             moved = self._set_aside(step)
             line = f"checkpoint {path} cannot be restored: {damage}"
             self._set_aside_now.append(f"  {line} (now {moved})")
@@ -280,39 +267,42 @@ class Checkpointer:
                  "checkpoint is tried")
         return None
 
-    def _damage(self, path: epath.Path, error: Exception) -> str:
-        """What `find_damage` finds in the step whose restore raised `error`; CheckpointError
-        when the files are whole or cannot be read to tell."""
+    def _try_restore(self, abstract_state: Any, step: int, warn: Callable[[str], None]
+                     ) -> tuple[tuple[Any, dict, int] | None, str | None, BaseException | None]:
+        """(restored, damage, error) of one try at `step` on this process: what `restore`
+        returned; or the damage the files prove; or the error that stops the run, a
+        CheckpointError where the files read back whole or cannot be read (judge_failure), a
+        CheckpointMismatchError, or Ctrl-C."""
         try:
-            damage = find_damage(path)
-        except Exception as unreadable:  # noqa: BLE001 - nothing is known about the files
-            raise CheckpointError(
-                f"checkpoint {path} could not be restored ({_describe(error)}), and its files "
-                f"could not be read to tell whether they are damaged ({_describe(unreadable)}); "
-                f"nothing was moved. {_RETRY}") from error
-        if damage is None:
-            raise CheckpointError(
-                f"checkpoint {path} could not be restored ({_describe(error)}), but its files "
-                f"read back whole: it is not damaged, and nothing was moved. {_RETRY}") from error
-        return damage
+            return self.restore(abstract_state, step, warn), None, None
+        except CheckpointDamagedError as error:
+            return None, error.damage, None
+        except (CheckpointMismatchError, KeyboardInterrupt) as error:
+            return None, None, error
+        except Exception as error:  # noqa: BLE001 - judged by the files
+            if isinstance(error.__cause__, KeyboardInterrupt):  # orbax wraps Ctrl-C in a read
+                return None, None, error.__cause__
+            try:
+                return None, judge_failure(self.directory / str(step), error), None
+            except CheckpointError as judged:
+                return None, None, judged
 
     def _set_aside(self, step: int) -> str:
         """Renames the damaged `step`; its new path. Process 0 renames once every process has
-        judged the step (one still reading it would find it gone and stop), and the others
-        wait until it has. On gs:// the rename is a copy, checked, then the deletion of the
-        original, its commit markers first (train/storage.py move_folder): stopped half-way,
-        the step is either whole or no longer a saved step, and its copy is whole or gone. Every
-        process then lists the folder afresh (storage.forget_listings: a cached listing would
-        keep the step, and that process alone would skip saving it again, a collective)."""
+        judged the step (agreed_damage's gather: one still reading it would find it gone and
+        stop), and the others wait until it has. On gs:// the rename is a copy, checked, then
+        the deletion of the original, its commit markers first (train/storage.py move_folder):
+        stopped half-way, the step is either whole or no longer a saved step, and its copy is
+        whole or gone. Every process then lists the folder afresh (storage.forget_listings: a
+        cached listing would keep the step, and that process alone would skip saving it
+        again, a collective)."""
         path = self.directory / str(step)
         moved = f"{path}.corrupt-{int(time.time())}"
-        barrier = next(_barriers)
-        ocp.multihost.sync_global_processes(f"checkpoint_judged_{barrier}")
         if jax.process_index() == 0:
             storage.move_folder(path, storage.run_path(moved), delete_first=(_COMMIT_MARKER,))
         else:
             moved = f"{path}.corrupt-* (renamed by process 0)"
-        ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{barrier}")
+        ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{next(_barriers)}")
         storage.forget_listings(self.directory)
         self._manager.reload()
         return moved
@@ -349,20 +339,21 @@ class Checkpointer:
         self.close()
 
 
-_RETRY = ("Fix the cause (memory, file permissions, the filesystem or its network) and run the "
-          "same command again: it resumes from this checkpoint. Should the checkpoint itself be "
-          "unusable, move it out of the checkpoints folder: the previous one is then resumed.")
-
-
-def _describe(error: BaseException) -> str:
-    """'Type: first line' of an error and of its cause (orbax wraps tensorstore's errors)."""
-    return "; caused by ".join(f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
-                               for e in (error, error.__cause__) if e is not None)
-
-
 def _checkpoints_folder(workdir: str | os.PathLike) -> epath.Path:
     directory = storage.run_path(workdir)
     return directory / "checkpoints" if (directory / "checkpoints").is_dir() else directory
+
+
+def _reader(directory: epath.Path, state_handler=None) -> ocp.CheckpointManager:
+    """A manager that lists `directory` and runs no barrier (orbax's at its creation is a
+    collective; its restore's too: read through `state_handler` instead): every process reads
+    by itself, so a task that reads another run's weights runs no collective (trainer.py reads
+    in `together` blocks). Nothing is created or written."""
+    return ocp.CheckpointManager(
+        directory, options=ocp.CheckpointManagerOptions(create=False, save_root_metadata=False),
+        item_names=(STATE, DATA), item_handlers={
+            STATE: state_handler or ocp.StandardCheckpointHandler(),
+            DATA: ocp.JsonCheckpointHandler()})
 
 
 def checkpoint_steps(workdir: str | os.PathLike) -> list[int]:
@@ -371,7 +362,7 @@ def checkpoint_steps(workdir: str | os.PathLike) -> list[int]:
     directory = _checkpoints_folder(workdir)
     if not directory.is_dir():
         return []
-    with ocp.CheckpointManager(directory, item_names=(STATE, DATA)) as manager:
+    with _reader(directory) as manager:
         return sorted(manager.all_steps())
 
 
@@ -388,9 +379,8 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
     cleaned up: a run may still be writing there. Raises CheckpointError naming the folder when
     it holds no readable checkpoint."""
     directory = _checkpoints_folder(workdir)
-    with ocp.CheckpointManager(directory, item_names=(STATE, DATA), item_handlers={
-            STATE: ocp.StandardCheckpointHandler(), DATA: ocp.JsonCheckpointHandler()}
-                               ) as manager:
+    reader = ocp.StandardCheckpointHandler()
+    with _reader(directory, reader) as manager:
         steps = sorted(manager.all_steps())
         if not steps or (step is not None and step not in steps):
             fix = ("train the run first (python -m train --workdir of this run)" if not steps
@@ -413,13 +403,12 @@ def load_state(workdir: str | os.PathLike, step: int | None = None) -> dict:
             saved = manager.item_metadata(chosen)[STATE].tree
             # np.empty reserves address space only: no memory is touched for the target.
             target = jax.tree.map(lambda leaf: np.empty(leaf.shape, leaf.dtype), saved)
-            restored = manager.restore(chosen, args=ocp.args.Composite(
-                **{STATE: ocp.args.StandardRestore(target)}))
+            state = reader.restore(directory / str(chosen) / STATE,
+                                   args=ocp.args.StandardRestore(target))
         except Exception as error:  # orbax raises many kinds for damaged files
             raise CheckpointError(f"checkpoint {directory}/{chosen} could not be read "
                                   f"({type(error).__name__}: {error}){others}"
                                   f"{_training_now(directory)}") from error
-    state = restored[STATE]
     if not isinstance(state, dict):
         state = {key: getattr(state, key) for key in ("step", "params", "opt_state", "rng",
                                                       "ema_params") if hasattr(state, key)}

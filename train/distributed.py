@@ -20,11 +20,19 @@ How the processes find each other, in order:
 
 `sum_over_processes` adds up host-side counters (examples read, dropped, truncated) over the
 processes, so what process 0 logs covers every process's shard of the data.
+
+`together` runs a piece of work that may fail on some processes only (it reads a host's own
+files: its data, its vocabulary, its shard of a checkpoint) and then has every process learn how
+it went, so that all stop, or none: one failing alone would leave the others waiting in their
+next collective until the coordination service gives up, with the cause in its output only.
+`gather_reports` is the exchange under it: a small code and a line of text from every process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import jax
 import numpy as np
@@ -142,3 +150,62 @@ def differing_processes(digest: str) -> list[int]:
     words = np.frombuffer(bytes.fromhex(digest[:32]), np.int32)  # 128 bits as 4 int32
     gathered = np.asarray(multihost_utils.process_allgather(words))
     return [p for p in range(len(gathered)) if not np.array_equal(gathered[p], gathered[0])]
+
+
+_TEXT_BYTES = 500  # of each process's text in gather_reports (UTF-8, cut there)
+
+
+def gather_reports(code: int, text: str = "") -> list[tuple[int, str]]:
+    """Every process's (`code`, `text`), in process order; the text cut to 500 bytes. A
+    collective like `sum_over_processes`; with one process, [(code, text)]."""
+    if jax.process_count() == 1:
+        return [(code, text)]
+    from jax.experimental import multihost_utils
+
+    raw = text.encode()[:_TEXT_BYTES]
+    words = np.zeros(2 + _TEXT_BYTES, np.int32)  # code, length, one byte per word
+    words[:2] = code, len(raw)
+    words[2:2 + len(raw)] = np.frombuffer(raw, np.uint8)
+    gathered = np.asarray(multihost_utils.process_allgather(words))
+    return [(int(row[0]), bytes(row[2:2 + row[1]].astype(np.uint8)).decode(errors="replace"))
+            for row in gathered]
+
+
+def summary(error: BaseException) -> str:
+    """'Type: the first line of its message' (300 characters at most)."""
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}"
+
+
+@contextlib.contextmanager
+def together(what: str, kinds: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Runs the block, then has every process learn whether it failed on any (one gather; call
+    it on all of them, at the same point). A process where it raised raises its own error; when
+    it raised on some process, every other one raises an error naming those processes, the
+    first one's error and `what` they were doing, and saying to read that process's output: of
+    the first class of `kinds` that the failing process's error is an instance of (so the exit
+    code is the same on every process), else RuntimeError. With one process, the block alone.
+    No collective may run inside the block: a process that failed before it would meet the
+    others in it with this one's gather."""
+    if jax.process_count() == 1:
+        yield
+        return
+    try:
+        yield
+    except BaseException as error:  # every process must learn of it, whatever it is
+        with contextlib.suppress(Exception):  # the others may be gone: its own error matters
+            gather_reports(1 + _kind(error, kinds), summary(error))
+        raise
+    reports = gather_reports(0)
+    failed = [index for index, (code, _) in enumerate(reports) if code]
+    if failed:
+        code, text = reports[failed[0]]
+        kind = kinds[code - 1] if code <= len(kinds) else RuntimeError
+        raise kind(f"process{'es' if len(failed) > 1 else ''} {', '.join(map(str, failed))} "
+                   f"of {len(reports)} failed {what} ({text}), so process "
+                   f"{jax.process_index()} stops too: the whole error is in process "
+                   f"{failed[0]}'s output") from None
+
+
+def _kind(error: BaseException, kinds: tuple[type[Exception], ...]) -> int:
+    """The index of the first of `kinds` that `error` is an instance of; len(kinds) if none."""
+    return next((i for i, kind in enumerate(kinds) if isinstance(error, kind)), len(kinds))

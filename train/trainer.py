@@ -38,9 +38,9 @@ import numpy as np
 from data.errors import DataError
 from train import partitioning, run_config, storage, vocabulary
 from train.checkpoint_averaging import average_params, steps_to_average
-from train.checkpointing import Checkpointer
+from train.checkpointing import CheckpointError, Checkpointer
 from train.config import ConfigError
-from train.distributed import differing_processes
+from train.distributed import differing_processes, together
 from train.flops import compute_dtype, data_sheet_peak, measured_peak_flops
 from train.metrics_writer import MetricsWriter, summarize
 from train.optimizers import freeze, make_optimizer
@@ -61,6 +61,11 @@ def _sum_metrics(total, new):
     return jax.tree.map(jnp.add, total, new)
 
 
+# The errors a failure on another process is raised as on this one (distributed.together), so
+# that every process exits alike (python -m train: 2 or 3).
+_STOPS = (ConfigError, DataError, partitioning.MeshError, CheckpointError)
+
+
 class Trainer:
     """Builds everything a run needs from the config; `run()` trains and returns final evals."""
 
@@ -70,10 +75,19 @@ class Trainer:
         self.workdir = storage.run_path(workdir)  # absolute, or a gs:// URL
         self.fresh_start = fresh_start  # train from step 0 when every checkpoint was set aside
         self.preemption: Preemption | None = None  # the signal handling of the last run()
+        self.process_index, self.process_count = jax.process_index(), jax.process_count()
+        # Each host reads its own files here (the task's data, vocabulary and weights), so this
+        # may fail on one process only: then every process stops (and no collective runs here).
+        with together("setting up the task", _STOPS):
+            self._build(config)
+        self._check_same_vocabulary()
+
+    def _build(self, config: ml_collections.ConfigDict) -> None:
+        """The mesh, the task, the optimizer, the abstract state in its shardings, the frozen
+        parameters and the jitted steps."""
         self.mesh = partitioning.make_mesh(config.mesh)
         self.rules = partitioning.LOGICAL_RULES
         validate_batching(config, self.mesh)
-        self.process_index, self.process_count = jax.process_index(), jax.process_count()
         self.task = self._make_task()
         try:
             self.optimizer, self.schedule = make_optimizer(
@@ -131,14 +145,17 @@ class Trainer:
         if self.saved_vocabulary is not None:
             vocabulary.check_settings(self.workdir, vocabulary.settings_of(
                 self.config, task.vocabulary_settings))
-        if task.tokenizer is not None:
-            differ = differing_processes(vocabulary.fingerprint(task.tokenizer))
+        return task
+
+    def _check_same_vocabulary(self) -> None:
+        """DataError on every process when some built another vocabulary than process 0's."""
+        if self.task.tokenizer is not None:
+            differ = differing_processes(vocabulary.fingerprint(self.task.tokenizer))
             if differ:
                 raise DataError(
                     f"processes {differ} built another vocabulary than process 0 (the vocabulary "
                     "cache differs between hosts): point every host's data root "
                     "(PAPERS_JAX_DATA) and --workdir at the same shared folder")
-        return task
 
     def _place_frozen(self):
         """The task's frozen parameters on the devices (None for a task without), sharded by
@@ -247,20 +264,30 @@ class Trainer:
         values["averaged_checkpoints"] = len(steps)
         return {**values, **self._evaluate_ema(state, decode=decode, log=log)}
 
-    def _restore_or_init(self, checkpointer: Checkpointer, train_iter) -> tuple[TrainState, list]:
-        """The state to train from: the newest usable checkpoint (with the data position it
-        saved), or a new one (refused where every checkpoint was set aside as damaged, unless
-        fresh_start). Then the workdir's run files: config.json, requested_config.json and, at
-        a text run's first start, its vocabulary. Returns the state and the notes to print."""
+    def _restore_or_init(self, checkpointer: Checkpointer
+                         ) -> tuple[TrainState, tuple[dict, int] | None, list]:
+        """The state to train from: the newest usable checkpoint (every process restores the
+        same step: Checkpointer.restore_latest_good), or a new one; with the (data state, step)
+        restored (None for a new one), and the notes of the restore."""
         notes = []
         restored = (None if checkpointer.latest_step() is None else
                     checkpointer.restore_latest_good(self.abstract_state, notes.append))
         if restored is None:
+            return self.init_state(), None, notes
+        return restored[0], restored[1:], notes
+
+    def _check_start(self, checkpointer: Checkpointer, train_iter,
+                     restored: tuple[dict, int] | None, notes: list) -> list:
+        """Before the first step: a new state is refused where every checkpoint was set aside
+        as damaged (unless fresh_start), a restored one beyond train.num_steps or of another
+        task; the data position restored. Then the workdir's run files: config.json,
+        requested_config.json and, at a text run's first start, its vocabulary. Returns
+        `notes` with those to print added."""
+        if restored is None:
             notes += checkpointer.check_start_from_scratch(self.fresh_start)
-            state = self.init_state()
             notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
         else:
-            state, data_state, step = restored
+            data_state, step = restored
             if step > self.config.train.num_steps:  # nothing to train; the record would say less
                 raise ConfigError(
                     f"config.train.num_steps={self.config.train.num_steps} is below step {step}, "
@@ -269,7 +296,7 @@ class Trainer:
                     "train in a new --workdir")
             run_config.check_resumed(self.workdir, self.task.resolution())
             train_iter.set_state(data_state["train_iterator"])
-            notes.append(f"resumed from {checkpointer.directory} at step {int(state.step)}")
+            notes.append(f"resumed from {checkpointer.directory} at step {step}")
             if self.fresh_start:
                 notes.append("--fresh_start is not used: it applies only where every checkpoint "
                              "was set aside as damaged, and a usable one was resumed (to train "
@@ -282,7 +309,7 @@ class Trainer:
                     self.config, self.task.vocabulary_settings))
                 notes.append(f"the run's vocabulary ({self.task.tokenizer.vocab_size} tokens) "
                              f"is kept in {path}")
-        return state, notes
+        return notes
 
     def run(self, until_step: int | None = None) -> dict[str, float]:
         """Trains from the latest checkpoint (or from scratch) to train.num_steps, or only up to
@@ -298,31 +325,36 @@ class Trainer:
         cfg = self.config.train
         stop = cfg.num_steps if until_step is None else min(until_step, cfg.num_steps)
         global_batch = self.config.data.batch_size
-        train_iter = self.task.train_iterator(  # data errors surface before anything is written
-            batch_size=global_batch // self.process_count, seed=self.config.seed,
-            process_index=self.process_index, process_count=self.process_count)
-        self.task.check_eval_split()
+        # Setup that reads each host's own files runs in `together` blocks, between which the
+        # collectives lie (orbax's barriers, the restore, the init, the first step): a failure
+        # on one process then stops every process, naming it, and none waits on the others.
+        with together("opening the data", _STOPS):  # data errors surface before any writing
+            train_iter = self.task.train_iterator(
+                batch_size=global_batch // self.process_count, seed=self.config.seed,
+                process_index=self.process_index, process_count=self.process_count)
+            self.task.check_eval_split()
         checkpointer = Checkpointer(self.workdir / "checkpoints", save_every=cfg.checkpoint_every,
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint,
                                     keep_on_interval=cfg.average_checkpoints > 0)
-        state, notes = self._restore_or_init(checkpointer, train_iter)
-        start = self.start_step = int(jax.device_get(state.step))
-        writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
-                               progress_bar=cfg.progress_bar)
-        for note in notes:
-            writer.message(note)
-        flops_per_step = self.task.flops_per_example_at(start) * self.task.global_batch_at(start)
-        self.peak_flops, self.peak_flops_source = self._peak_flops()  # per device; recorded
-        peak = self.peak_flops * jax.device_count()
-        frozen = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.frozen))
-        writer.message(f"{self.num_params:,} parameters"
-                       f"{f' (and {frozen:,} frozen)' if frozen else ''}; "
-                       f"mesh {dict(self.mesh.shape)}; "
-                       f"{flops_per_step / 1e9:.3g} GFLOPs per step; peak {peak / 1e9:.3g} GFLOP/s "
-                       f"({self.peak_flops_source})")
-
-        log = StepLog(self.task, peak_flops=peak, skip_nonfinite=cfg.nonfinite == "skip")
-        preemption = self.preemption = Preemption(self.mesh)
+        state, restored, notes = self._restore_or_init(checkpointer)
+        with together("preparing the first step", _STOPS):
+            notes = self._check_start(checkpointer, train_iter, restored, notes)
+            start = self.start_step = int(jax.device_get(state.step))
+            writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
+                                   progress_bar=cfg.progress_bar)
+            for note in notes:
+                writer.message(note)
+            flops_per_step = (self.task.flops_per_example_at(start)
+                              * self.task.global_batch_at(start))
+            self.peak_flops, self.peak_flops_source = self._peak_flops()  # per device; recorded
+            peak = self.peak_flops * jax.device_count()
+            frozen = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.frozen))
+            writer.message(f"{self.num_params:,} parameters"
+                           f"{f' (and {frozen:,} frozen)' if frozen else ''}; "
+                           f"mesh {dict(self.mesh.shape)}; {flops_per_step / 1e9:.3g} GFLOPs per "
+                           f"step; peak {peak / 1e9:.3g} GFLOP/s ({self.peak_flops_source})")
+            log = StepLog(self.task, peak_flops=peak, skip_nonfinite=cfg.nonfinite == "skip")
+            preemption = self.preemption = Preemption(self.mesh)
         self.interrupted = None
         final_eval: dict[str, float] = {}
 
