@@ -102,14 +102,21 @@ def _assert_same_metrics(actual: dict, expected: dict, what: str) -> None:
         assert actual[name] == pytest.approx(value, rel=1e-5, abs=1e-6), f"{name}, {what}"
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_eval_metrics_do_not_depend_on_the_padding_of_the_last_batch(name, request):
+def _evaluated(name: str, request):
+    """(task, examples in the eval split, parameters perturbed off their
+    initialisation, the jitted eval_fn) of case `name`, its data fixture in place. Perturbed:
+    a zero head gives every example, padding included, the same loss."""
     request.getfixturevalue(CASES[name][2])
     trainer = _trainer(name, eval_batch_size=1)
     task = trainer.task
     _, num_examples = task.eval_batches(batch_size=1, process_index=0, process_count=1)
     params = perturbed(jax.device_get(trainer.init_state().params), scale=0.1)
-    eval_fn = jax.jit(task.eval_fn)
+    return task, num_examples, params, jax.jit(task.eval_fn)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_eval_metrics_do_not_depend_on_the_padding_of_the_last_batch(name, request):
+    task, num_examples, params, eval_fn = _evaluated(name, request)
 
     whole = _eval_sums(task, eval_fn, params, batch_size=num_examples, processes=1)
     for processes in (2, 3):  # one process: the trainer's evaluate below
@@ -142,12 +149,7 @@ def test_rows_marked_as_padding_count_for_nothing_where_they_would_score(name, r
     exactly as its original does. Planted, classify's and NSP's accuracies ignoring the mask in
     their sums passed the test above: its padded rows (zero images, all-pad inputs) were never
     predicted as their label."""
-    request.getfixturevalue(CASES[name][2])
-    trainer = _trainer(name, eval_batch_size=1)
-    task = trainer.task
-    _, num_examples = task.eval_batches(batch_size=1, process_index=0, process_count=1)
-    params = perturbed(jax.device_get(trainer.init_state().params), scale=0.1)
-    eval_fn = jax.jit(task.eval_fn)
+    task, num_examples, params, eval_fn = _evaluated(name, request)
     real = padded = None
     for batch in _global_batches(task, batch_size=num_examples, processes=1):
         marker = "mask" if "mask" in batch else "weights"
