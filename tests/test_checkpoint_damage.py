@@ -314,6 +314,27 @@ def test_a_failure_on_one_process_stops_every_process_and_moves_nothing(shared_c
     assert sorted(os.listdir(directory)) == ["1", "2"]
 
 
+def test_a_signal_on_one_process_or_a_stale_listing_stops_every_process(shared_checkpoint,
+                                                                       tmp_path):
+    """SIGTERM while process 1 reads its share: both stop as by that signal (python -m train:
+    143 on both), nothing moved. A process that lists other steps than process 0 (a stale view
+    of the folder) would restore another step: both stop, naming it, before any restore."""
+    directory = tmp_path / "ckpt"
+    shutil.copytree(shared_checkpoint, directory)
+    first, second = _two_reports(directory, env={"INTERRUPT_RESTORE_ON_PROCESS": "1"})
+    assert (second["error"], second["signum"]) == (["StoppedBySignal", "SIGTERM"], 15)
+    assert first["error"][0] == "StoppedBySignal" and first["signum"] == 15
+    assert "could not be restored by process 1 of 2 (StoppedBySignal: SIGTERM" in first[
+        "error"][1]
+    reports = _two_reports(directory, env={"OLDER_LISTING_ON_PROCESS": "1"})
+    for report, steps in zip(reports, ("[1, 2]", "[1]")):
+        assert report["error"][0] == "CheckpointError"
+        assert report["error"][1].startswith(
+            f"processes [1] list other checkpoints in {directory} than process 0 (process "
+            f"{report['process']} lists steps {steps})")
+    assert sorted(os.listdir(directory)) == ["1", "2"]
+
+
 def _truncate_largest_state_file(step_dir):
     victim = _largest_file(step_dir / "state")
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])

@@ -239,12 +239,19 @@ def test_a_block_failing_on_one_process_stops_every_process():
     assert [(r["process"], r["total"]) for r in reports] == [(0, 2), (1, 2)]
     first, second = (r["raised"] for r in reports)
     assert first["none"] is None and second["none"] is None
-    assert second["data_on_1"] == ["DataError", "no data/fashion_mnist on this host", True]
+    assert second["data_on_1"] == ["DataError", "no data/fashion_mnist on this host", True, None]
     assert first["data_on_1"] == [
         "DataError", "process 1 of 2 failed reading its shard (DataError: no data/fashion_mnist "
-        "on this host), so process 0 stops too: the whole error is in process 1's output", False]
-    assert first["os_on_0"] == ["OSError", "[Errno 28] No space left on device", True]
+        "on this host), so process 0 stops too: the whole error is in process 1's output", False,
+        None]
+    assert first["os_on_0"] == ["OSError", "[Errno 28] No space left on device", True, None]
     assert second["os_on_0"][0] == "RuntimeError" and second["os_on_0"][1].startswith(
         "process 0 of 2 failed reading its shard (OSError: [Errno 28] No space left on device)")
-    assert first["everywhere"] == ["ConfigError", "bad key on 0", True]
-    assert second["everywhere"] == ["ConfigError", "bad key on 1", True]
+    assert first["everywhere"] == ["ConfigError", "bad key on 0", True, None]
+    assert second["everywhere"] == ["ConfigError", "bad key on 1", True, None]
+    # A signal on one process stops the other as one (python -m train: 128 + 15 on both).
+    assert second["signal_on_1"] == ["StoppedBySignal", "SIGTERM", True, 15]
+    assert first["signal_on_1"][0] == "StoppedBySignal" and first["signal_on_1"][3] == 15
+    # A text strict UTF-8 cannot encode still reaches the gather (else process 0 waited).
+    assert first["undecodable_on_1"][0] == "DataError"
+    assert "(DataError: no file data/\\udcff.txt)" in first["undecodable_on_1"][1]

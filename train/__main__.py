@@ -29,6 +29,7 @@ from pathlib import Path
 from train import run_config, storage
 from train.config import (CONFIGS, ConfigError, apply_override, describe_configs,
                           load_config_file, to_json)
+from train.interrupts import StoppedBySignal
 from train.workdir import check_workdir
 
 
@@ -70,13 +71,10 @@ def parse_args(argv):
     return args, overrides
 
 
-class Interrupted(KeyboardInterrupt):
+class Interrupted(StoppedBySignal):
     """SIGINT or SIGTERM before the trainer handles them (from its first train step on, a signal
-    checkpoints the step reached instead: train/trainer.py)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+    checkpoints the step reached instead: train/trainer.py). Another process of the run that
+    learns of it raises StoppedBySignal (train/interrupts.py), and exits alike."""
 
 
 class _Signals:
@@ -129,7 +127,7 @@ def main(argv=None, command: list[str] | None = None) -> int:
     try:
         return _train(args, overrides, started, signals,
                       command or ["python", "-m", "train", *argv])
-    except Interrupted as stop:
+    except StoppedBySignal as stop:  # here (Interrupted) or on another process
         print(f"interrupted by {stop} before the first train step: no checkpoint was written "
               "(those already in the workdir are kept); the same command starts again",
               file=sys.stderr)

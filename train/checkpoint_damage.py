@@ -93,7 +93,9 @@ class CheckpointDamagedError(CheckpointError):
 RETRY = ("Fix the cause (memory, file permissions, the filesystem or its network) and run the "
          "same command again: it resumes from this checkpoint. Should the checkpoint itself be "
          "unusable, move it out of the checkpoints folder: the previous one is then resumed.")
-_OK, _DAMAGED, _FAILED = 0, 1, 2  # a process's outcome of a restore, in agreed_damage
+# A process's outcome of a restore, in agreed_damage: restored, damage proven, failed otherwise;
+# or interrupted, minus the signal's number (distributed.report_code: -2 or below).
+_OK, _DAMAGED, _FAILED = 0, 1, -1
 
 
 def judge_failure(path: epath.Path, error: Exception) -> str:
@@ -118,19 +120,24 @@ def agreed_damage(path: epath.Path, damage: str | None,
     """The damage every process sets the step `path` aside for, None when every process
     restored it; this process found `damage`, or failed otherwise with `error`. A collective
     (one gather; with one process, nothing to agree). Raises `error` where it is not None, and
-    on the other processes a CheckpointError naming the failing ones when any failed otherwise,
-    even where others proved damage: nothing is moved."""
+    on the other processes a CheckpointError naming the failing ones when any failed otherwise
+    (StoppedBySignal, train/interrupts.py, where a signal stopped it), even where others proved
+    damage: nothing is moved."""
     if error is not None:
+        code = (distributed.report_code(error, ()) if isinstance(error, KeyboardInterrupt)
+                else _FAILED)
         with contextlib.suppress(Exception):  # the others may be gone: its own error matters
-            distributed.gather_reports(_FAILED, distributed.summary(error))
+            distributed.gather_reports(code, distributed.summary(error))
         raise error
     reports = distributed.gather_reports(*((_OK, "") if damage is None else (_DAMAGED, damage)))
-    failed = [index for index, (code, _) in enumerate(reports) if code == _FAILED]
+    failed = [index for index, (code, _) in enumerate(reports) if code < 0]
     if failed:
-        raise CheckpointError(
+        code, text = reports[failed[0]]
+        distributed.raise_reported(
+            1 if code == _FAILED else code,
             f"checkpoint {path} could not be restored by process{'es' if len(failed) > 1 else ''}"
-            f" {', '.join(map(str, failed))} of {len(reports)} ({reports[failed[0]][1]}; the "
-            f"whole error is in process {failed[0]}'s output); nothing was moved. {RETRY}")
+            f" {', '.join(map(str, failed))} of {len(reports)} ({text}; the whole error is in "
+            f"process {failed[0]}'s output); nothing was moved. {RETRY}", (CheckpointError,))
     found = [(index, text) for index, (code, text) in enumerate(reports) if code == _DAMAGED]
     if damage is not None or not found:
         return damage

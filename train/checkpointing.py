@@ -44,7 +44,7 @@ refuses to train again from step 0 over them unless asked to (a fresh start keep
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import json
 import os
 import re
@@ -59,6 +59,7 @@ from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
 from train import storage
+from train.distributed import differing_processes, together
 from train.checkpoint_damage import (DATA, LEGACY_DATA_FILE, PROCESS_FILE, STATE,
                                      CheckpointDamagedError, CheckpointError, agreed_damage,
                                      find_damage, judge_failure, process_file)
@@ -69,7 +70,6 @@ _SET_ASIDE = re.compile(r"(\d+)\.corrupt-\d+")  # a damaged step's folder, renam
 # On gs:// orbax marks a step (and each of its items) saved whole with this file; a step folder
 # without it is a half-written one, which orbax ignores and removes.
 _COMMIT_MARKER = "commit_success.txt"
-_barriers = itertools.count()  # set-aside renames, numbered alike on every process
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -254,18 +254,33 @@ class Checkpointer:
         does a step that reads but holds another state (CheckpointMismatchError).
         """
         self.wait()
-        for step in reversed(self.all_steps()):
+        steps = self.all_steps()
+        self._check_same_steps(steps)  # else processes would restore different steps
+        for step in reversed(steps):
             path = self.directory / str(step)
             restored, damage, error = self._try_restore(abstract_state, step, warn)
             damage = agreed_damage(path, damage, error)  # proven on any process: aside on all
             if damage is None:
                 return restored
+            restored = None  # this process may have read it whole: not two states in memory
             moved = self._set_aside(step)
             line = f"checkpoint {path} cannot be restored: {damage}"
             self._set_aside_now.append(f"  {line} (now {moved})")
             warn(f"{line}; it is set aside as {moved} (kept for inspection) and the previous "
                  "checkpoint is tried")
         return None
+
+    def _check_same_steps(self, steps: list[int]) -> None:
+        """CheckpointError on every process when some list other steps than process 0 (a
+        collective): each would restore another step, or start afresh while others restore."""
+        digest = hashlib.sha256(repr(steps).encode()).hexdigest()
+        differ = differing_processes(digest)
+        if differ:
+            raise CheckpointError(
+                f"processes {differ} list other checkpoints in {self.directory} than process 0 "
+                f"(process {jax.process_index()} lists steps {steps}): every process must read "
+                "the same checkpoints folder (one shared filesystem or bucket for --workdir); "
+                "nothing was restored or moved")
 
     def _try_restore(self, abstract_state: Any, step: int, warn: Callable[[str], None]
                      ) -> tuple[tuple[Any, dict, int] | None, str | None, BaseException | None]:
@@ -284,25 +299,29 @@ class Checkpointer:
                 return None, None, error.__cause__
             try:
                 return None, judge_failure(self.directory / str(step), error), None
-            except CheckpointError as judged:
+            except (CheckpointError, KeyboardInterrupt) as judged:  # a full read: Ctrl-C too
                 return None, None, judged
 
     def _set_aside(self, step: int) -> str:
         """Renames the damaged `step`; its new path. Process 0 renames once every process has
-        judged the step (agreed_damage's gather: one still reading it would find it gone and
-        stop), and the others wait until it has. On gs:// the rename is a copy, checked, then
-        the deletion of the original, its commit markers first (train/storage.py move_folder):
-        stopped half-way, the step is either whole or no longer a saved step, and its copy is
-        whole or gone. Every process then lists the folder afresh (storage.forget_listings: a
-        cached listing would keep the step, and that process alone would skip saving it
-        again, a collective)."""
+        judged it (agreed_damage), the others waiting (`together`: a failed move stops all). On
+        gs:// the rename is a copy, checked, then the deletion of the original, its commit
+        markers first (storage.move_folder): stopped half-way, the step is whole or no longer
+        saved, its copy whole or gone. Every process then lists afresh (a cached listing would
+        keep the step, and that process alone would skip saving it again, a collective)."""
         path = self.directory / str(step)
         moved = f"{path}.corrupt-{int(time.time())}"
-        if jax.process_index() == 0:
-            storage.move_folder(path, storage.run_path(moved), delete_first=(_COMMIT_MARKER,))
-        else:
-            moved = f"{path}.corrupt-* (renamed by process 0)"
-        ocp.multihost.sync_global_processes(f"checkpoint_set_aside_{next(_barriers)}")
+        with together("setting a damaged checkpoint aside", (CheckpointError,)):
+            if jax.process_index() == 0:
+                try:
+                    storage.move_folder(path, storage.run_path(moved),
+                                        delete_first=(_COMMIT_MARKER,))
+                except OSError as error:
+                    raise CheckpointError(f"checkpoint {path} is damaged, and moving it aside "
+                                          f"to {moved} failed ({error}): move it out of "
+                                          "checkpoints/ by hand, then run again") from error
+            else:
+                moved = f"{path}.corrupt-* (renamed by process 0)"
         storage.forget_listings(self.directory)
         self._manager.reload()
         return moved

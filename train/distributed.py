@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Iterator
 
 import jax
 import numpy as np
 
 from train import clusters
+from train.interrupts import StoppedBySignal
 
 ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 
@@ -162,7 +164,7 @@ def gather_reports(code: int, text: str = "") -> list[tuple[int, str]]:
         return [(code, text)]
     from jax.experimental import multihost_utils
 
-    raw = text.encode()[:_TEXT_BYTES]
+    raw = text.encode("utf-8", "backslashreplace")[:_TEXT_BYTES]  # never raises: a collective
     words = np.zeros(2 + _TEXT_BYTES, np.int32)  # code, length, one byte per word
     words[:2] = code, len(raw)
     words[2:2 + len(raw)] = np.frombuffer(raw, np.uint8)
@@ -172,8 +174,30 @@ def gather_reports(code: int, text: str = "") -> list[tuple[int, str]]:
 
 
 def summary(error: BaseException) -> str:
-    """'Type: the first line of its message' (300 characters at most)."""
-    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}"
+    """'Type: the first line of its message' (300 characters at most); never raises (it is
+    said in a collective that every process waits for)."""
+    try:
+        first = (str(error).splitlines() or [""])[0][:300]
+    except Exception:  # noqa: BLE001 - a __str__ that fails: the type alone
+        first = "(its message could not be read)"
+    return f"{type(error).__name__}: {first}"
+
+
+def report_code(error: BaseException, kinds: tuple[type[Exception], ...]) -> int:
+    """What a process that failed says in a gather: minus the signal's number for an
+    interrupt, else 1 + the index of the first of `kinds` its error is an instance of
+    (len(kinds) + 1 for none of them)."""
+    if isinstance(error, KeyboardInterrupt):
+        return -int(getattr(error, "signum", signal.SIGINT))
+    return 1 + next((i for i, kind in enumerate(kinds) if isinstance(error, kind)), len(kinds))
+
+
+def raise_reported(code: int, message: str, kinds: tuple[type[Exception], ...]):
+    """Raises on this process what another's `code` (report_code) was: StoppedBySignal for an
+    interrupt, else its class of `kinds`, else RuntimeError, with `message`."""
+    if code < 0:
+        raise StoppedBySignal(-code, message) from None
+    raise (kinds[code - 1] if code <= len(kinds) else RuntimeError)(message) from None
 
 
 @contextlib.contextmanager
@@ -193,19 +217,13 @@ def together(what: str, kinds: tuple[type[Exception], ...] = ()) -> Iterator[Non
         yield
     except BaseException as error:  # every process must learn of it, whatever it is
         with contextlib.suppress(Exception):  # the others may be gone: its own error matters
-            gather_reports(1 + _kind(error, kinds), summary(error))
+            gather_reports(report_code(error, kinds), summary(error))
         raise
     reports = gather_reports(0)
     failed = [index for index, (code, _) in enumerate(reports) if code]
     if failed:
         code, text = reports[failed[0]]
-        kind = kinds[code - 1] if code <= len(kinds) else RuntimeError
-        raise kind(f"process{'es' if len(failed) > 1 else ''} {', '.join(map(str, failed))} "
-                   f"of {len(reports)} failed {what} ({text}), so process "
-                   f"{jax.process_index()} stops too: the whole error is in process "
-                   f"{failed[0]}'s output") from None
-
-
-def _kind(error: BaseException, kinds: tuple[type[Exception], ...]) -> int:
-    """The index of the first of `kinds` that `error` is an instance of; len(kinds) if none."""
-    return next((i for i, kind in enumerate(kinds) if isinstance(error, kind)), len(kinds))
+        raise_reported(code, f"process{'es' if len(failed) > 1 else ''} "
+                       f"{', '.join(map(str, failed))} of {len(reports)} failed {what} ({text}), "
+                       f"so process {jax.process_index()} stops too: the whole error is in "
+                       f"process {failed[0]}'s output", kinds)

@@ -270,21 +270,18 @@ class Trainer:
         same step: Checkpointer.restore_latest_good), or a new one; with the (data state, step)
         restored (None for a new one), and the notes of the restore."""
         notes = []
-        restored = (None if checkpointer.latest_step() is None else
-                    checkpointer.restore_latest_good(self.abstract_state, notes.append))
-        if restored is None:
+        restored = checkpointer.restore_latest_good(self.abstract_state, notes.append)
+        if restored is None:  # before the init (a collective, and a whole state in memory)
+            with together("checking a start from step 0", _STOPS):
+                notes += checkpointer.check_start_from_scratch(self.fresh_start)
             return self.init_state(), None, notes
         return restored[0], restored[1:], notes
 
     def _check_start(self, checkpointer: Checkpointer, train_iter,
                      restored: tuple[dict, int] | None, notes: list) -> list:
-        """Before the first step: a new state is refused where every checkpoint was set aside
-        as damaged (unless fresh_start), a restored one beyond train.num_steps or of another
-        task; the data position restored. Then the workdir's run files: config.json,
-        requested_config.json and, at a text run's first start, its vocabulary. Returns
-        `notes` with those to print added."""
+        """Before the first step: a restored state beyond train.num_steps or of another task is
+        refused; the data position restored. Returns `notes` with those to print added."""
         if restored is None:
-            notes += checkpointer.check_start_from_scratch(self.fresh_start)
             notes.extend(self.task.resolution().notes)  # e.g. which weights, from where
         else:
             data_state, step = restored
@@ -301,6 +298,12 @@ class Trainer:
                 notes.append("--fresh_start is not used: it applies only where every checkpoint "
                              "was set aside as damaged, and a usable one was resumed (to train "
                              "from step 0, use a new --workdir)")
+        return notes
+
+    def _write_run_files(self, notes: list) -> list:
+        """The workdir's run files, once every process's start checks passed: config.json,
+        requested_config.json and, at a text run's first start, its vocabulary. Returns `notes`
+        with those to print added."""
         storage.make_folder(self.workdir)  # only now: no empty one if stopped
         if self.process_index == 0:  # only now: a checkpoint that does not fit keeps its config
             run_config.write(self.workdir, self.config, self.task.resolution())
@@ -337,8 +340,10 @@ class Trainer:
                                     keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint,
                                     keep_on_interval=cfg.average_checkpoints > 0)
         state, restored, notes = self._restore_or_init(checkpointer)
-        with together("preparing the first step", _STOPS):
+        with together("checking the start", _STOPS):  # before process 0 writes anything
             notes = self._check_start(checkpointer, train_iter, restored, notes)
+        with together("preparing the first step", _STOPS):
+            notes = self._write_run_files(notes)
             start = self.start_step = int(jax.device_get(state.step))
             writer = MetricsWriter(self.workdir, total_steps=cfg.num_steps, start_step=start,
                                    progress_bar=cfg.progress_bar)

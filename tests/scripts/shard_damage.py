@@ -9,7 +9,9 @@ OCDBT's 1 KiB inline size in its own `ocdbt.process_<i>` file. `restore` restore
 good step (`restore_latest_good`) on the same mesh, so each process reads only its own rows,
 and prints one JSON line per process: its index, the step, whether its rows are that step's
 values, the warnings, or the error that stopped it (type and message). With
-FAIL_RESTORE_ON_PROCESS=I, process I's reading of the arrays raises OSError EIO.
+FAIL_RESTORE_ON_PROCESS=I, process I's reading of the arrays raises OSError EIO; with
+INTERRUPT_RESTORE_ON_PROCESS=I a SIGTERM stops it there; with OLDER_LISTING_ON_PROCESS=I
+process I lists the steps without the newest (a stale view of the folder).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from train import distributed  # noqa: E402
 from train.checkpointing import Checkpointer  # noqa: E402
+from train.interrupts import StoppedBySignal  # noqa: E402
 
 SHAPE = (64, 256)
 
@@ -48,6 +51,13 @@ def main(action: str, directory: str, args: list[str]) -> None:
         def fail(*args, **kwargs):
             raise OSError(errno.EIO, "Input/output error")
         ocp.StandardCheckpointHandler.restore = fail
+    if os.environ.get("INTERRUPT_RESTORE_ON_PROCESS") == str(index):
+        def interrupt(*args, **kwargs):
+            raise StoppedBySignal(15)
+        ocp.StandardCheckpointHandler.restore = interrupt
+    if os.environ.get("OLDER_LISTING_ON_PROCESS") == str(index):
+        listed = Checkpointer.all_steps
+        Checkpointer.all_steps = lambda self: listed(self)[:-1]
     with Checkpointer(directory, save_every=1, keep=2) as checkpointer:
         if action == "save":
             for step in (1, 2):
@@ -58,9 +68,9 @@ def main(action: str, directory: str, args: list[str]) -> None:
         warnings: list[str] = []
         try:
             state, _, step = checkpointer.restore_latest_good(abstract, warnings.append)
-        except Exception as error:  # noqa: BLE001 - reported, for the test to judge
-            print(json.dumps({"process": index, "error": [type(error).__name__, str(error)]}),
-                  flush=True)
+        except BaseException as error:  # noqa: BLE001 - reported, for the test to judge
+            print(json.dumps({"process": index, "error": [type(error).__name__, str(error)],
+                              "signum": getattr(error, "signum", None)}), flush=True)
             return
     rows = all(np.array_equal(np.asarray(shard.data), values(step)[shard.index])
                for shard in state["w"].addressable_shards)
