@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 
 import flax.linen as nn
@@ -39,7 +38,7 @@ import numpy as np
 from benchmarks import train_step as bench
 from benchmarks.outputs import benchmark_record, run_command
 from benchmarks.report import (_flop_rate, _memory, noise_note, paired_ratio, ratio_lines,
-                               round_peaks, row_numbers)
+                               round_peaks, row_numbers, run_fields)
 from data.pipelines.patch_masking import KEY, patch_orders
 from train import flops, partitioning
 from train.config import apply_override, load_config_file
@@ -92,16 +91,11 @@ def make_report(args, contenders, peaks: list[float], peak_source: str, cfg) -> 
     rows = [row_numbers(c, args.batch, peaks) for c in contenders]
     by_label = {c.label: c for c in contenders}
     speedup, speedup_range = paired_ratio(by_label[MASK_TOKENS], by_label[VISIBLE])
-    device = jax.devices()[0]
     return {"config": args.config, "batch": args.batch, "mask_ratio": cfg.mask_ratio,
             "patches": cfg.num_patches, "visible": cfg.num_visible,
             "encoder": f"{cfg.encoder.num_layers} x {cfg.encoder.hidden_size}",
             "decoder": f"{cfg.decoder.num_layers} x {cfg.decoder.hidden_size}",
-            "dtype": str(cfg.encoder.dtype),
-            "device": f"{device.platform}: {device.device_kind}", "cpu_count": os.cpu_count(),
-            "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "peak_tflops": max(peaks) / 1e12, "round_peak_tflops": [p / 1e12 for p in peaks],
-            "peak_source": peak_source, "steps": args.steps, "repeats": args.repeats,
+            "dtype": str(cfg.encoder.dtype), **run_fields(args, peaks, peak_source),
             "rows": rows,
             "ratios": {RATIO: speedup,
                        "model FLOPs ratio (mask tokens / visible only)":

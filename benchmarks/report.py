@@ -75,16 +75,22 @@ def make_report(args, contenders: Sequence, *, tokens_per_example: int, shape: s
                 OURS_EVERY_POSITION]
         for name, ours in pairs.items():
             ratios[name], ratio_ranges[name] = paired_ratio(peer, ours)
-    device = jax.devices()[0]
     return {"model": args.model, "size": args.size, "shape": shape, "batch": args.batch,
             "dtype": args.dtype, "remat": args.remat, "dropout": dropout,
             "attention_dropout": attention_dropout, "attention": attention,
             "prng": jax.config.jax_default_prng_impl,
-            "device": f"{device.platform}: {device.device_kind}", "cpu_count": os.cpu_count(),
+            **run_fields(args, peaks, peak_source),
+            "rows": rows, "ratios": ratios, "ratio_ranges": ratio_ranges}
+
+
+def run_fields(args, peaks: Sequence[float], peak_source: str) -> dict:
+    """What every benchmark report says of the machine, the peak its MFU is against (the
+    highest round's, and each round's) and how long it timed."""
+    device = jax.devices()[0]
+    return {"device": f"{device.platform}: {device.device_kind}", "cpu_count": os.cpu_count(),
             "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "peak_tflops": max(peaks) / 1e12, "round_peak_tflops": [p / 1e12 for p in peaks],
-            "peak_source": peak_source, "steps": args.steps, "repeats": args.repeats,
-            "rows": rows, "ratios": ratios, "ratio_ranges": ratio_ranges}
+            "peak_source": peak_source, "steps": args.steps, "repeats": args.repeats}
 
 
 def _memory(row: dict) -> str:

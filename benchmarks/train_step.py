@@ -226,11 +226,6 @@ def time_rounds(contenders: list[Contender], *, steps: int, repeats: int,
 # ------------------------------------------------------------------------------------ report
 
 
-def peak_flops(args) -> tuple[float | None, str]:
-    """(peak FLOP/s, where it comes from); None: to be measured during the run."""
-    return peak_for(args.dtype, args.peak_tflops)
-
-
 def peak_for(dtype: str, given_tflops: float = 0.0) -> tuple[float | None, str]:
     """(peak FLOP/s, where it comes from) for a step computing in `dtype`: `given_tflops`, a
     GPU's or TPU's bf16 data sheet, else None: measured around each round (`measured_peak`)."""
@@ -350,7 +345,7 @@ def run(args) -> dict:
 
 
 def _run(args) -> dict:
-    peak, peak_source = peak_flops(args)
+    peak, peak_source = peak_for(args.dtype, args.peak_tflops)
     with tempfile.TemporaryDirectory() as workdir:
         setup = (bert_setup if args.model == "bert" else vit_setup)(args, workdir)
     mesh = partitioning.make_mesh(setup.config.mesh, devices=jax.devices()[:1])

@@ -164,7 +164,11 @@ class AppendFile:
                 os.fsync(self._file.fileno())
         elif self._known != len(self._contents):
             new = self._contents[self._known:]
-            if self.path.exists() and self.path.stat().length != self._known:
+            try:  # one metadata request: the object's size, if it is there
+                size = self.path.stat().length
+            except FileNotFoundError:
+                size = self._known
+            if size != self._known:
                 self._contents = bytearray(self.path.read_bytes()) + new  # another writer's
             self.path.write_bytes(bytes(self._contents))
             self._known = len(self._contents)
