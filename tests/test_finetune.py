@@ -187,9 +187,10 @@ def test_fine_tuning_from_a_pretraining_workdir(brown_env, tmp_path):
         _task(smoke_config("brown_genre", init=str(tmp_path / "nowhere")))
     # config values the pretrained model and vocabulary replace are named, not dropped silently
     other = _task(smoke_config("brown_genre", **{"init": str(pre), "model.hidden_size": 64,
-                                                 "data.lowercase": False}))
+                                                 "data.lowercase": False, "data.vocab_size": 9}))
     line = other.init.description
     assert "config values it replaces: model.hidden_size 64 -> 32" in line, line
+    assert f"data.vocab_size 9 -> {task.model_config.vocab_size} (the init's)" in line, line
     assert "data.lowercase False -> True" in line and "num_layers" not in line, line
 
 

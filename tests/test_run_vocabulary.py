@@ -208,3 +208,31 @@ def test_a_resumed_run_and_fine_tuning_keep_the_run_s_vocabulary(brown_data_root
     fresh = tmp_path / "fresh"
     shutil.copytree(workdir / "vocabulary", fresh / "vocabulary")
     assert Trainer(config, fresh).saved_vocabulary is None
+
+
+def test_a_vocab_size_beside_a_vocab_file_of_another_size_is_said_unused(brown_data_root,
+                                                                         tmp_path, monkeypatch):
+    """data.vocab_size sizes a vocabulary trained on the texts; beside a data.vocab_file of
+    another size the run says it is not used (pretraining, and fine-tuning from scratch)."""
+    from train.finetune_init import resolve_init
+    from train.tasks.bert_pretrain import BertPretrainingTask
+
+    monkeypatch.setenv("PAPERS_JAX_DATA", str(brown_data_root))
+    file = tmp_path / "tokenizer.json"
+    file.write_text(_wordpiece().tokenizer_json)
+    size = _wordpiece().vocab_size
+    unused = "config.data.vocab_size=400 is not used: the vocabulary is config.data.vocab_file's"
+    pretrain = load_config_file("configs/bert/pretrain.py:smoke")
+    finetune = load_config_file("configs/bert/finetune.py:smoke")
+    for config, key in ((pretrain, "names"), (finetune, "name")):
+        apply_override(config, f"data.{key}", "('brown',)" if key == "names" else "brown_genre")
+        apply_override(config, "data.vocab_file", str(file))
+    apply_override(finetune, "init", "scratch")
+    assert pretrain.data.vocab_size == finetune.data.vocab_size == 400
+    notes = BertPretrainingTask(pretrain).resolution().notes
+    assert len(notes) == 1 and notes[0].startswith(unused) and f"({size} tokens)" in notes[0]
+    assert unused in resolve_init(finetune, scratch_vocab=None).description
+    for config in (pretrain, finetune):  # the file's own size: nothing to say
+        apply_override(config, "data.vocab_size", str(size))
+    assert BertPretrainingTask(pretrain).resolution().notes == ()
+    assert "vocab_size" not in resolve_init(finetune, scratch_vocab=None).description

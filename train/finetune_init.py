@@ -36,7 +36,7 @@ import ml_collections
 from etils import epath
 
 from models.bert import SCAN_NAME, BertConfig, with_layer_layout
-from train import run_config, storage
+from train import run_config, storage, vocabulary
 from train.config import ConfigError, to_dataclass
 from train.pretrained_params import put_pretrained
 
@@ -86,6 +86,8 @@ def _describe(what: str, cfg: BertConfig, tokenizer: Any, config=None) -> str:
                 if k in _DIMENSIONS and model[k] != getattr(cfg, k)]
     if data.vocab_file:
         replaced.append(f"data.vocab_file {data.vocab_file!r} (the init's vocabulary instead)")
+    if tokenizer is not None and data.vocab_size != cfg.vocab_size:
+        replaced.append(f"data.vocab_size {data.vocab_size} -> {cfg.vocab_size} (the init's)")
     if tokenizer is not None and data.lowercase != tokenizer.lowercase:
         replaced.append(f"data.lowercase {data.lowercase} -> {tokenizer.lowercase}")
     return line + ("; config values it replaces: " + ", ".join(replaced) if replaced else "")
@@ -126,8 +128,11 @@ def _scratch(config, scratch_vocab) -> Pretrained:
         f"the size of the WordPiece vocabulary trained on the {data.train_split} texts of "
         f"{data.name} when the run starts, config.data.vocab_size={data.vocab_size} asked for "
         "(the texts may give fewer or more: data/vocab/wordpiece.py); not trained yet")
-    return Pretrained(cfg, tok, None, _describe("random, config.model's sizes", cfg, tok),
-                      pending)
+    description = _describe("random, config.model's sizes", cfg, tok)
+    unused = vocabulary.unused_size(data, tok) if tok is not None else None
+    if unused:
+        description += "; " + unused
+    return Pretrained(cfg, tok, None, description, pending)
 
 
 def _minilm(config, build: bool) -> Pretrained:

@@ -52,6 +52,16 @@ def settings_of(config, keys) -> dict[str, Any]:
     return {key: config[key.split(".")[0]][key.split(".")[1]] for key in keys}
 
 
+def unused_size(data, tokenizer: Any) -> str | None:
+    """The note a run prints for config.data.vocab_size beside a data.vocab_file of another
+    size (the key sizes a vocabulary trained on the texts, not the file's: said, not silently
+    dropped); None where there is no file or the sizes agree."""
+    if not data.get("vocab_file") or tokenizer.vocab_size == data.vocab_size:
+        return None
+    return (f"config.data.vocab_size={data.vocab_size} is not used: the vocabulary is "
+            f"config.data.vocab_file's ({tokenizer.vocab_size:,} tokens)")
+
+
 def kind_of(tokenizer: Any) -> str:
     """'wordpiece', 'sentencepiece' or 'bpe' for the tokenizers of data/vocab/wordpiece.py,
     data/vocab/sentencepiece.py and data/vocab/bpe.py."""

@@ -117,6 +117,10 @@ class BertPretrainingTask(MaskedLMData, Task):
             return self.inputs.sample_documents(data.vocab_sample_documents)
         return self.inputs.documents(data.train_split)
 
+    def resolution(self) -> Resolution:
+        unused = vocabulary.unused_size(self.config.data, self.tokenizer)
+        return Resolution(self.model_config, notes=(unused,) if unused else ())
+
     @classmethod
     def plan(cls, config, saved_vocabulary=None) -> Resolution:
         """The model with the vocabulary's size when it needs no training (a vocab_file, a
