@@ -258,11 +258,11 @@ def shared_checkpoint(tmp_path_factory):
     return directory
 
 
-def _two_reports(directory, env=None) -> list[dict]:
-    """Each process's JSON report of `restore_latest_good` on `directory` (shard_damage.py);
-    fails the test when they have not both ended within 180 s (they would wait for ever in
-    each other's collectives)."""
-    processes = start_two_processes([SHARES, "restore", str(directory)], env=env)
+def _two_reports(directory, env=None, action="restore") -> list[dict]:
+    """Each process's JSON report of `restore_latest_good` (or `action`) on `directory`
+    (shard_damage.py); fails the test when they have not both ended within 180 s (they would
+    wait for ever in each other's collectives)."""
+    processes = start_two_processes([SHARES, action, str(directory)], env=env)
     try:
         outputs = [process.communicate(timeout=180) for process in processes]
     except subprocess.TimeoutExpired:
@@ -397,3 +397,24 @@ def test_the_trainer_stops_rather_than_lose_checkpoints_or_train_over_damaged_on
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"] == [5, 10, 15, 20]
     assert (tmp_path / SUPERSEDED).read_bytes() == kept["metrics.jsonl"]
+
+
+def test_averaging_stops_every_process_when_one_fails_or_lists_other_steps(shared_checkpoint,
+                                                                           tmp_path):
+    """The final eval's checkpoint average (train/checkpoint_averaging.py) on two processes:
+    each averages its own rows of steps 1 and 2; EIO while process 1 reads stops both, process
+    0 naming process 1 (it would wait in the eval's collectives); a stale listing on process 1
+    stops both before any read (each would average other steps)."""
+    directory = tmp_path / "ckpt"
+    shutil.copytree(shared_checkpoint, directory)
+    assert [(r["step"], r["rows_match"]) for r in _two_reports(directory, action="average")] == [
+        ([1, 2], True), ([1, 2], True)]
+    first, second = _two_reports(directory, {"FAIL_RESTORE_ON_PROCESS": "1"}, action="average")
+    assert second["error"][0] == "OSError"
+    assert first["error"] == ["RuntimeError", "process 1 of 2 failed reading checkpoint 1 "
+                              "to average it (OSError: [Errno 5] Input/output error), so "
+                              "process 0 stops too: the whole error is in process 1's output"]
+    first, second = _two_reports(directory, {"OLDER_LISTING_ON_PROCESS": "1"}, action="average")
+    assert first["error"][0] == second["error"][0] == "CheckpointError"
+    assert first["error"][1].startswith("processes [1] list other checkpoints")
+    assert sorted(os.listdir(directory)) == ["1", "2"]

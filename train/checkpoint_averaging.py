@@ -27,6 +27,9 @@ from typing import Any, Callable, Iterable
 import jax
 import jax.numpy as jnp
 
+from train.checkpoint_damage import CheckpointError
+from train.distributed import together
+
 
 def steps_to_average(saved_steps: list[int], count: int) -> list[int]:
     """The last `count` of a run's saved steps (all of them when fewer are saved)."""
@@ -40,11 +43,20 @@ def average_params(checkpointer, abstract_state: Any, steps: list[int],
     """The element-wise mean of the parameters saved at `steps` by `checkpointer`
     (train/checkpointing.py), in the shardings and dtypes of `abstract_state.params`: each
     checkpoint restored into `abstract_state` in turn, summed in float32, divided by
-    len(steps)."""
+    len(steps). Several processes first agree that they average the same steps (a stale
+    listing on one would not), and a read that fails on any stops them all (CheckpointError or
+    its subclass; StoppedBySignal for a signal)."""
     if not steps:
         raise ValueError("no checkpoint to average")
-    return mean_in_float32((checkpointer.restore(abstract_state, step, warn)[0].params
-                            for step in steps), abstract_state.params)
+    checkpointer.check_same_steps(steps)  # else processes would average different steps
+
+    def read(step: int) -> Any:
+        # A read failing on one process (its share of the arrays) stops all, naming it: the
+        # others would wait in the final eval's collectives.
+        with together(f"reading checkpoint {step} to average it", (CheckpointError,)):
+            return checkpointer.restore(abstract_state, step, warn)[0].params
+
+    return mean_in_float32((read(step) for step in steps), abstract_state.params)
 
 
 def mean_in_float32(trees: Iterable[Any], like: Any = None) -> Any:

@@ -255,7 +255,7 @@ class Checkpointer:
         """
         self.wait()
         steps = self.all_steps()
-        self._check_same_steps(steps)  # else processes would restore different steps
+        self.check_same_steps(steps)  # else processes would restore different steps
         for step in reversed(steps):
             path = self.directory / str(step)
             restored, damage, error = self._try_restore(abstract_state, step, warn)
@@ -270,7 +270,7 @@ class Checkpointer:
                  "checkpoint is tried")
         return None
 
-    def _check_same_steps(self, steps: list[int]) -> None:
+    def check_same_steps(self, steps: list[int]) -> None:
         """CheckpointError on every process when some list other steps than process 0 (a
         collective): each would restore another step, or start afresh while others restore."""
         digest = hashlib.sha256(repr(steps).encode()).hexdigest()
