@@ -84,6 +84,7 @@ def test_a_multi_process_run_never_prepares_a_catalog_dataset(monkeypatch, read)
         "features": lambda: sources.features_of(name, "tfds"),
         "info": lambda: sources.dataset_info(name, "tfds")}
     prepared = []
+    monkeypatch.setattr(sources, "offline_reason", lambda: None)  # as if online
     with mock_tfds(4, prepared=False), mock.patch.object(  # inside the mock's own patch
             tfds.core.DatasetBuilder, "download_and_prepare",
             lambda self, *a, **kw: prepared.append(self.name)):
@@ -97,6 +98,32 @@ def test_a_multi_process_run_never_prepares_a_catalog_dataset(monkeypatch, read)
         assert prepared == [name.partition("/")[0]]  # not again
     with mock_tfds(4):  # prepared before launching: read by every process
         assert calls[read]() is not None
+
+
+def test_an_unprepared_catalog_dataset_offline_is_refused_at_once(monkeypatch, tmp_path):
+    """No host name resolves (the build machines): a DataError naming it and `tfds build`,
+    before TFDS's downloader retries each file for minutes; nothing probed behind a proxy."""
+    import socket
+
+    import tensorflow_datasets as tfds
+
+    for variable in sources.PROXY_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+
+    def unresolved(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unresolved)
+    prepared = []
+    with mock.patch.object(tfds.core.DatasetBuilder, "download_and_prepare",
+                           lambda self, *a, **kw: prepared.append(self.name)):
+        with pytest.raises(DataError, match=(
+                r"'mnist' could not be loaded \(ConnectionError: no internet here: the host name "
+                r"storage.googleapis.com does not resolve .*tfds build mnist ")):
+            sources.get_data_source("mnist", "test", source="tfds", data_dir=tmp_path)
+    assert prepared == []
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert sources.offline_reason() is None
 
 
 def test_two_joined_processes_stop_before_preparing_a_dataset():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import socket
 import sys
 from typing import Literal, Sequence
 
@@ -121,6 +122,25 @@ def _unprepared_error(name: str, builder, data_dir, processes: int) -> DataError
         "(docs/launch.md, 'The data, prepared once').")
 
 
+PROBE_HOST = "storage.googleapis.com"  # TFDS's own bucket: dataset infos and many downloads
+PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
+                   "ALL_PROXY")
+
+
+def offline_reason() -> str | None:
+    """Why this machine cannot download (its resolver knows no PROBE_HOST: offline, as the
+    build machines are), else None; TFDS's downloader would retry each file with a growing
+    back-off, minutes, before failing. Behind a proxy (which resolves names for the machine)
+    nothing is probed."""
+    if any(os.environ.get(variable) for variable in PROXY_VARIABLES):
+        return None
+    try:
+        socket.getaddrinfo(PROBE_HOST, 443)
+    except OSError as error:
+        return f"no internet here: the host name {PROBE_HOST} does not resolve ({error})"
+    return None
+
+
 def _catalog_builder(name: str, data_dir: str | pathlib.Path | None):
     """The TFDS catalog's builder for `name`, prepared (module docstring: downloaded and
     prepared here by a single process; a DataError in a multi-process run)."""
@@ -135,6 +155,8 @@ def _catalog_builder(name: str, data_dir: str | pathlib.Path | None):
     if not builder.is_prepared():
         if (processes := process_count()) > 1:
             raise _unprepared_error(name, builder, data_dir, processes)
+        if (offline := offline_reason()) is not None:  # TFDS would retry each file for minutes
+            raise _tfds_error(name, data_dir, ConnectionError(offline))
         try:
             builder.download_and_prepare()
         except Exception as e:  # network, missing manual files, optional dependencies.
