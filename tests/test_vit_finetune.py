@@ -124,13 +124,22 @@ def test_the_docs_fine_tuning_commands_run_as_written(exported, commands, fashio
     np.testing.assert_array_equal(flat[("head", "kernel")], params["head"]["kernel"])
 
 
-def test_another_class_count_or_init_head_new_gets_a_zero_head(exported, fashion_mnist_env):
+def test_another_class_count_or_init_head_new_gets_a_zero_head(exported, fashion_mnist_env,
+                                                               tmp_path):
     workdir, _, npz, params = exported
-    config = _config(str(npz), **{"model.num_classes": 12, "model.scan_layers": True})
+    tensors = dict(np.load(npz))  # a checkpoint whose classifier has 12 classes
+    tensors["head/kernel"] = np.ones((tensors["head/kernel"].shape[0], 12), np.float32)
+    tensors["head/bias"] = np.ones((12,), np.float32)
+    np.savez(twelve := tmp_path / "twelve.npz", **tensors)
+    config = _config(str(twelve), **{"model.scan_layers": True})
     task, flat = _initial_params(config)
-    assert task.resolution().notes[-1] == ("new zero-initialised classifier for 12 classes (the "
-                                           "checkpoint's has 10)")
-    assert flat[("head", "kernel")].shape == (32, 12) and not flat[("head", "kernel")].any()
+    assert task.resolution().notes[-1] == ("new zero-initialised classifier for 10 classes (the "
+                                           "checkpoint's has 12)")
+    assert flat[("head", "kernel")].shape == (32, 10) and not flat[("head", "kernel")].any()
+    with pytest.raises(ConfigError, match=r"the classifier has 12 classes \(config.model.num_"
+                                          r"classes, or config.init's\), but config.data.name="
+                                          r"'fashion_mnist' has 10: set --config.model.num_"):
+        _initial_params(_config(str(npz), **{"model.num_classes": 12}))
     np.testing.assert_array_equal(flat[("blocks", "attention", "query", "kernel")][1],
                                   params["block_1"]["attention"]["query"]["kernel"])
     config = _config(str(workdir), **{"init_head": "new"})

@@ -103,13 +103,14 @@ class _LoadBatch:
     Indices >= len(source) are padding: zero image, label 0, mask 0. With `any_size`, 'image' is
     a list of the decoded images as they are (padding: None), for a later step to bring to
     image_shape; else each must have image_shape. With `patch_order` (an eval pass) the batch
-    also holds each index's patch permutation.
+    also holds each index's patch permutation. With `num_classes`, a label outside
+    [0, num_classes) is a DataError (the loss would wrap -1 to the last class, or be NaN).
     """
 
     def __init__(self, source, image_shape: tuple[int, ...], any_size: bool = False,
-                 patch_order: ExamplePatchOrder | None = None):
+                 patch_order: ExamplePatchOrder | None = None, num_classes: int | None = None):
         self.source, self.image_shape, self.length = source, image_shape, len(source)
-        self.any_size, self.patch_order = any_size, patch_order
+        self.any_size, self.patch_order, self.num_classes = any_size, patch_order, num_classes
 
     def __call__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         real = indices[indices < self.length]
@@ -128,13 +129,24 @@ class _LoadBatch:
                 raise DataError(f"{what} expected, found {image.shape} in "
                                 f"{describe(self.source)} (example {real[j]})")
             images[j] = image
-            labels[j] = example["label"]
+            labels[j] = self._label(example["label"], real[j])
         mask = np.zeros((len(indices),), np.float32)
         mask[: len(real)] = 1.0
         batch = {"image": images, "label": labels, "mask": mask}
         if self.patch_order is not None:  # an eval pass: each example's own permutation
             batch[PATCH_ORDER] = self.patch_order(indices)
         return batch
+
+    def _label(self, label, index: int) -> int:
+        label = int(label)
+        if self.num_classes is None or 0 <= label < self.num_classes:
+            return label
+        why = ("-1 marks an unlabelled example in TFDS (imagenet2012's test split has no labels: "
+               "evaluate on 'validation')" if label < 0 else
+               "config.model.num_classes must be the dataset's number of classes")
+        raise DataError(f"label {label} of example {index} in {describe(self.source)} is not "
+                        f"one of the model's {self.num_classes} classes (0 to "
+                        f"{self.num_classes - 1}): {why}")
 
 
 AUGMENTATIONS = ("none", "flip", "crop_flip", "inception_crop")
@@ -249,11 +261,12 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
                   num_epochs: int | None = None, patch_order: int = 0,
                   repeated_augment: int = 1,
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-                  worker_count: int = 0,
+                  worker_count: int = 0, num_classes: int | None = None,
                   read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
     """Iterator over this process's batches of `source` (see the module docstring);
     `worker_count` > 0 (training) makes them in that many processes, the same batches
-    (data/pipelines/workers.py)."""
+    (data/pipelines/workers.py). `num_classes`: the classifier's, which every label must be
+    one of (a DataError names the first that is not); None: labels unchecked (pretraining)."""
     image_shape = tuple(int(d) for d in image_shape)
     name = dataset_name(source)
     if augment not in AUGMENTATIONS:
@@ -307,7 +320,7 @@ def image_batches(source, *, batch_size: int, train: bool, seed: int,
         ds = grain.MapDataset.range(padded).batch(batch_size)
     example_orders = (ExamplePatchOrder(patch_order, patch_order_seed)
                       if patch_order and not train else None)
-    ds = ds.map(_LoadBatch(source, image_shape, any_size, example_orders))
+    ds = ds.map(_LoadBatch(source, image_shape, any_size, example_orders, num_classes))
     if train and augment != "none":
         ds = ds.random_map(_Augment(augment, image_shape),  # seeded by global batch index
                            seed=augment_seed)

@@ -66,11 +66,24 @@ def check_data(config) -> None:
                           "whole training split)")
 
 
+def check_classes(config, num_classes: int) -> None:
+    """ConfigError when the classifier's `num_classes` is not config.data.name's number of
+    classes: fewer, and a label past the last makes the loss NaN; more, and the model predicts
+    classes the dataset does not have."""
+    data = config.data
+    classes = sources.dataset_info(data.name, data.source).num_classes
+    if num_classes != classes:
+        raise ConfigError(f"the classifier has {num_classes} classes (config.model.num_classes, "
+                          f"or config.init's), but config.data.name={data.name!r} has {classes}: "
+                          f"set --config.model.num_classes={classes}")
+
+
 class ImageData:
     """The data methods of an image task (train/tasks/base.py); the task sets `config`,
     `image_shape`, `patch_order` (0, or the patches per image whose random order each batch
-    carries: data/pipelines/patch_masking.py) and `repeated_augment` (DeiT's repeated
-    augmentation: each training image this many times in a batch, differently augmented)."""
+    carries: data/pipelines/patch_masking.py), `repeated_augment` (DeiT's repeated
+    augmentation: each training image this many times in a batch, differently augmented) and
+    `num_classes` (a classifier's, which every label must be one of; None: unchecked)."""
 
     IMAGE_KEYS = ("name", "image_shape", "augment", "eval_resize", "normalize", "train_fraction",
                   "train_subset", "worker_count")  # the config.data keys read here
@@ -78,6 +91,7 @@ class ImageData:
     image_shape: tuple[int, ...] = ()
     patch_order: int = 0
     repeated_augment: int = 1
+    num_classes: int | None = None
 
     @staticmethod
     def datasets(config) -> tuple[str, ...]:
@@ -116,13 +130,15 @@ class ImageData:
             self.train_source(), batch_size=batch_size, train=True, seed=seed,
             process_index=process_index, process_count=process_count,
             augment=self.config.data.augment, repeated_augment=self.repeated_augment,
-            worker_count=self.config.data.worker_count, **self._pixels())
+            worker_count=self.config.data.worker_count, num_classes=self.num_classes,
+            **self._pixels())
 
     def eval_batches(self, *, batch_size: int, process_index: int, process_count: int):
         """(iterator over this process's eval batches, number of batches every process runs)."""
         source = self._source(self.config.data.eval_split)
         iterator = image_data.image_batches(
             source, batch_size=batch_size, train=False, seed=0, process_index=process_index,
-            process_count=process_count, augment="none", **self._pixels())
+            process_count=process_count, augment="none", num_classes=self.num_classes,
+            **self._pixels())
         return iterator, num_batches(len(source), batch_size=batch_size,
                                      process_count=process_count)
