@@ -108,7 +108,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache, *, batch_size: int, bea
         carried = jnp.where(is_pad, log_prob[..., None], -jnp.inf)
         candidate = jnp.where(finished[..., None], carried, log_prob[..., None] + logp)
         candidate_length = jnp.where(finished, length, step + 1)                 # [b, k]
-        score = candidate / lp(candidate_length, alpha)[..., None]
+        # (a row with limit 0 starts finished at length 0: power's lp(0) would be 0, 0/0 NaN)
+        score = candidate / lp(jnp.maximum(candidate_length, 1), alpha)[..., None]
         _, best = jax.lax.top_k(score.reshape(b, k * vocab), k)                  # [b, k]
         parents, token = best // vocab, (best % vocab).astype(jnp.int32)
         rows = jnp.arange(b)[:, None]

@@ -352,6 +352,24 @@ def test_beam_search_row_limits_match_brute_force():
         assert np.all(tokens[row, :, limit:] == PAD) and np.all(scores[row, n:] < 0.5 * B.NEG_INF)
 
 
+@pytest.mark.parametrize("penalty", ["gnmt", "power"])
+def test_a_row_limited_to_no_tokens_gives_padding_of_score_zero(penalty):
+    """Limit 0 (an empty input with no extra tokens): the row starts finished, its best
+    hypothesis all padding with score 0 under either penalty (power's lp(0) = 0 made it NaN
+    and picked -inf tokens); the other row decodes as if alone."""
+    table = np.random.default_rng(5).normal(size=(2, 8, 8, 8))
+    tokens, scores = B.beam_search(markov_search_fn(table), markov_cache(2, 3), batch_size=2,
+                                   beam_size=3, max_length=4, bos_id=BOS, eos_id=EOS,
+                                   alpha=0.6, penalty=penalty, row_max_length=jnp.array([0, 4]))
+    tokens, scores = np.asarray(tokens), np.asarray(scores)
+    assert np.all(tokens[0, 0] == PAD) and scores[0, 0] == 0.0
+    alone, alone_scores = B.beam_search(markov_search_fn(table[1:]), markov_cache(1, 3),
+                                        batch_size=1, beam_size=3, max_length=4, bos_id=BOS,
+                                        eos_id=EOS, alpha=0.6, penalty=penalty)
+    np.testing.assert_array_equal(tokens[1], np.asarray(alone)[0])
+    np.testing.assert_allclose(scores[1], np.asarray(alone_scores)[0], rtol=1e-6)
+
+
 def test_input_length_limits():
     """Real tokens of each input (EOS included, padding not) + extra, capped; against NumPy."""
     inputs = np.array([[5, 6, EOS, PAD, PAD], [7, EOS, PAD, PAD, PAD], [5, 6, 7, 8, EOS]])
