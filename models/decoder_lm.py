@@ -70,6 +70,7 @@ import jax
 import jax.numpy as jnp
 
 from models import position
+from models.position import document_positions  # noqa: F401  (re-exported)
 from models.attention import MultiHeadAttention, causal_mask, combine_masks, segment_mask
 from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices, check_heads,
                                   check_optional_at_least, check_position_encoding,
@@ -158,16 +159,6 @@ class DecoderLMConfig:
                 f"{length} positions exceed max_length={self.max_length} of posemb='learned' "
                 "(one trained row per position; it cannot extrapolate): shorten the sequence or "
                 "the decoding (prompt + new tokens), or use a config with a longer table")
-
-
-def document_positions(segment_ids):
-    """Positions ``[b, l]`` int32 that restart at 0 where a new document (segment id) begins:
-    ids ``[1 1 1 2 2 0]`` -> ``[0 1 2 0 1 0]`` (padding restarts too; it is never attended)."""
-    segment_ids = jnp.asarray(segment_ids)
-    index = jnp.broadcast_to(jnp.arange(segment_ids.shape[1], dtype=jnp.int32), segment_ids.shape)
-    previous = jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
-    starts = jnp.where(segment_ids != previous, index, 0)
-    return index - jax.lax.cummax(starts, axis=1)
 
 
 def _dtypes(cfg: DecoderLMConfig):

@@ -39,6 +39,7 @@ import math
 from typing import Any, Callable
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -370,3 +371,14 @@ class T5RelativePositionBias(nn.Module):
             relative, self.bidirectional, self.num_buckets, self.max_distance)
         values = jnp.take(table, buckets, axis=0)                                 # [b, q, k, h]
         return jnp.transpose(values, (0, 3, 1, 2)).astype(self.dtype)
+
+
+def document_positions(segment_ids):
+    """Positions ``[b, l]`` int32 that restart at 0 where a new document (segment id) begins:
+    ids ``[1 1 1 2 2 0]`` -> ``[0 1 2 0 1 0]`` (padding restarts too; it is never attended).
+    The positions of packed rows, several documents to a row."""
+    segment_ids = jnp.asarray(segment_ids)
+    index = jnp.broadcast_to(jnp.arange(segment_ids.shape[1], dtype=jnp.int32), segment_ids.shape)
+    previous = jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    starts = jnp.where(segment_ids != previous, index, 0)
+    return index - jax.lax.cummax(starts, axis=1)

@@ -162,7 +162,11 @@ def _relative_bias(cfg, q_positions, kv_positions, *, causal: bool):
     return None
 
 
-def _default_positions(tokens, start=0):
+def _default_positions(tokens, start=0, *, segmentation=None):
+    """Positions where none are given: restarting in every example of a packed row
+    (`segmentation`), else start, start + 1, ... along the row."""
+    if segmentation is not None:
+        return position.document_positions(segmentation)
     batch, length = tokens.shape
     return jnp.broadcast_to(start + jnp.arange(length, dtype=jnp.int32), (batch, length))
 
@@ -178,7 +182,8 @@ class Encoder(nn.Module):
         cfg = self.config
         embedding = (self.shared_embedding if self.shared_embedding is not None
                      else _make_embedding(cfg, "embedding"))
-        positions = _default_positions(inputs) if positions is None else positions
+        if positions is None:
+            positions = _default_positions(inputs, segmentation=segmentation)
         x = _embed_tokens(cfg, embedding, inputs, positions, deterministic)
 
         valid = inputs != PAD_ID
@@ -230,7 +235,7 @@ class Decoder(nn.Module):
                 index.value = step + length
                 targets_positions = _default_positions(targets, step)
         if targets_positions is None:
-            targets_positions = _default_positions(targets)
+            targets_positions = _default_positions(targets, segmentation=targets_segmentation)
 
         embedding = (self.shared_embedding if self.shared_embedding is not None
                      else _make_embedding(cfg, "embedding"))
@@ -290,7 +295,8 @@ class Transformer(nn.Module):
 
     ``targets`` are the decoder inputs (``shift_right`` of the target tokens). For packed rows
     pass ``*_segmentation`` (ids >= 1 per example, 0 = padding) and ``*_positions``
-    (restarting at 0 per example). ``train=True`` enables dropout (rng collection 'dropout').
+    (restarting at 0 per example; ``position.document_positions`` of the segmentation when
+    not given). ``train=True`` enables dropout (rng collection 'dropout').
     ``encode`` and ``decode`` run the two halves (``decode=True``: cached decoding, see
     ``Decoder`` and ``models.decode``).
     """

@@ -154,6 +154,11 @@ def test_packed_row_equals_separate_examples(posemb):
                          inputs_positions=inputs_positions, targets_positions=targets_positions)
     np.testing.assert_allclose(packed[0, :3], alone[0, :3], atol=2e-5)
     np.testing.assert_allclose(packed[0, 3:8], alone[1, :5], atol=2e-5)
+    # Without positions, they restart in every example of the segmentation all the same.
+    derived = model.apply(variables, packed_inputs, packed_targets,
+                          inputs_segmentation=inputs_segmentation,
+                          targets_segmentation=targets_segmentation)
+    np.testing.assert_allclose(derived, packed, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="both inputs_segmentation and targets_segmentation"):
         model.apply(variables, packed_inputs, packed_targets,
                     targets_segmentation=targets_segmentation)
