@@ -149,12 +149,26 @@ def test_length_and_format_checks(brown_env):
     # both phases' lengths by max_position_embeddings (64 in the smoke config).
     with pytest.raises(ConfigError, match="max_seq_length=128.*max_position_embeddings"):
         BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128,
+                                            "data.max_predictions": 19,
                                             "model.posemb": "learned"}))
     with pytest.raises(ConfigError, match="phase2_max_seq_length=128"):
         BertPretrainingTask(smoke_config(**{"data.phase2_fraction": 0.1,
                                             "data.phase2_max_seq_length": 128,
+                                            "data.phase2_max_predictions": 19,
                                             "model.posemb": "learned"}))
-    BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128}))  # ALiBi: no limit
+    BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128,  # ALiBi: no limit
+                                        "data.max_predictions": 19}))
+    # a masking rate capped by max_predictions: 15% of 126 tokens is 19, of 30 (phase 2) is 4
+    with pytest.raises(ConfigError, match=r"config.data.max_predictions=5 is fewer than the 19 "
+                                          r"predictions config.data.select_prob=0.15 chooses .*"
+                                          r"cap the masking rate at 4.0%; set --config.data."
+                                          r"max_predictions=19 or more"):
+        BertPretrainingTask(smoke_config(**{"data.max_seq_length": 128}))
+    with pytest.raises(ConfigError, match=r"phase2_max_predictions=3 is fewer than the 4 .*"
+                                          r"phase2_max_seq_length=32: 30 tokens"):
+        BertPretrainingTask(smoke_config(**{"data.phase2_fraction": 0.5,
+                                            "data.phase2_max_seq_length": 32,
+                                            "data.phase2_max_predictions": 3}))
     for length in (0, -5):  # refused by name, not an error of the arrays' shapes
         with pytest.raises(ConfigError, match=f"max_seq_length={length} must be >= 3"):
             BertPretrainingTask(smoke_config(**{"data.max_seq_length": length}))

@@ -48,6 +48,26 @@ def phase2_steps(config) -> int:
     return int(round(config.train.num_steps * config.data.phase2_fraction))
 
 
+def _check_predictions(config) -> None:
+    """ConfigError where a phase's max_predictions would cap the masking rate: the tokens
+    select_prob chooses of a full sequence (its length less [CLS] and [SEP]) must fit, as
+    BERT's 20 at length 128 and 80 at 512 hold 15% (a capped rate is another ablation)."""
+    data = config.data
+    phases = [("max_seq_length", "max_predictions")]
+    if phase2_steps(config):
+        phases.append(("phase2_max_seq_length", "phase2_max_predictions"))
+    for length_key, key in phases:
+        tokens = data[length_key] - 2
+        wanted = int(round(tokens * data.select_prob))
+        if wanted > data[key]:
+            raise ConfigError(
+                f"config.data.{key}={data[key]} is fewer than the {wanted} predictions "
+                f"config.data.select_prob={data.select_prob} chooses of a full sequence "
+                f"(config.data.{length_key}={data[length_key]}: {tokens} tokens), which would "
+                f"cap the masking rate at {data[key] / tokens:.1%}; set --config.data.{key}="
+                f"{wanted} or more")
+
+
 def train_batch_keys(config) -> tuple[str, ...]:
     """The config.data keys of the global training batches: phase 2's too when there is one."""
     return ("batch_size",) + (("phase2_batch_size",) if config.data.phase2_fraction else ())
@@ -103,6 +123,7 @@ class PretrainingInputs:
         if not 0.0 <= data.phase2_fraction < 1.0:
             raise ConfigError(f"config.data.phase2_fraction={data.phase2_fraction} must be in "
                               "[0, 1)")
+        _check_predictions(config)
         self.config = config
         self.tokenizer = None
         self._document_cache: dict[str, list] = {}
