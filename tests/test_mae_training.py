@@ -257,6 +257,20 @@ def test_a_random_fraction_is_the_seeded_draw_without_replacement(fashion_mnist_
     assert not np.array_equal(other, indices)
 
 
+def test_norm_pix_loss_on_one_value_patches_is_refused(fashion_mnist_env):
+    """One-pixel patches of a grey image have no variance: every norm_pix target would be NaN
+    (unbiased variance 0/0); without norm_pix_loss they train."""
+    from train.config import ConfigError
+    from train.tasks.mae_pretrain import MAEPretrainingTask
+
+    one_pixel = {"model.encoder.patch_size": 1}  # Fashion-MNIST's 28 x 28 x 1
+    with pytest.raises(ConfigError, match=r"norm_pix_loss=True normalises each patch's 1 value"):
+        MAEPretrainingTask(_config("configs/vit/mae.py:smoke", **one_pixel,
+                                   **{"model.norm_pix_loss": True}))
+    MAEPretrainingTask(_config("configs/vit/mae.py:smoke", **one_pixel,
+                               **{"model.norm_pix_loss": False}))
+
+
 def test_a_model_key_the_task_does_not_read_is_refused():
     """A typo in a config file's model section, or a flag that is not a bool, is an error that
     names the key, not a setting silently left at its default."""

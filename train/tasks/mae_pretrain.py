@@ -87,6 +87,12 @@ class MAEPretrainingTask(ImageData, Task):
             raise ConfigError(f"config.model.encoder.image_size="
                               f"{self.model_config.encoder.image_size} does not match "
                               f"config.data.image_shape={shape}")
+        values = self.model_config.encoder.patch_size ** 2 * shape[-1]
+        if self.model_config.norm_pix_loss and values < 2:
+            raise ConfigError(f"config.model.norm_pix_loss=True normalises each patch's "
+                              f"{values} value by its variance, which one value does not have "
+                              "(every target would be NaN): use patches of more than one pixel "
+                              "(config.model.encoder.patch_size) or norm_pix_loss=False")
         self.image_shape = shape
         self.patch_order = self.model_config.num_patches
         self.d_model = self.model_config.encoder.hidden_size
