@@ -3,7 +3,10 @@
 BERT (Devlin et al. 2019, App. A.2) pretrains 90% of the steps on 128-token sequences and the
 last 10% on 512-token ones, continuing the same optimizer state. The trainer sees one iterator;
 `PhasedIterator` hands out batches of the first pipeline until `switch_after` batches have been
-drawn, then of the second. Its state (for exact resume) is the count and both inner states.
+drawn, then of the second. Its state (for exact resume) is the count and both inner states. At
+the switch the first pipeline is closed (its reader threads and worker processes would otherwise
+live on through phase 2), its final state kept for the checkpoints; a resume inside phase 2
+does not restore it (refilling its buffers for nothing) but closes it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class PhasedIterator:
         self._second = None
         self.switch_after = switch_after
         self.batches = 0
+        self._first_state = None  # the first pipeline's final state, once it is closed
 
     @property
     def phase(self) -> int:
@@ -37,18 +41,36 @@ class PhasedIterator:
         return self
 
     def __next__(self):
-        source = self._first if self.phase == 1 else self._second_iterator()
+        if self.phase == 1:
+            source = self._first
+        else:
+            if self._first_state is None:
+                self._close_first(self._first.get_state())
+            source = self._second_iterator()
         batch = next(source)
         self.batches += 1
         return batch
 
+    def _close_first(self, final_state: dict[str, Any]) -> None:
+        if self._first_state is None:
+            self._first_state = final_state
+            if callable(getattr(self._first, "close", None)):
+                self._first.close()
+
     def get_state(self) -> dict[str, Any]:
-        return {"batches": self.batches, "first": self._first.get_state(),
+        first = self._first_state if self._first_state is not None else self._first.get_state()
+        return {"batches": self.batches, "first": first,
                 "second": None if self._second is None else self._second.get_state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if self._first_state is not None and int(state["batches"]) < self.switch_after:
+            raise ValueError("phase 1's pipeline is closed: a state of phase 1 needs a new "
+                             "PhasedIterator")
         self.batches = int(state["batches"])
-        self._first.set_state(state["first"])
+        if self.phase == 2:
+            self._close_first(state["first"])
+        else:
+            self._first.set_state(state["first"])
         if state["second"] is not None:
             self._second_iterator().set_state(state["second"])
         else:
