@@ -8,6 +8,7 @@ not a run's and a run without the average."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -78,6 +79,20 @@ def test_errors_name_the_problem(vit_run, tmp_path, fixture_data_root, capsys):
         assert evaluate_cli.main([str(vit_run), "--weights", "ema"]) == 2
     assert "hold no moving average of the weights: the run trained with train.ema_decay=0" in \
         capsys.readouterr().err
+
+
+def test_a_text_run_without_its_vocabulary_is_refused(brown_data_root, tmp_path, capsys):
+    """A text run's checkpoints go with the vocabulary it kept in its workdir: without it the
+    cached one (which may have other ids) is not used in its place, as train.predict refuses."""
+    run = train(tmp_path / "bert", "configs/bert/pretrain.py:smoke", brown_data_root,
+                "--config.data.names=('brown',)", "--config.train.num_steps=2",
+                "--config.train.eval_every=0", "--config.optimizer.warmup_steps=1")
+    with data_root(brown_data_root):
+        assert evaluate_cli.main([str(run)]) == 0
+        shutil.rmtree(run / "vocabulary")
+        assert evaluate_cli.main([str(run)]) == 2
+    assert (f"error: {run} holds no vocabulary/ (a run keeps the one its checkpoints were "
+            "trained with there") in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

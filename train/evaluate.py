@@ -82,7 +82,9 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
     """(the checkpoint's step, its metrics on the split) for the run in `workdir` (module
     docstring), of the `weights` of train/run_weights.py (None: those the run's final eval
     scored); `log` gets the task's messages (translation samples)."""
+    from train import vocabulary
     from train.checkpointing import CheckpointError, checkpoint_steps
+    from train.config import ConfigError
     from train.run_weights import averaged_steps, final_eval_weights, load_weights
     from train.trainer import Trainer
 
@@ -95,6 +97,10 @@ def evaluate(workdir, *, split: str | None = None, step: int | None = None,
                               "(python -m train --workdir ...) or give one of the saved --step")
     step = steps[-1] if step is None else step
     trainer = Trainer(config, workdir)  # builds; writes nothing before run()
+    if getattr(trainer.task, "tokenizer", None) is not None and vocabulary.load(workdir) is None:
+        raise ConfigError(f"{workdir} holds no vocabulary/ (a run keeps the one its checkpoints "
+                          "were trained with there; the one cached under the data root may "
+                          "have other ids): restore it from a copy of the workdir")
     weights = weights or final_eval_weights(workdir, config.to_dict())
     saved = load_weights(workdir, step, weights, note=log)
     params = jax.tree.map(
