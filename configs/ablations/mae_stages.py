@@ -5,7 +5,10 @@ started from the pretraining workdir (its encoder, train/vit_init.py), on a budg
 
 Budget. The paper pretrains ViT-L for 800 epochs of ImageNet; here pretraining is 500 steps of 128
 images (about 1.1 epochs of Fashion-MNIST), fine-tuning and the probe 200 steps of 128 labelled
-images (0.43 epochs), each with one eval on the 10,000 test images at the end. The costs, from
+images (0.43 epochs), each with one eval on the 10,000 test images at the end. Pretraining
+keeps configs/vit/mae.py's learning rate, 1.5e-3, set at its batch of 256: MAE's rule (App. A.1,
+lr = base lr x batch / 256) would halve it at this batch of 128; and its warmup is a tenth of the
+steps (the paper's 40 of 800 epochs is a twentieth). The costs, from
 the models' FLOPs (train/flops.py) at the rate the ViT Table 8 sweep ran at (about 56 GFLOP/s on
 one core of the quiet 2-core machine: 600 steps of 256 images of a model of the same cost per
 image in about 4 minutes), with about 40 s a run of start-up, compilation and the eval: a

@@ -16,7 +16,8 @@ out of this run's workdir (train/vit_init.py):
 The paper's recipe where it fits (App. A.1): AdamW with betas (0.9, 0.95) and weight decay
 0.05, a linear warmup then a cosine decay, masking ratio 0.75, per-patch normalised pixels as
 targets, a class token in the encoder, fixed 2-D sine-cosine position embeddings in the encoder
-and the decoder, random horizontal flips. Not: its batch of 4096 and 800 epochs (here 256
+and the decoder, random horizontal flips (MAE's released code; App. A.1's table names random
+resized crops alone). Not: its batch of 4096 and 800 epochs (here 256
 images, about 8.5 epochs), its random resized crops, its base learning rate 1.5e-4 x batch /
 256 (a model this small, trained this briefly, takes 1.5e-3), and GELU (ReLU here, as in
 configs/vit/fashion_mnist.py: exact GELU's erf costs a 2-core CPU 14% of the step).
