@@ -4,10 +4,11 @@ DistilBERT's headline claim (Sanh et al. 2019, Tables 1 and 3) at CPU scale: a s
 its teacher's layers keeps 97% of the teacher's score (GLUE macro-score 77.0 against BERT-base's
 79.5) with 40% fewer parameters, 60% faster. Here the teacher is MiniLM fine-tuned on a task and
 the student 3 of its 6 layers (every other one, ending with the last), distilled on the same task
-from the teacher's soft labels and the gold labels (configs/bert/distill.py:mode=task: the
-paper's task-specific "DistilBERT (D)", as TinyBERT distils; the general-purpose distillation of
-the paper needs a pretrained teacher with an MLM head and a corpus this machine cannot give
-MiniLM, whose student could then only be fine-tuned). One row per task, its test split:
+from the teacher's soft labels and the gold labels (configs/bert/distill.py:mode=task:
+task-specific distillation, as TinyBERT distils and as the second step of the paper's
+"DistilBERT (D)" (Sec. 4.1) does after general-purpose distillation; the general-purpose
+distillation of the paper needs a pretrained teacher with an MLM head and a corpus this machine
+cannot give MiniLM, whose student could then only be fine-tuned). One row per task, its test split:
 
   spam       ham/spam emails, accuracy                     128 tokens, 100 steps
   tweets     3-class tweet sentiment, accuracy              64 tokens, 240 steps

@@ -81,7 +81,7 @@ _CE_MATTERS = Sensitive("triple", "no_ce",
                             "tell little impact from the losses that matter (the two findings "
                             "below compare them directly)")
 
-# Sec. 5 (Ablation study): "Removing the Masked Language Modeling loss has little impact while
+# Sec. 4.2 (Ablation study): "Removing the Masked Language Modeling loss has little impact while
 # the two distillation losses account for a large portion of the performance", and Table 4's
 # last row, the student initialised at random.
 FINDINGS = (

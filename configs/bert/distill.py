@@ -11,7 +11,8 @@ teacher's layers one out of two, learns from the teacher. Two modes:
                 workdir (default workdirs/bert_pretrain, the headline pretraining run: 4 layers,
                 so the student has 2). The distilled student fine-tunes like any pretraining
                 run: `configs/bert/finetune.py:task=brown_pos,init=workdirs/distil_general`.
-  mode=task     (Sec. 4.2, "DistilBERT (D)"; TinyBERT's prediction-layer distillation) a task's
+  mode=task     (task-specific distillation: the second step of the paper's "DistilBERT (D)",
+                Sec. 4.1, alone; TinyBERT's prediction-layer distillation) a task's
                 labelled data with the teacher's soft labels at temperature T (x T^2) plus the
                 gold labels, weighted 0.5 / 0.5. Teacher: a configs/bert/finetune.py workdir of
                 the same task (default workdirs/finetune_<task>, the headline MiniLM

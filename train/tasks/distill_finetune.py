@@ -1,6 +1,7 @@
-"""Task-specific distillation (Sanh et al. 2019, Sec. 4.2, "DistilBERT (D)"; Jiao et al. 2020,
-TinyBERT's prediction-layer distillation): a student with half the layers of a teacher fine-tuned
-on a task learns that task from the teacher's soft labels and the gold labels together.
+"""Task-specific distillation (Sanh et al. 2019, Sec. 4.1: the second step of "DistilBERT (D)",
+here without the general-purpose first; Jiao et al. 2020, TinyBERT's prediction-layer
+distillation): a student with half the layers of a teacher fine-tuned on a task learns that
+task from the teacher's soft labels and the gold labels together.
 
     objective = alpha_ce x T^2 KL(p_T || p_S) at temperature T     (train/losses.py soft_target_kl)
               + alpha_gold x the task's own cross-entropy           (train/tasks/finetune.py)
