@@ -25,6 +25,7 @@ VIT_FT = "configs/vit/imagenet.py:stage=finetune,init=workdirs/vit_b16_imagenet"
 BERT = "configs/bert/pretrain.py:size=base,data=wikipedia"
 BASE = "configs/transformer/translate.py:size=base,data=wmt14"
 BIG = "configs/transformer/translate.py:size=big,data=wmt14"
+BASE_A1 = BASE + ",row=A1"  # a row of Table 3
 
 
 def _phase2_steps(config) -> int:
@@ -115,6 +116,8 @@ ROWS = [
     (BIG, "train.keep_checkpoints", 20),
     (BASE, "model.d_model", 512),                 # Table 3 base: d_model 512
     (BIG, "model.d_model", 1024),                 # Table 3 big: d_model 1024
+    (BASE, "data.eval_split", "test"),            # Table 2: newstest2014
+    (BASE_A1, "data.eval_split", "validation"),   # Table 3: newstest2013 (dev)
 ]
 
 
@@ -130,7 +133,8 @@ def _value(config, key: str):
 
 
 def _id(spec: str, key: str) -> str:
-    recipe = {VIT: "vit", VIT_FT: "vit_ft", BERT: "bert", BASE: "base", BIG: "big"}[spec]
+    recipe = {VIT: "vit", VIT_FT: "vit_ft", BERT: "bert", BASE: "base", BIG: "big",
+              BASE_A1: "base_a1"}[spec]
     return f"{recipe}-{key}"
 
 

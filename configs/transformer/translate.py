@@ -20,7 +20,9 @@ Variants (`:arg`, comma-separated):
                              test split, newstest2014 (Table 2's BLEU)
   row=base|A1..A4|B1|B2|C1..C7|D1..D4|E|rope|alibi|t5
                              a row of Table 3 applied to the chosen size (configs/transformer/
-                             table3.py), or a modern position encoding as an extra row
+                             table3.py), or a modern position encoding as an extra row; with
+                             data=wmt14 a row other than base is scored on the validation split,
+                             newstest2013, as Table 3 is (base keeps Table 2's newstest2014)
   posemb=sinusoidal|learned|rope|alibi|t5|none
                              the position encoding directly (row E = posemb=learned)
   arch=paper|marian          paper (default): the paper's choices; marian: Marian's (the
@@ -233,6 +235,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.model.update(num_layers=2, d_model=32, d_ff=64, num_heads=4, max_length=128)
     posemb_before = config.model.posemb
     table3.apply_row(config, args.row)  # after the size, relative to it
+    if args.data == "wmt14" and args.row != "base":  # Table 3: newstest2013, the dev set
+        config.data.eval_split = "validation"
     if args.posemb:
         if config.model.posemb != posemb_before:
             raise ValueError(f"posemb={args.posemb} and row={args.row} both choose the position "
