@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from models.bert import BertConfig, BertModel, dense, dtypes, initializer, layer_norm
-from models.layers import ACTIVATIONS
+from models.layers import ACTIVATIONS, tied_logits
 
 
 class MlmHead(nn.Module):
@@ -41,8 +41,8 @@ class MlmHead(nn.Module):
         h = layer_norm(cfg, "transform_norm")(ACTIVATIONS["gelu"](h))
         bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
                           (cfg.vocab_size,), param_dtype)
-        logits = jnp.einsum("...h,vh->...v", h.astype(dtype), word_embeddings.astype(dtype))
-        return (logits + bias.astype(dtype)).astype(jnp.float32)
+        logits = tied_logits(h, word_embeddings, dtype)  # float32, unrounded
+        return logits + bias.astype(jnp.float32)
 
 
 class NspHead(nn.Module):

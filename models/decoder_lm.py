@@ -76,8 +76,8 @@ from models.config_checks import (SHARED_CHOICES, check_at_least, check_choices,
                                   check_optional_at_least, check_position_encoding,
                                   check_positive, check_rates)
 from models.dropout import Dropout
-from models.layers import (ACTIVATIONS, NORM_KINDS, NORM_POSITIONS, EncoderBlock, FeedForward,
-                           make_norm)
+from models.layers import (ACTIVATIONS, DOT_FLOAT32_OUT, NORM_KINDS, NORM_POSITIONS,
+                           EncoderBlock, FeedForward, make_norm, tied_logits)
 from models.sizes import GPT2_SIZES
 from models.stack import run_blocks, to_layout
 
@@ -257,12 +257,12 @@ class DecoderLM(nn.Module):
         if hidden_only:
             return x
         if cfg.tie_embeddings:
-            logits = embedding.attend(x)      # Press & Wolf 2017: logits = h E^T
+            logits = tied_logits(x, embedding.embedding, dtype)  # Press & Wolf: h E^T
         else:
             logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=dtype, param_dtype=param_dtype,
                               kernel_init=nn.with_logical_partitioning(kernel_init,
                                                                        ("embed", "vocab")),
-                              name="logits")(x)
+                              dot_general=DOT_FLOAT32_OUT, name="logits")(x)
         logits = nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
         return logits.astype(jnp.float32)
 

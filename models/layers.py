@@ -86,6 +86,18 @@ class FeedForward(nn.Module):
         return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
 
+# A dot product with bf16 (or any) inputs whose result stays in float32: an output layer's
+# logits go to the softmax and the loss unrounded (XLA accumulates in float32 either way).
+DOT_FLOAT32_OUT = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
+
+
+def tied_logits(hidden, table, dtype: Dtype):
+    """Logits ``hidden E^T`` ``[..., V]`` of a tied output layer (Press & Wolf 2017): the
+    product in `dtype`, its result in float32 (`DOT_FLOAT32_OUT`)."""
+    return jnp.einsum("...d,vd->...v", hidden.astype(dtype), jnp.asarray(table).astype(dtype),
+                      preferred_element_type=jnp.float32)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def standardize(x, epsilon: float):
     """``(x - mean) / sqrt(var + epsilon)`` over the last axis, with the exact (two-pass)

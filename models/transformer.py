@@ -68,7 +68,7 @@ import jax.numpy as jnp
 from models import position
 from models.attention import causal_mask, combine_masks, padding_mask, segment_mask
 from models.dropout import Dropout
-from models.layers import DecoderBlock, EncoderBlock, make_norm
+from models.layers import DOT_FLOAT32_OUT, DecoderBlock, EncoderBlock, make_norm, tied_logits
 from models.stack import run_blocks, to_layout
 from models.transformer_config import (  # noqa: F401  (re-exported with the config)
     DECODER_STARTS, PAD_ID, POSEMB_KINDS, TransformerConfig)
@@ -275,13 +275,13 @@ class Decoder(nn.Module):
 
         dtype, param_dtype = _dtypes(cfg)
         if cfg.output_tied:
-            logits = embedding.attend(y)    # Sec. 3.4: tied, logits = y E^T
+            logits = tied_logits(y, embedding.embedding, dtype)  # Sec. 3.4: tied, y E^T
         else:
             logits = nn.Dense(
                 cfg.vocab_size, use_bias=False, dtype=dtype, param_dtype=param_dtype,
                 kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
                                                          ("embed", "vocab")),
-                name="logits")(y)
+                dot_general=DOT_FLOAT32_OUT, name="logits")(y)
         if cfg.logits_bias:  # Marian's final_logits_bias
             bias = self.param("logits_bias", nn.with_logical_partitioning(
                 nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,), param_dtype)
