@@ -157,6 +157,37 @@ def test_a_table_edited_by_hand_is_found_and_rendered_again(tmp_path, capsys):
     assert page.read_text() == original
 
 
+def test_a_results_folder_or_file_that_cannot_be_read_is_refused_and_nothing_written(
+        tmp_path, capsys):
+    """A mistyped --results would render every number as 'not recorded yet': refused, as is a
+    folder without runs/; a missing or non-UTF-8 FILE is an error line, and the files before it
+    stay as they were."""
+    page = tmp_path / "reproductions.md"
+    shutil.copy(REPO / "docs" / "reproductions.md", page)
+    edited = page.read_text().replace("| `learned_1d` | 3 | 86.26 ± 0.55 |",
+                                      "| `learned_1d` | 3 | 88.26 ± 0.55 |")
+    page.write_text(edited)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "binary.md").write_bytes(b"\xff\xfe<!-- table: demo -->\n")
+    for argv, message in (
+            (["--results", str(tmp_path / "mistyped")],
+             f"error: --results {tmp_path / 'mistyped'} does not exist: give the folder of the "
+             "committed records"),
+            (["--results", str(tmp_path / "empty")],
+             f"error: --results {tmp_path / 'empty'} holds no runs/ folder"),
+            (["--results", str(page)], f"error: --results {page} is not a folder"),
+            ([str(tmp_path / "absent.md")], f"error: {tmp_path / 'absent.md'} does not exist: "
+                                            "give Markdown files that do"),
+            ([str(tmp_path / "binary.md")],
+             f"error: {tmp_path / 'binary.md'} is not UTF-8 text (byte 0: invalid start byte)")):
+        assert tables.main([str(page), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(message) and len(err.splitlines()) == 1, err
+        assert page.read_text() == edited  # nothing written
+    assert tables.main([str(page), "--results", str(rt.RESULTS)]) == 0
+    assert page.read_text() != edited
+
+
 @pytest.mark.parametrize("text, message", [
     ("<!-- table: nosuch -->\n<!-- /table -->\n", r"x.md:1: no table 'nosuch'; the tables: demo,"),
     ("a\n<!-- table: demo -->\n| 1 |\n", r"x.md:2: table 'demo' has no <!-- /table -->"),

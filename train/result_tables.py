@@ -25,6 +25,22 @@ class Records:
         self.runs_dir = self.results / "runs"
         self._cache: dict[str, dict | None] = {}
 
+    @classmethod
+    def committed(cls, results: Path = RESULTS) -> "Records":
+        """The records of a folder laid out as notebooks/results is (its runs/ folder there);
+        RecordError for another folder, which would render every number as not recorded."""
+        results = Path(results)
+        if not results.is_dir():
+            found = "is not a folder" if results.exists() else "does not exist"
+            raise run_record.RecordError(f"--results {results} {found}: give the folder of the "
+                                         f"committed records (default {RESULTS})")
+        if not (results / "runs").is_dir():
+            raise run_record.RecordError(
+                f"--results {results} holds no runs/ folder, so it is not a folder of committed "
+                f"records (runs/NAME/record.json, the sweeps' folders); give that folder "
+                f"(default {RESULTS})")
+        return cls(results)
+
     def get(self, name: str) -> dict | None:
         if name not in RUNS:
             raise KeyError(f"{name!r} is not a headline run (train/headline_runs.py)")

@@ -151,14 +151,30 @@ def update(files: list[Path], records: rt.Records, *, write: bool) -> list[str]:
             cache[name] = TABLES[name](records)
         return cache[name]
 
-    differing = []
-    for path in files:
-        text = path.read_text()
+    texts = [(path, read(path)) for path in files]  # every file read before any is written
+    differing, rendered = [], []
+    for path, text in texts:
         new, changed = render_text(text, str(path), render)
         differing += [f"{path}: table {name!r}" for name in changed]
+        rendered.append((path, text, new))
+    for path, text, new in rendered:
         if write and new != text:
-            path.write_text(new)
+            path.write_text(new, encoding="utf-8")
     return differing
+
+
+def read(path: Path) -> str:
+    """The text of the Markdown file `path`; TableError for one that cannot be read as UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TableError(f"{path} does not exist: give Markdown files that do, or none for "
+                         "README.md, docs/ and notebooks/") from None
+    except UnicodeDecodeError as error:
+        raise TableError(f"{path} is not UTF-8 text (byte {error.start}: {error.reason}): give "
+                         "a Markdown file") from None
+    except OSError as error:  # a folder, no permission, ...
+        raise TableError(f"{path}: {error.strerror or error}: give a Markdown file") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,11 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if a region differs from its records")
     parser.add_argument("--results", type=Path, default=rt.RESULTS,
-                        help="the committed records (default: %(default)s)")
+                        help="the committed records, a folder holding runs/ "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
     files = args.files or default_files()
     try:
-        differing = update(files, rt.Records(args.results), write=not args.check)
+        records = rt.Records.committed(args.results)  # not any folder: it would blank every number
+        differing = update(files, records, write=not args.check)
     except (TableError, RecordError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
