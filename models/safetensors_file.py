@@ -163,6 +163,7 @@ def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any],
             f.write(text)
             for name in order:
                 f.write(memoryview(stored[name][1].reshape(-1).view(np.uint8)))
+        os.chmod(tmp, 0o644)  # mkstemp made it private; an exported checkpoint is to be shared
         os.replace(tmp, path)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)

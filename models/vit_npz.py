@@ -342,6 +342,7 @@ def save_npz(path: str | os.PathLike, cfg: ViTConfig, params: Mapping, *,
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **tensors)
+        os.chmod(tmp, 0o644)  # mkstemp made it private; an exported checkpoint is to be shared
         os.replace(tmp, path)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)

@@ -9,6 +9,8 @@ shares this project's reading of them; this checks it against HF's code."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import flax.linen as nn
 import jax
@@ -71,3 +73,18 @@ def test_exported_bert_for_pretraining_runs_in_transformers(tmp_path, nsp):
                                    rtol=0)
     else:
         assert "nsp_logits" not in ours
+
+
+def test_an_exported_folder_is_readable_by_others_as_any_folder_under_the_umask(tmp_path):
+    """model.safetensors is written through a private temporary file (mkstemp's 0600), then
+    made 0644 as config.json is under the usual umask 022: an export is to be shared."""
+    cfg = tiny()
+    ids, _, _ = inputs()
+    previous = os.umask(0o022)
+    try:
+        folder = save_hf_checkpoint(tmp_path / "bert", cfg, _random_params(BertModel(cfg), ids))
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+    assert modes == {"config.json": 0o644, "model.safetensors": 0o644}
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755

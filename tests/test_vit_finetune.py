@@ -258,3 +258,38 @@ def test_export_refuses_a_convnet_and_options_of_the_other_format(tmp_path, caps
         export(str(vit), str(vit / "config.json"), format="npz", overwrite=True)
     assert (vit / "config.json").read_bytes() == kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["convnet", "vit"]
+
+
+def test_export_writes_the_weights_the_final_eval_scored(fashion_mnist_env, tmp_path, capsys):
+    """As python -m train.predict reads them: by default the average of the last checkpoints
+    of a finished run that averages (its final eval's weights), --weights raw the latest
+    checkpoint's, ema their moving average; the line printed names them."""
+    from models.vit_npz import load_npz
+    from train.__main__ import main
+    from train.export import main as export
+    from train.run_weights import load_weights
+
+    workdir = tmp_path / "averaged"
+    assert main(["--config", "configs/vit/fashion_mnist.py:plain,smoke", "--workdir",
+                 str(workdir), "--config.train.num_steps=3", "--config.train.eval_every=0",
+                 "--config.train.checkpoint_every=1", "--config.train.keep_checkpoints=3",
+                 "--config.train.average_checkpoints=2", "--config.train.ema_decay=0.5",
+                 "--config.optimizer.warmup_steps=0"]) == 0
+    capsys.readouterr()
+    written = {}
+    for weights, words in (
+            (None, "its average weights (the last 2 checkpoints averaged, steps 2, 3)"),
+            ("raw", "its raw weights (the latest checkpoint, step 3)"),
+            ("ema", "its ema weights (the moving average in the latest checkpoint, step 3)")):
+        out = tmp_path / f"{weights}.npz"
+        assert export([str(workdir), str(out), *(["--weights", weights] if weights else [])]) == 0
+        assert capsys.readouterr().out.startswith(
+            f"{out}: an .npz in the vit layout of {words} in {workdir} (")
+        written[weights] = traverse_util.flatten_dict(load_npz(out)[1])
+        want = traverse_util.flatten_dict(load_weights(workdir, weights=weights or "average"))
+        assert written[weights].keys() == want.keys()
+        for name, value in want.items():
+            np.testing.assert_allclose(written[weights][name], value, rtol=1e-6, atol=1e-7,
+                                       err_msg=str(name))
+    for a, b in ((None, "raw"), (None, "ema"), ("raw", "ema")):  # three different weights
+        assert not np.allclose(written[a]["head", "kernel"], written[b]["head", "kernel"])

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 import math
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -226,6 +228,20 @@ def test_bfloat16_params_are_written_as_float32_and_raw_bytes_refused(tmp_path):
         with pytest.raises(CheckpointError, match=rf"raw.npz: 'cls' is stored as raw bytes "
                                                   rf"\(dtype '.V2'\).*as float32"):
             read(tmp_path / "raw.npz")
+
+
+def test_a_written_npz_is_readable_by_others_as_any_file_under_the_umask(tmp_path):
+    """Written through a private temporary file (mkstemp's 0600), then made 0644 like a file
+    written plainly under the usual umask 022: an export is to be shared."""
+    cfg = ViTConfig(num_classes=5, image_size=(8, 8), patch_size=4, hidden_size=D, num_layers=1,
+                    num_heads=HEADS, mlp_dim=F, activation="gelu_tanh")
+    previous = os.umask(0o022)
+    try:
+        save_npz(tmp_path / "shared.npz", cfg, random_params(cfg))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "shared.npz").stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.npz"]
 
 
 def test_a_checkpoint_without_head_reads_as_an_encoder(tmp_path):

@@ -1,11 +1,18 @@
 """python -m train.export WORKDIR OUT [--format auto|hf|npz] [--head ...] [--layout ...]
+    [--weights raw|ema|average] [--overwrite]
 
-Writes the latest checkpoint of a run in a format other code reads. A translation run
-(configs/transformer/translate.py) becomes a Hugging Face Marian folder (models/hf_marian.py:
-MarianMTModel's config.json + model.safetensors, and the run's vocabulary as MarianTokenizer's
-source.spm, target.spm and vocab.json, train/marian_tokenizer.py); its model must have Marian's
-architecture (`arch=marian` trains one), and --head / --layout do not apply. An image-
-classification run (a ViT, configs/vit/...) becomes:
+Writes a run's weights in a format other code reads: by default those its final eval scored,
+as python -m train.predict and train.evaluate read them (train/run_weights.py): the average of
+its last checkpoints for a finished run with train.average_checkpoints > 0 (the Transformer's
+base and big recipes), else the latest checkpoint's; --weights raw (the latest checkpoint's),
+ema (their moving average, a run with train.ema_decay > 0) or average chooses, and the line
+printed names them.
+
+A translation run (configs/transformer/translate.py) becomes a Hugging Face Marian folder
+(models/hf_marian.py: MarianMTModel's config.json + model.safetensors, and the run's vocabulary
+as MarianTokenizer's source.spm, target.spm and vocab.json, train/marian_tokenizer.py); its model
+must have Marian's architecture (`arch=marian` trains one), and --head / --layout do not apply.
+An image-classification run (a ViT, configs/vit/...) becomes:
   hf    a Hugging Face ViT folder (config.json + model.safetensors, models/hf_vit.py): HF's
         ViTForImageClassification (--head classifier, the default), or ViTModel (--head model:
         the encoder, its pre-logits layer as ViTModel's pooler, no classifier);
@@ -28,12 +35,14 @@ import json
 import pathlib
 import sys
 import zipfile
+from typing import Any, Callable
 
 from models.safetensors_file import CheckpointError
 from models.vit import ViTConfig
 from train import storage
 from train.config import ConfigError
 from train.run_config import read_resolved, saved_model
+from train.run_weights import WEIGHTS
 
 FORMATS = ("auto", "hf", "npz")
 TASKS = ("classify", "translate")
@@ -51,17 +60,40 @@ def _saved_config(workdir) -> dict:
     return saved
 
 
+def weights_loader(directory, saved: dict, weights: str | None) -> Callable[[], tuple[Any, str]]:
+    """What reads the run's `weights` (None: those its final eval scored, train/run_weights.py
+    `final_eval_weights`; `saved`: its config.json) when called: (the parameters, words that
+    name them for the line printed). Nothing is read before the call."""
+    from train.checkpointing import checkpoint_steps
+    from train.run_weights import averaged_steps, final_eval_weights, load_weights
+
+    def load() -> tuple[Any, str]:
+        chosen = weights or final_eval_weights(directory, saved)
+        params = load_weights(directory, weights=chosen)
+        if chosen == "average":
+            steps = averaged_steps(directory)
+            return params, (f"its average weights (the last {len(steps)} checkpoints "
+                            f"averaged, steps {', '.join(map(str, steps))})")
+        latest = checkpoint_steps(directory)[-1]
+        return params, (f"its raw weights (the latest checkpoint, step {latest})"
+                        if chosen == "raw" else
+                        f"its ema weights (the moving average in the latest checkpoint, step "
+                        f"{latest})")
+    return load
+
+
 def export(workdir: str, out: str, *, format: str = "auto", head: str | None = None,
-           layout: str | None = None, overwrite: bool = False) -> str:
-    """Writes the run's latest checkpoint to `out` (module docstring); returns what was written,
-    as a line to print. `head` (ViT, hf only) defaults to 'auto', `layout` (ViT, npz only)
-    to 'vit'."""
+           layout: str | None = None, overwrite: bool = False, weights: str | None = None) -> str:
+    """Writes the run's `weights` (module docstring; None: those its final eval scored) to
+    `out`; returns what was written, as a line to print. `head` (ViT, hf only) defaults to
+    'auto', `layout` (ViT, npz only) to 'vit'."""
     from models.hf_vit import save_hf_checkpoint
     from models.vit_npz import save_npz
-    from train.checkpointing import load_params
 
     if format not in FORMATS:
         raise ConfigError(f"--format {format!r} is not one of {list(FORMATS)}")
+    if weights is not None and weights not in WEIGHTS:
+        raise ConfigError(f"--weights {weights!r} is not one of {list(WEIGHTS)}")
     if not str(out).strip():
         raise ConfigError(f"OUT {out!r} is blank: give the folder or .npz file to write")
     directory = storage.run_path(workdir)
@@ -76,8 +108,8 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str | None = N
                               "translation run (a Hugging Face Marian folder has no head or "
                               "layout to choose)")
         return export_translation(directory, saved, pathlib.Path(out),  # local path: as below
-                                  format=format,
-                                  overwrite=overwrite)
+                                  format=format, overwrite=overwrite,
+                                  load=weights_loader(directory, saved, weights))
     model = saved.get("model", {}).get("name")
     if model != "vit":
         raise ConfigError(
@@ -107,7 +139,7 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str | None = N
     if format == "npz" and out_path.exists() and not zipfile.is_zipfile(out_path):
         raise CheckpointError(f"{out_path} is not an .npz (a zip of arrays), so it is not "
                               "replaced even with --overwrite: write to a new path")
-    params = load_params(directory)
+    params, which = weights_loader(directory, saved, weights)()
     if format == "hf":
         save_hf_checkpoint(out_path, cfg, params, head=head, overwrite=overwrite)
         kind = json.loads((out_path / "config.json").read_text())["architectures"][0]
@@ -115,7 +147,7 @@ def export(workdir: str, out: str, *, format: str = "auto", head: str | None = N
     else:
         save_npz(out_path, cfg, params, layout=layout)
         what = f"an .npz in the {layout} layout"
-    return (f"{out_path}: {what} of the latest checkpoint in {directory} ({cfg.num_layers} "
+    return (f"{out_path}: {what} of {which} in {directory} ({cfg.num_layers} "
             f"layers, hidden {cfg.hidden_size}, {cfg.image_size[0]}x{cfg.image_size[1]} images, "
             f"{cfg.num_classes} classes)")
 
@@ -133,6 +165,12 @@ def parse_args(argv):
     parser.add_argument("--layout", choices=("vit", "big_vision"), default=None,
                         help="ViT, npz: vision_transformer's (AugReg; the default) or "
                              "big_vision's names")
+    parser.add_argument("--weights", choices=WEIGHTS, default=None,
+                        help="raw: the latest checkpoint's; ema: their moving average (a run "
+                             "with train.ema_decay > 0); average: the last "
+                             "train.average_checkpoints checkpoints averaged (default: those "
+                             "the run's final eval scored, as python -m train.predict: average "
+                             "for a finished run that averages)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     return parser.parse_args(argv)
 
@@ -143,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         print(export(args.workdir, args.out, format=args.format, head=args.head,
-                     layout=args.layout, overwrite=args.overwrite))
+                     layout=args.layout, overwrite=args.overwrite, weights=args.weights))
     except (ConfigError, CheckpointError, UnreadableCheckpoint) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,9 +1,11 @@
-"""`python -m train.export` for a translation run: its latest checkpoint as a Hugging Face Marian
-folder, the run's vocabulary as MarianTokenizer's files beside the weights (train/export.py)."""
+"""`python -m train.export` for a translation run: its weights (those --weights names,
+train/export.py) as a Hugging Face Marian folder, the run's vocabulary as MarianTokenizer's files
+beside them."""
 
 from __future__ import annotations
 
 import pathlib
+from typing import Any, Callable
 
 from models.hf_marian import MarianIds, config_to_hf, save_hf_checkpoint
 from models.safetensors_file import CheckpointError
@@ -14,10 +16,10 @@ from train.run_config import saved_model
 
 
 def export_translation(directory, saved: dict, out: pathlib.Path, *, format: str,
-                       overwrite: bool) -> str:
-    """Writes the run in `directory` (its saved config.json `saved`) to the folder `out`;
-    returns what was written, as a line to print."""
-    from train.checkpointing import load_params
+                       overwrite: bool, load: Callable[[], tuple[Any, str]]) -> str:
+    """Writes the run in `directory` (its saved config.json `saved`) to the folder `out`, with
+    the weights `load()` reads (train/export.py `weights_loader`: the parameters and the words
+    that name them); returns what was written, as a line to print."""
     from train.marian_tokenizer import tokenizer_files
 
     if format == "npz" or (format == "auto" and out.suffix == ".npz"):
@@ -38,8 +40,8 @@ def export_translation(directory, saved: dict, out: pathlib.Path, *, format: str
         raise CheckpointError(f"{error}. A run trains a model Marian describes with "
                               "configs/transformer/translate.py:arch=marian") from None
     files = tokenizer_files(tokenizer, ids, cfg.max_length)
-    save_hf_checkpoint(out, cfg, load_params(directory), ids, overwrite=overwrite,
-                       extra_files=files)
-    return (f"{out}: a Hugging Face MarianMTModel folder with its MarianTokenizer files, of the "
-            f"latest checkpoint in {directory} ({cfg.encoder_layers} + {cfg.decoder_layers} "
-            f"layers, d_model {cfg.d_model}, {cfg.vocab_size:,} tokens)")
+    params, which = load()
+    save_hf_checkpoint(out, cfg, params, ids, overwrite=overwrite, extra_files=files)
+    return (f"{out}: a Hugging Face MarianMTModel folder with its MarianTokenizer files, of "
+            f"{which} in {directory} ({cfg.encoder_layers} + {cfg.decoder_layers} layers, "
+            f"d_model {cfg.d_model}, {cfg.vocab_size:,} tokens)")
