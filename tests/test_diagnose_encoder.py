@@ -75,3 +75,21 @@ def test_step_zero_is_the_initial_state_and_every_report_is_there(frozen_run, tm
                            (["--out", " "], "--out ' ': the path is empty")):
         assert diagnose_encoder.main([str(frozen_run), "--finetune", "none", *extra]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_an_existing_out_file_is_replaced_only_with_overwrite(tmp_path, capsys):
+    """Checked before any run is read: the file kept as it was; with --overwrite the command
+    goes on (to the workdir, which holds no run here)."""
+    out = tmp_path / "diagnosis.json"
+    out.write_text("an earlier diagnosis\n")
+    workdir = str(tmp_path / "nothing")
+    assert diagnose_encoder.main([workdir, "--finetune", "none", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"error: --out {out} exists; pass --overwrite to replace "
+                                       "it, or give another file\n")
+    assert out.read_text() == "an earlier diagnosis\n"
+    assert diagnose_encoder.main([workdir, "--finetune", "none", "--out", str(out),
+                                  "--overwrite"]) == 2
+    assert "holds no run" in capsys.readouterr().err
+    assert diagnose_encoder.main([workdir, "--finetune", "none", "--overwrite"]) == 2
+    assert "--overwrite replaces an existing --out file: give --out FILE" in \
+        capsys.readouterr().err

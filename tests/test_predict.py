@@ -157,3 +157,30 @@ def test_help_without_a_workdir_names_the_tasks_and_no_workdir_is_an_error(capsy
         predict_cli.main([])
     assert done.value.code == 2
     assert "required: workdir" in capsys.readouterr().err
+
+
+def test_options_may_come_before_the_workdir(lm_run, tmp_path, capsys):
+    """The first look at the command line knows every predictor's options and that each takes
+    a value, so the value is not taken for WORKDIR; after an option no predictor has, the
+    error names the run's workdir among the words and says to give it first."""
+    first = predict_cli.first_look_parser()
+    for module in sorted(set(predict_cli.PREDICTORS.values())):
+        options = predict_cli.argparse.ArgumentParser(add_help=False)
+        predict_cli.importlib.import_module(module).add_arguments(options)
+        for action in options._actions:
+            for name in action.option_strings:
+                argv = [name] + ["2"] * (action.nargs != 0) + ["WORKDIR", "--weights", "raw"]
+                known, rest = first.parse_known_args(argv)
+                assert (known.workdir, known.weights, rest) == ("WORKDIR", "raw", []), argv
+    prompt = ["--prompt", PROMPTS[0], "--max_new_tokens", "6"]
+    assert predict_cli.main([str(lm_run), *prompt]) == 0
+    after = capsys.readouterr().out
+    assert predict_cli.main([*prompt, str(lm_run)]) == 0
+    assert capsys.readouterr().out == after
+    assert predict_cli.main(["--top_k", "2", "--weights", "raw", str(lm_run), "--prompt",
+                             PROMPTS[0], "--max_new_tokens", "6", "--decoding", "sample"]) == 0
+    assert predict_cli.main(["--prompt_file", "x.txt", str(lm_run)]) == 2  # a mistyped option
+    err = capsys.readouterr().err
+    assert (f"x.txt is not the workdir of a run (python -m train --workdir DIR writes one). "
+            f"{lm_run} is a run's workdir: give it first, `python -m train.predict {lm_run} "
+            "[options]` (") in err, err

@@ -86,6 +86,24 @@ def test_masks_are_filled_with_the_mlm_heads_top_tokens(pretrain_run):
                                                   "no mask"), out=len)
 
 
+def test_a_text_longer_than_the_run_is_cut_and_said_so(pretrain_run):
+    """As the fine-tuning and translation predictors say it; a [MASK] the cut drops is an
+    error (the note would not do: there would be nothing to fill)."""
+    run = load_run(pretrain_run)
+    length = run.config["data"]["max_seq_length"]
+    long = "[MASK] " + " ".join(["the"] * 2 * length)
+    notes = []
+    (ranked, short) = bert_pretrain.predict(
+        run, predictor_args(bert_pretrain, "--text", "a [MASK]", "--text", long), out=len,
+        note=notes.append)
+    assert len(ranked) == len(short) == 1
+    assert notes == [f"text 2 was cut to config.data.max_seq_length={length} pieces"]
+    with pytest.raises(ConfigError, match=re.escape(f"text 1: a [MASK] lies beyond the run's "
+                                                    f"config.data.max_seq_length={length}")):
+        bert_pretrain.predict(run, predictor_args(bert_pretrain, "--text", long + " [MASK]"),
+                              out=len, note=notes.append)
+
+
 def _head(run, kind):
     task = run.config["task"]
     return head_model(kind, run_config.saved_model(BertConfig, run.config, run.workdir),

@@ -1,4 +1,5 @@
 """python -m train.diagnose_encoder WORKDIR [WORKDIR ...] [--steps 0,latest] [--out FILE.json]
+    [--overwrite]
 
 Looks inside BERT pretraining runs (`python -m train --config configs/bert/pretrain.py ...`):
 for each checkpoint asked for (step 0: the initial weights, exactly as the trainer makes them
@@ -27,8 +28,9 @@ and, from the run's record.json, the commands that trained it (to which step), f
 metrics.jsonl its training curve (`train_log`: step, learning rate,
 gradient norm, loss, MLM and NSP accuracy per logged step) and the first logged step whose MLM
 accuracy reached --plateau (default 0.07, configs/ablations/bert_table8.py LEFT_PLATEAU). One
-JSON document goes to --out (default: stdout) with a table per checkpoint on stderr. Nothing in
-the workdir is written. Used for BERT Table 8's collapsed rows (docs/reproductions.md).
+JSON document goes to --out (default: stdout; an existing file is replaced only with
+--overwrite) with a table per checkpoint on stderr. Nothing in the workdir is written. Used for
+BERT Table 8's collapsed rows (docs/reproductions.md).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def parse_args(argv):
     parser.add_argument("--plateau", type=float, default=0.07,
                         help="MLM accuracy that counts as having left the unigram plateau")
     parser.add_argument("--out", help="write the JSON here instead of stdout")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out file (refused without)")
     return parser.parse_args(argv)
 
 
@@ -71,6 +75,9 @@ def _check_arguments(args):
     if not [step for step in args.steps.split(",") if step.strip()]:
         raise ConfigError(f"--steps {args.steps!r} names no step: give steps, 'latest' or 'all'")
     if args.out is None:
+        if args.overwrite:
+            raise ConfigError("--overwrite replaces an existing --out file: give --out FILE, "
+                              "or drop --overwrite (the JSON goes to stdout)")
         return None
     try:
         out = storage.run_path(args.out)
@@ -80,6 +87,9 @@ def _check_arguments(args):
         raise ConfigError(f"--out {out} is a folder")
     if not storage.is_url(out) and not out.parent.is_dir():
         raise ConfigError(f"--out {out}: its folder {out.parent} does not exist")
+    if out.exists() and not args.overwrite:
+        raise ConfigError(f"--out {out} exists; pass --overwrite to replace it, or give "
+                          "another file")
     return out
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import pathlib
 import sys
 
 from data.errors import DataError
@@ -32,14 +34,46 @@ def build_parser(task: str | None, workdir_optional: bool = False) -> argparse.A
     return parser
 
 
+def first_look_parser() -> argparse.ArgumentParser:
+    """The parser of the first look at the command line, before the task is known: the workdir
+    and every predictor's options, their values unchecked, so that WORKDIR is found wherever it
+    stands among them (`--top_k 2 WORKDIR`: 2 is --top_k's value, not the workdir)."""
+    parser = build_parser(None, workdir_optional=True)
+    seen = {name for action in parser._actions for name in action.option_strings}
+    for module in sorted(set(PREDICTORS.values())):
+        options = argparse.ArgumentParser(add_help=False)
+        importlib.import_module(module).add_arguments(options)
+        for action in options._actions:
+            names = [name for name in action.option_strings if name not in seen]
+            if not names:  # an option of an earlier predictor
+                continue
+            seen.update(names)
+            takes = {"action": "store_true"} if action.nargs == 0 else {"nargs": action.nargs}
+            parser.add_argument(*names, dest=f"any_{action.dest}", default=argparse.SUPPRESS,
+                                **takes)
+    return parser
+
+
+def _given_first(error: ConfigError, workdir: str, rest: list[str]) -> str:
+    """`error` about the workdir taken from the command line, with a hint when another of its
+    words is a run's workdir (WORKDIR after an option this command does not know)."""
+    runs = [word for word in rest if not word.startswith("-")
+            and (pathlib.Path(word) / "config.json").is_file()]
+    if not runs:
+        return str(error)
+    return (f"{error}. {runs[0]} is a run's workdir: give it first, `python -m train.predict "
+            f"{runs[0]} [options]` ({workdir}, read as the workdir, may be the value of an "
+            "option before it that no predictor has)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    known, _ = build_parser(None, workdir_optional=True).parse_known_args(
+    known, rest = first_look_parser().parse_known_args(
         [a for a in argv if a not in ("-h", "--help")])
     try:
         task, _ = task_of(known.workdir) if known.workdir else (None, None)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_given_first(error, known.workdir, rest)}", file=sys.stderr)
         return 2
     module = predictor(task) if task else None
     args = build_parser(task).parse_args(argv)

@@ -8,7 +8,8 @@ Texts: every --text or (not both) one per line of --file, else one per line of s
 with at least one [MASK] (the vocabulary keeps the token whole). A text becomes the input the
 pretraining pipeline gives one segment, `[CLS] text [SEP]` padded to config.data.max_seq_length
 (built by data/pipelines/finetune.py `FeatureEncoder`, the fine-tuning pipeline's encoder of one
-text); the masked-LM head (models/bert_pretraining.py) reads the [MASK] positions. Printed per
+text); the masked-LM head (models/bert_pretraining.py) reads the [MASK] positions. A text cut
+to that length is said so on stderr, and one whose [MASK] the cut drops is an error. Printed per
 text: the text with each [MASK] replaced by its most probable token, then per [MASK] the top
 --top_k tokens with their probabilities. Texts go --batch_size at a time over all local
 devices (train/predict/batching.py). A general-distillation run (train/tasks/distill_pretrain.py)
@@ -18,6 +19,7 @@ fills them with its student, a smaller BertForPreTraining.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import jax
 import numpy as np
@@ -56,9 +58,11 @@ def encoder_of(run, kind: str = "classify", num_labels: int = 2, **options) -> F
         raise ConfigError(f"the run's config.data: {error}") from error
 
 
-def rows_of(run, texts: list[str]) -> list[dict[str, np.ndarray]]:
+def rows_of(run, texts: list[str], note=None) -> list[dict[str, np.ndarray]]:
     """Each text's input arrays and its [MASK] positions (padded with 0 to the most masks of
-    any text: one shape for every batch; `mask_weights` 1 on the real ones)."""
+    any text: one shape for every batch; `mask_weights` 1 on the real ones); a text cut to the
+    run's length is told to `note` (default: standard error)."""
+    note = note or (lambda message: print(message, file=sys.stderr))
     encoder = encoder_of(run)
     mask_id = run.tokenizer.mask_id
     rows, positions = [], []
@@ -71,6 +75,8 @@ def rows_of(run, texts: list[str]) -> list[dict[str, np.ndarray]]:
         if not len(where):
             raise ConfigError(f"text {number} has no {MASK} to fill (write {MASK} where a "
                               "token is to be predicted)")
+        if truncated:
+            note(f"text {number} was cut to config.data.max_seq_length={encoder.length} pieces")
         rows.append({k: row[k] for k in ("input_ids", "segment_ids", "input_mask")})
         positions.append(where)
     most = max(map(len, positions))
@@ -81,13 +87,15 @@ def rows_of(run, texts: list[str]) -> list[dict[str, np.ndarray]]:
     return rows
 
 
-def predict(run, args, *, stdin=None, out=print) -> list[list[list[tuple[str, float]]]]:
-    """Per text, per [MASK] in order, the top-k (token, probability); printed to `out`."""
+def predict(run, args, *, stdin=None, out=print,
+            note=None) -> list[list[list[tuple[str, float]]]]:
+    """Per text, per [MASK] in order, the top-k (token, probability); printed to `out`, a text
+    cut to the run's length noted to `note` (default: standard error)."""
     texts = read_lines(args.text, args.file, what="text", flag="--text", file_flag="--file",
                        stdin=stdin)
     if args.top_k < 1:
         raise ConfigError(f"--top_k={args.top_k} must be >= 1")
-    rows = rows_of(run, texts)
+    rows = rows_of(run, texts, note)
     model = BertForPreTraining(run_config.saved_model(BertConfig, run.config, run.workdir))
 
     def step(params, batch):
