@@ -39,12 +39,19 @@ one core only slowed it, 1.5 against 1.95 steps/s). Each run's record says what 
 
 Resuming: the same command again skips the finished runs (result.json, or a final eval at
 train.num_steps in metrics.jsonl) and lets the trainer resume the unfinished ones from their
-checkpoints. DIR/sweep.json records how the runs were defined; a command that would define them
+checkpoints. DIR/sweep.json records how the runs are defined; a command that would define them
 differently is refused unless --allow_config_change (adding rows, seeds or later stages is
-always allowed).
+always allowed). With it, sweep.json becomes the new definition; the runs finished before are
+kept as they are, and the tables (train/sweep_report.py) leave out, naming them, the row x seeds
+whose recorded command (result.json) differs from the one the definition gives them, paths
+aside: one table never mixes two definitions. To rerun one, move DIR/<row>/seed_<k> aside (e.g.
+to seed_<k>.old) and run the sweep again. --report_only and --dry_run take the same --config
+and --config.k=v items as the runs (paths in them aside, e.g. a teacher's workdir on another
+machine); another definition of the runs is refused, naming both.
 Ctrl-C / SIGTERM: the running trainer checkpoints, the sweep writes its reports and stops.
 
-Exit status: 0 every selected run finished; 1 some failed (listed); 2 the sweep itself is wrong;
+Exit status: 0 every selected run finished; 1 some failed (listed); 2 the sweep itself is wrong
+(also a --workdir that is a file, or a damaged sweep.json or result.json: named, left as it is);
 130 / 143 interrupted by SIGINT / SIGTERM.
 """
 
@@ -62,7 +69,8 @@ from etils import epath
 
 from train import storage
 from train.config import ConfigError
-from train.sweep_runner import Run, cpu_shares, execute, load_result
+from train.sweep_runner import (Run, changes, cpu_shares, execute, load_result, portable,
+                                portable_arg)
 from train.sweep_spec import Sweep, SweepError, load_sweep_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,44 +171,91 @@ def run_spec(sweep: Sweep, cli_overrides: list[str]) -> dict:
     return _jsonable({"stages": stages, "overrides": list(cli_overrides), "rows": dict(sweep.rows)})
 
 
+def _saved_spec(path: epath.Path) -> dict | None:
+    """DIR/sweep.json, None where there is none; a SweepError where it is damaged."""
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError as error:  # not JSON, or not text
+        saved, why = None, f"not JSON: {error}"
+    else:
+        why = "no 'stages' and 'overrides' lists"
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(key), list)
+                                              for key in ("stages", "overrides")):
+        raise SweepError(
+            f"{path} is damaged ({why}); it records how the runs of {path.parent} are "
+            "defined. Move it aside and run the command that made the runs: it is written "
+            "again, and runs recorded under another definition are left out of the tables")
+    return saved
+
+
+def _differences(saved: dict, spec: dict) -> list[str]:
+    """How `spec` defines the runs of `saved` differently (stages may be added after saved's)."""
+    diff = []
+    if spec["stages"][:len(saved["stages"])] != saved["stages"]:
+        diff.append(f"  stages: {saved['stages']!r} before, {spec['stages']!r} now")
+    if saved["overrides"] != spec["overrides"]:
+        diff.append(f"  overrides: {saved['overrides']!r} before, {spec['overrides']!r} now")
+    diff += [f"  row {row!r}: {saved['rows'][row]!r} before, {spec['rows'][row]!r} now"
+             for row in spec["rows"] if row in saved.get("rows", {})
+             and saved["rows"][row] != spec["rows"][row]]
+    return diff
+
+
 def check_spec(sweep_dir: epath.Path, spec: dict, allow_change: bool, save: bool = True) -> None:
     """Refuses to define a run of DIR differently from before; saves the (merged) spec."""
     path = sweep_dir / "sweep.json"
-    saved = json.loads(path.read_text()) if path.exists() else None
+    saved = _saved_spec(path)
     if saved is not None:
-        diff = []
-        # Stages may be added after the saved ones: the runs of those are defined as before.
-        if spec["stages"][:len(saved["stages"])] != saved["stages"]:
-            diff.append(f"  stages: {saved['stages']!r} before, {spec['stages']!r} now")
-        if saved["overrides"] != spec["overrides"]:
-            diff.append(f"  overrides: {saved['overrides']!r} before, {spec['overrides']!r} now")
-        diff += [f"  row {row!r}: {saved['rows'][row]!r} before, {spec['rows'][row]!r} now"
-                 for row in spec["rows"] if row in saved.get("rows", {})
-                 and saved["rows"][row] != spec["rows"][row]]
+        diff = _differences(saved, spec)
         if diff and not allow_change:
             raise SweepError(
                 f"{path} defines the runs differently:\n" + "\n".join(diff)
                 + "\nUse the same command line (and sweep config) to resume, another --workdir, "
-                  "or --allow_config_change (finished runs are kept as they are).")
+                  "or --allow_config_change (finished runs are kept as they are, and left out of "
+                  "the tables until rerun).")
         spec = {**spec, "rows": {**saved.get("rows", {}), **spec["rows"]}}  # rows may be added
     if save:
-        storage.make_folder(sweep_dir)
+        try:
+            storage.make_folder(sweep_dir)
+        except OSError as error:  # e.g. a file where a folder of the path would be
+            raise SweepError(f"--workdir {sweep_dir} cannot be made a folder ({error}): give "
+                             "another --workdir") from None
         storage.write_atomically(path, json.dumps(spec, indent=2) + "\n")
 
 
+def _portable_spec(spec: dict) -> dict:
+    """A run_spec with every path in it `portable` (a teacher's workdir on another machine)."""
+    def values(mapping):
+        return {k: portable(v) if isinstance(v, str) else v for k, v in mapping.items()}
+
+    def config(text):
+        path, sep, arg = text.partition(":")
+        return path + sep + portable_arg(arg)
+
+    stages = [{**stage, "config": config(stage["config"]), "overrides": values(stage["overrides"]),
+               **({"row_overrides": {row: values(keys) for row, keys in
+                                     stage["row_overrides"].items()}}
+                  if "row_overrides" in stage else {})} for stage in spec["stages"]]
+    overrides = [key + sep + portable(value)
+                 for key, sep, value in (item.partition("=") for item in spec["overrides"])]
+    rows = {row: portable_arg(change) if isinstance(change, str) else values(change)
+            for row, change in spec.get("rows", {}).items()}
+    return {"stages": stages, "overrides": overrides, "rows": rows}
+
+
 def check_same_sweep(sweep_dir: epath.Path, spec: dict) -> None:
-    """SweepError unless DIR/sweep.json is a run of this sweep: the same stages, each of the
-    same config file (its :args may differ, e.g. a teacher's absolute path on another
-    machine), so that --report_only never writes one sweep's tables over another's runs."""
-    saved = json.loads((sweep_dir / "sweep.json").read_text())
-
-    def stages(spec):
-        return [(s["name"], s["config"].split(":")[0]) for s in spec["stages"]]
-
-    if stages(saved) != stages(spec)[:len(saved["stages"])]:
-        raise SweepError(f"{sweep_dir / 'sweep.json'} is another sweep's (stages and configs "
-                         f"{stages(saved)}, here {stages(spec)}): its report is not written "
-                         "over; give this sweep's --workdir")
+    """SweepError unless DIR/sweep.json defines its runs as `spec` does (its stages may be
+    followed by more), paths in either aside (e.g. a teacher's absolute path on another
+    machine), so that --report_only never writes one sweep's (or variant's) tables over
+    another's runs."""
+    path = sweep_dir / "sweep.json"
+    diff = _differences(_portable_spec(_saved_spec(path)), _portable_spec(spec))
+    if diff:
+        raise SweepError(f"{path} is another sweep's (or defines its runs otherwise):\n"
+                         + "\n".join(diff) + "\nits report is not written over: give this "
+                         "sweep's --workdir, or the --config and --config.k=v items that made it")
 
 
 # ---- the command line ------------------------------------------------------------------------
@@ -235,6 +290,9 @@ def main(argv=None) -> int:
     args, cli_overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         sweep_dir = storage.run_path(args.workdir)
+        if sweep_dir.exists() and not sweep_dir.is_dir():
+            raise SweepError(f"--workdir {sweep_dir} is a file, not a folder: give a new folder "
+                             "or a sweep's")
         sweep = load_sweep_file(args.config)
         rows = list(sweep.rows) if args.rows is None else [r.strip() for r in args.rows.split(",")]
         if "" in rows:
@@ -259,25 +317,23 @@ def main(argv=None) -> int:
                 raise SweepError(f"{sweep_dir} holds no sweep (no sweep.json): nothing to "
                                  "report; run the sweep first, or give its --workdir")
             check_same_sweep(sweep_dir, run_spec(sweep, cli_overrides))
-            return _report(sweep, sweep_dir, args.config)
+            return _report(sweep, sweep_dir, args.config, cli_overrides)
         check_overrides(runs)
         check_spec(sweep_dir, run_spec(sweep, cli_overrides), args.allow_config_change,
                    save=not args.dry_run)
         if args.dry_run:
             for run in runs:
-                state = ("finished" if load_result(run) is not None else
-                         "resumes" if (run.workdir / "checkpoints").exists() else "new")
-                print(f"{run.name} [{state}]: python -m train {' '.join(run.argv)}")
+                print(f"{run.name} [{_state(run)}]: python -m train {' '.join(run.argv)}")
             return 0
     except (SweepError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.allow_config_change:
         runs = [dataclasses.replace(r, argv=(*r.argv, "--allow_config_change")) for r in runs]
-    failures, received = execute(sweep, runs, args.parallel)
-    try:
-        _report(sweep, sweep_dir, args.config)
-    except SweepError as error:  # e.g. a metric the runs do not report
+    try:  # e.g. a damaged result.json (before any run starts), a metric the runs do not report
+        failures, received = execute(sweep, runs, args.parallel)
+        _report(sweep, sweep_dir, args.config, cli_overrides)
+    except SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if received:
@@ -289,10 +345,23 @@ def main(argv=None) -> int:
     return 0
 
 
-def _report(sweep: Sweep, sweep_dir: epath.Path, config: str) -> int:
+def _state(run: Run) -> str:
+    """A planned run's state for --dry_run: finished (under another definition), resumes, new."""
+    result = load_result(run)
+    if result is not None:
+        return ("finished" if not changes(result, run) else
+                "finished under another definition: left out of the tables")
+    return "resumes" if (run.workdir / "checkpoints").exists() else "new"
+
+
+def _report(sweep: Sweep, sweep_dir: epath.Path, config: str, cli_overrides: list[str]) -> int:
+    """Writes the tables of the runs this definition gives (others are left out, named)."""
     from train import sweep_report  # numpy and matplotlib only when writing the report
 
-    paths = sweep_report.write_reports(sweep, sweep_dir, config)
+    def planned(row: str, seed: int) -> list[Run]:
+        return plan(sweep, sweep_dir, [row], [seed], cli_overrides)
+
+    paths = sweep_report.write_reports(sweep, sweep_dir, config, cli_overrides, planned)
     print("[sweep] results: " + ", ".join(str(p) for p in paths))
     return 0
 

@@ -205,8 +205,8 @@ def _delta(label: str, delta: float, se: float) -> str:
 
 
 def _minutes(seconds) -> str:
-    """Mean (± sample std) of runs' wall times in minutes; '-' where a run has none (a stage
-    without result.json, whose metrics train/sweep_report.collect read from metrics.jsonl)."""
+    """Mean (± sample std) of runs' wall times in minutes; '-' where a result.json's is not a
+    number."""
     minutes = np.asarray(seconds, np.float64) / 60
     return "-" if np.isnan(minutes).any() else _mean_std(minutes, 1)
 
@@ -218,9 +218,12 @@ def _best(sweep: Sweep, runs: dict) -> str:
     return (max if sweep.metrics[0].better == "max" else min)(means, key=means.get)
 
 
-def provenance(folder: str, results: str | Path = RESULTS) -> str:
-    """Where the table's numbers are recorded, and what the records say of machine and code."""
-    paths = sorted((Path(results) / folder).glob("*/seed_*/*/result.json"))
+def provenance(folder: str, sweep: Sweep, runs: dict, results: str | Path = RESULTS) -> str:
+    """Where the table's numbers are recorded (each stage of each of `runs`, as `load` gives
+    them: a result.json each, train/sweep_report.collect), and what the records say of machine
+    and code."""
+    paths = [Path(results) / folder / row / f"seed_{seed}" / stage.name / "result.json"
+             for row in runs for seed in runs[row]["seed"] for stage in sweep.stages]
     records = [r["record"] for r in (json.loads(p.read_text()) for p in paths) if "record" in r]
     where = (f"{len(paths)} run{'' if len(paths) == 1 else 's'}, each recorded in "
              f"`notebooks/results/{folder}/<row>/seed_<k>/<stage>/result.json`")
@@ -302,7 +305,7 @@ def markdown_table(folder: str, sweep: Sweep, runs: dict, results: str | Path = 
     missing = missing_runs(sweep, runs)
     if missing:
         notes.append(f"Not recorded yet, so not in the table: {', '.join(missing)}.")
-    notes.append(provenance(folder, results))
+    notes.append(provenance(folder, sweep, runs, results))
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
 
 

@@ -1,39 +1,74 @@
 """The tables and the plot of a sweep (train/sweep.py): DIR/results.csv, results.md, results.png.
 
-Every finished row x seed found in DIR is reported, whichever command ran it. A row's spread is
-the sample standard deviation over its seeds (ddof=1; none with one seed).
+Every row x seed found in DIR whose stages all finished and were recorded (each a result.json)
+is reported. Left out of the tables and the plot, and named under the table in results.md:
+  - a row x seed with a stage finished but not recorded (a final eval in its metrics.jsonl but no
+    result.json: the sweep was stopped in between, or the run was made by hand), whose numbers
+    have no record; the sweep's command (not --report_only) records it;
+  - given the runs the sweep's current definition plans (train/sweep.py `plan`), a row x seed
+    with a stage whose recorded command differs from its planned one, paths aside (a run
+    finished before --allow_config_change; train/sweep_runner.py `changes`): one table never
+    mixes two definitions.
+A row's spread is the sample standard deviation over its seeds (ddof=1; none with one seed).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from etils import epath
 
 from train import storage
 from train.run_record import final_eval, final_train
+from train.sweep_runner import Run, changes, read_result
 from train.sweep_spec import Sweep, SweepError
+
+# The runs that the sweep's current definition plans for a row and a seed (train/sweep.py plan)
+Planned = Callable[[str, int], list[Run]]
 
 
 def collect(sweep: Sweep, sweep_dir: epath.Path) -> list[dict]:
-    """One record per row x seed whose stages all finished: row, seed, {label: value}, wall_s."""
-    records = []
+    """One record per row x seed whose stages all finished and were recorded: row, seed,
+    {label: value}, wall_s (`gather`, no definition compared)."""
+    return gather(sweep, sweep_dir)[0]
+
+
+def gather(sweep: Sweep, sweep_dir: epath.Path, planned: Planned | None = None
+           ) -> tuple[list[dict], list[str]]:
+    """The records of `collect`, leaving out (module docstring) the row x seeds not recorded
+    and, given `planned`, those trained under another definition; and a line for each of
+    those: 'ROW seed K: why; what to do'."""
+    records, left_out = [], []
     for row in sweep.rows:
         seed_dirs = [p for p in (sweep_dir / row).glob("seed_*") if p.name[5:].isdigit()]
         for seed_dir in sorted(seed_dirs, key=lambda p: int(p.name[5:])):
-            stages = {}
+            seed = int(seed_dir.name[5:])
+            runs = {run.stage: run for run in planned(row, seed)} if planned else {}
+            stages, unrecorded, changed = {}, [], []
             for stage in sweep.stages:
                 path = seed_dir / stage.name / "result.json"
                 if path.exists():
-                    stages[stage.name] = json.loads(path.read_text())
-                elif (metrics := final_eval(seed_dir / stage.name)) is not None:
-                    stages[stage.name] = {"metrics": metrics, "wall_s": math.nan}
-            if len(stages) < len(sweep.stages):
+                    stages[stage.name] = read_result(path)
+                    changed += [f"{stage.name} {change}" for change in
+                                (changes(stages[stage.name], runs[stage.name]) if runs else ())]
+                elif final_eval(seed_dir / stage.name) is not None:
+                    unrecorded.append(stage.name)
+            if len(stages) + len(unrecorded) < len(sweep.stages):
+                continue
+            if unrecorded:
+                left_out.append(f"{row} seed {seed}: finished but not recorded (no result.json "
+                                f"in {', '.join(unrecorded)}): the sweep's command without "
+                                "--report_only records it")
+                continue
+            if changed:
+                left_out.append(f"{row} seed {seed}: trained under another definition "
+                                f"({'; '.join(changed)}): to rerun it, move {seed_dir} aside "
+                                f"(e.g. to {seed_dir.name}.old) and run the sweep again")
                 continue
             values = {}
             for metric in sweep.metrics:
@@ -44,9 +79,9 @@ def collect(sweep: Sweep, sweep_dir: epath.Path) -> list[dict]:
                     raise SweepError(f"{seed_dir / stage}: its final {metric.split} record has "
                                      f"no metric {metric.name!r}; it has {sorted(found)}")
                 values[sweep.label(metric)] = found[metric.name]
-            records.append({"row": row, "seed": int(seed_dir.name[5:]), "metrics": values,
+            records.append({"row": row, "seed": seed, "metrics": values,
                             "wall_s": sum(s["wall_s"] for s in stages.values())})
-    return records
+    return records, left_out
 
 
 def _train_values(result: dict, workdir: epath.Path) -> dict:
@@ -102,7 +137,10 @@ def _cell(mean: float, std: float) -> str:
     return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
 
 
-def write_markdown(sweep: Sweep, summary: dict, config: str, path: epath.Path) -> None:
+def write_markdown(sweep: Sweep, summary: dict, config: str, path: epath.Path,
+                   left_out: Sequence[str] = ()) -> None:
+    """The table of `summary`; `config`: the sweep's --config and its --config.k=v items, as
+    given; `left_out`: a line for each row x seed not in the table (`gather`)."""
     labels = [sweep.label(m) for m in sweep.metrics]
     with_paper = [k for k in labels if any(k in v for v in sweep.paper.values())]
     best = _best(sweep, summary)
@@ -130,6 +168,9 @@ def write_markdown(sweep: Sweep, summary: dict, config: str, path: epath.Path) -
         wall = stats["wall_s"][0]
         cells.append("-" if math.isnan(wall) else f"{wall:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
+    if left_out:
+        lines += ["", "Left out of the table (n counts the seeds in it):",
+                  *(f"- {line}" for line in left_out)]
     storage.write_atomically(path, "\n".join(lines) + "\n")
 
 
@@ -175,13 +216,20 @@ def write_plot(sweep: Sweep, records: list[dict], summary: dict, path: epath.Pat
     storage.write_atomically(path, image.getvalue())
 
 
-def write_reports(sweep: Sweep, sweep_dir: str | os.PathLike, config: str) -> list[epath.Path]:
+def write_reports(sweep: Sweep, sweep_dir: str | os.PathLike, config: str,
+                  overrides: Sequence[str] = (), planned: Planned | None = None
+                  ) -> list[epath.Path]:
+    """Writes results.csv, .md and .png of the sweep's recorded runs (`gather`: given `planned`,
+    those of its current definition only); prints a line for each row x seed left out.
+    `config` and `overrides`: the sweep's --config and --config.k=v items, for results.md."""
     sweep_dir = storage.run_path(sweep_dir)
     storage.make_folder(sweep_dir)
-    records = collect(sweep, sweep_dir)
+    records, left_out = gather(sweep, sweep_dir, planned)
+    for line in left_out:
+        print(f"[sweep] left out of the tables: {line}")
     summary = summarize(sweep, records)
     paths = [sweep_dir / "results.csv", sweep_dir / "results.md", sweep_dir / "results.png"]
     write_csv(sweep, records, paths[0])
-    write_markdown(sweep, summary, config, paths[1])
+    write_markdown(sweep, summary, " ".join([config, *overrides]), paths[1], left_out)
     write_plot(sweep, records, summary, paths[2])
     return paths

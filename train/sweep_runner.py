@@ -1,8 +1,9 @@
 """Running a sweep's planned runs (train/sweep.py `plan`): each a `python -m train` subprocess,
 one at a time or `parallel` at a time on their own CPUs, with their outcomes recorded (each
 run's result.json and sweep_attempts.jsonl) and SIGINT/SIGTERM passed on to the trainers, which
-checkpoint. The command line, the plan and DIR/sweep.json are train/sweep.py's; its docstring
-says how a sweep runs and resumes."""
+checkpoint; and what defines a run (`definition`: its command, paths aside), which the tables
+compare (train/sweep_report.py). The command line, the plan and DIR/sweep.json are
+train/sweep.py's; its docstring says how a sweep runs and resumes."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from etils import epath
 
 from train import storage
 from train.metrics_writer import format_value
-from train.run_record import final_eval
+from train.run_record import REPO, final_eval
 from train.sweep_spec import Sweep, SweepError
 
 
@@ -71,14 +72,78 @@ def _write_result(run: Run, result: dict) -> None:
     storage.write_atomically(run.workdir / "result.json", json.dumps(result, indent=2) + "\n")
 
 
+def read_result(path: epath.Path) -> dict:
+    """A run's result.json; a SweepError naming it where it is damaged (left as it is)."""
+    try:
+        result = json.loads(path.read_text())
+    except ValueError as error:  # not JSON, or not text
+        raise SweepError(f"{path} is damaged (not JSON: {error}): {_MOVE_ASIDE}") from None
+    if not isinstance(result, dict) or not isinstance(result.get("metrics"), dict):
+        raise SweepError(f"{path} is damaged (no 'metrics' object): {_MOVE_ASIDE}")
+    return result
+
+
+_MOVE_ASIDE = ("move it aside (e.g. to result.json.damaged) and run the sweep again, not "
+               "--report_only: a run whose final eval is in its metrics.jsonl is recorded again, "
+               "any other resumes from its checkpoints")
+
+
 def load_result(run: Run) -> dict | None:
     """result.json if the sweep wrote one, else one made from a final eval in metrics.jsonl (a
     run that ended although the sweep did not record it: stopped in between, or run by hand)."""
     path = run.workdir / "result.json"
     if path.exists():
-        return json.loads(path.read_text())
+        return read_result(path)
     metrics = final_eval(run.workdir)
     return None if metrics is None else _result(run, metrics)
+
+
+# ---- what defines a run: its command, paths aside --------------------------------------------
+def portable(value: str) -> str:
+    """An absolute path or URL as '<path>': a copied sweep's workdirs, or a teacher's workdir,
+    lie elsewhere on another machine and name the same run."""
+    return "<path>" if value.startswith(("/", "gs://")) else value
+
+
+def portable_arg(arg: str) -> str:
+    """A config `:arg` ('task=spam,teacher=/x/y') with its path values made `portable`."""
+    items = (item.partition("=") for item in arg.split(",")) if arg else ()
+    return ",".join(key + sep + portable(value) for key, sep, value in items)
+
+
+def definition(command) -> dict[str, str]:
+    """What decides a run, from its `python -m train` command: the config file (relative to the
+    repo), each item of its `:arg` and each --config.KEY's last value, paths `portable`;
+    --workdir and --allow_config_change (how, not what) left out."""
+    found, items = {}, iter(command)
+    for item in items:
+        if item in ("--config", "--workdir"):
+            value = next(items, "")
+            if item == "--config":
+                path, _, arg = value.partition(":")
+                found["config file"] = path.removeprefix(f"{REPO}/")
+                found.update({f":{key}": portable(v) for key, _, v in
+                              (a.partition("=") for a in arg.split(",") if a)})
+        elif item.startswith("--config."):
+            key, _, value = item.partition("=")
+            found[key] = portable(value)
+    return found
+
+
+def changes(result: dict, run: Run) -> list[str]:
+    """How a finished run's recorded command (result.json) differs from the one `run` plans
+    now, paths aside: ['--config.train.num_steps: not given before, 30 now'], [] if alike.
+    A result.json moved by hand to the row that now names its computation says why in
+    `renamed_from` (notebooks/results/vit_table8/relative_bias_2d): its `:arg` items, which
+    name the row, are not compared; all else is."""
+    if "command" not in result:
+        return ["its result.json records no command"]
+    before, now = definition(result["command"]), definition(run.argv)
+    keys = sorted(before.keys() | now.keys())
+    if "renamed_from" in result:
+        keys = [key for key in keys if not key.startswith(":")]
+    return [f"{key}: {before.get(key, 'not given')} before, {now.get(key, 'not given')} now"
+            for key in keys if before.get(key) != now.get(key)]
 
 
 # ---- running ---------------------------------------------------------------------------------
@@ -229,15 +294,18 @@ def execute(sweep: Sweep, runs: list[Run], parallel: int = 1
     """Runs what is not finished yet, in order, `parallel` at a time (each on its own CPUs,
     `cpu_shares`); returns the failures and the signal, if any."""
     shares = cpu_shares(parallel)
-    results = {}
+    results, other = {}, set()  # other: finished under another definition (`changes`)
     for run in runs:
         if (result := load_result(run)) is not None:
             results[run.name] = result
             if not (run.workdir / "result.json").exists():
                 _write_result(run, result)
+            if changes(result, run):
+                other.add(run.name)
     todo = [run for run in runs if run.name not in results]
-    print(f"[sweep] {len(runs)} runs: {len(runs) - len(todo)} finished before, {len(todo)} to run",
-          flush=True)
+    note = f" ({len(other)} under another definition: not in the tables)" if other else ""
+    print(f"[sweep] {len(runs)} runs: {len(runs) - len(todo)} finished before{note}, "
+          f"{len(todo)} to run", flush=True)
     finished = {run.workdir for run in runs if run.name in results}
     failures, stuck, durations, start = [], set(), [], time.time()  # stuck: workdirs not done
     pending, running = list(todo), {}                                # running: slot -> _Attempt
@@ -278,7 +346,8 @@ def execute(sweep: Sweep, runs: list[Run], parallel: int = 1
             print(f"[sweep] {len(results)}/{len(runs)} runs done | elapsed "
                   f"{_duration(time.time() - start)} | ETA "
                   f"{_duration(statistics.fmean(durations) * left / len(shares))} | best: "
-                  f"{best_row(sweep, results.values())}", flush=True)
+                  f"{best_row(sweep, [results[n] for n in results if n not in other])}",
+                  flush=True)
     return failures, signals.received
 
 
