@@ -262,3 +262,24 @@ def test_a_damaged_result_json_is_an_error(tmp_path, capsys, extra, text, why):
     assert path.read_text() == text and list(run.workdir.iterdir()) == [path]
     assert (tmp_path / "sweep.json").read_text() == spec
     assert not (tmp_path / "results.md").exists()
+
+
+def test_the_provenance_line_counts_records_of_uncommitted_code_or_without_xla_flags(tmp_path):
+    """A committed sweep's records, one made from a tree with uncommitted changes and one from
+    before records kept the XLA flags: the line under the table says so, with their counts."""
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "notebooks" / "results" / "mae_pipeline", results / "mae_pipeline")
+    sweep, runs = sweep_compare.load("mae_pipeline", results)
+    clean = sweep_compare.markdown_table("mae_pipeline", sweep, runs, results)
+    assert "uncommitted" not in clean and "XLA flags" not in clean
+    paths = sorted((results / "mae_pipeline").glob("*/seed_*/*/result.json"))
+    for path, edit in zip(paths, ("dirty", "flags")):
+        result = json.loads(path.read_text())
+        if edit == "dirty":
+            result["record"]["code"]["dirty"] = True
+        else:
+            del result["record"]["machine"]["xla_flags"]
+        path.write_text(json.dumps(result))
+    table = sweep_compare.markdown_table("mae_pipeline", sweep, runs, results)
+    assert "; 1 of them made with uncommitted changes to that code; 1 of them from before " \
+           "records kept the XLA flags (how many threads ran is not recorded)." in table

@@ -235,8 +235,14 @@ def provenance(folder: str, sweep: Sweep, runs: dict, results: str | Path = RESU
                        for r in records})
     commits = sorted({str(r["code"]["commit"])[:10] for r in records})
     dates = sorted(r["date"][:10] for r in records)
+    dirty = sum(r["code"]["dirty"] is True for r in records)
+    unflagged = sum("xla_flags" not in r["machine"] for r in records)
+    caveats = "".join([
+        f"; {dirty} of them made with uncommitted changes to that code" if dirty else "",
+        f"; {unflagged} of them from before records kept the XLA flags (how many threads ran "
+        "is not recorded)" if unflagged else ""])
     return (f"{where}; {len(records)} with their run record: {', '.join(machines)}, "
-            f"{dates[0]} to {dates[-1]}, code {', '.join(commits)}.")
+            f"{dates[0]} to {dates[-1]}, code {', '.join(commits)}{caveats}.")
 
 
 def shown_metrics(sweep: Sweep) -> list[str]:
