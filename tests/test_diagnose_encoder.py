@@ -40,6 +40,10 @@ def test_step_zero_is_the_initial_state_and_every_report_is_there(frozen_run, tm
                                   str(out)]) == 0
     document = json.loads(out.read_text())
     assert document["command"][:3] == ["python", "-m", "train.diagnose_encoder"]
+    # made when, where, from which code (the tables' provenance line reads them)
+    assert document["date"].endswith("+00:00") and document["wall_s"] > 0
+    assert document["code"]["commit"] and document["machine"]["cpu_count"] >= 1
+    assert document["versions"]["jax"]
     (run,) = document["runs"]
     assert run["corruption"] == {"mask": 0.0, "random": 1.0, "keep": 0.0}
     assert [(s["command"][-1], s["end_step"]) for s in run["sessions"]] == [("(smoke)", 2)]

@@ -49,6 +49,30 @@ def test_tables_read_the_declared_checkpoints_and_name_what_is_missing(tmp_path)
     assert rt.percent(record["metrics"]["eval"]["token_accuracy"], 1) in row
 
 
+def test_the_tables_say_when_where_and_from_which_code_each_record_was_made(tmp_path):
+    """A diagnosis from before diagnoses recorded it is named as such; one that records it has
+    its date, machine and commit (uncommitted changes said); so are fine-tuning records made
+    with uncommitted changes."""
+    results = tmp_path / "results"
+    folder = results / diagnosis_tables.FOLDER
+    folder.mkdir(parents=True)
+    shutil.copy(FOLDER / "0-0-100_seed0.json", folder)
+    document = json.loads((FOLDER / "80-10-10_seed0.json").read_text())
+    document.update(date="2026-12-01T10:00:00+00:00", code={"commit": "0123456789abc", "dirty": True},
+                    machine={"cpu": "AMD EPYC", "usable_cpus": 2, "cpu_count": 2})
+    (folder / "80-10-10_seed0.json").write_text(json.dumps(document))
+    shutil.copytree(FOLDER / "finetune", folder / "finetune")
+    table = diagnosis_tables.finetune_table(rt.Records(results))
+    assert ("`0-0-100_seed0.json`: no date, machine or code version (made before diagnoses "
+            "recorded them). `80-10-10_seed0.json`: 2026-12-01, AMD EPYC (2 of 2 cores), code "
+            "0123456789 with uncommitted changes.") in table
+    dirty = [p.parent.name for p in (folder / "finetune").glob("*/record.json")
+             if json.loads(p.read_text())["code"]["dirty"] is True]
+    assert dirty and all(f"`bert_table8_diagnosis/finetune/{name}/record.json`" in table
+                         for name in dirty)
+    assert "Fine-tuning records made with uncommitted changes to their code: " in table
+
+
 def test_with_no_records_the_tables_say_so(tmp_path):
     records = rt.Records(tmp_path)
     assert "holds no diagnosis" in diagnosis_tables.collapse_table(records)

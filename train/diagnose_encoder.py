@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 DEFAULT_FINETUNE = "configs/bert/finetune.py:task=brown_pos"
 
@@ -98,6 +99,7 @@ def main(argv=None) -> int:
     from train.checkpointing import CheckpointError
     from train import storage
     from train.config import ConfigError
+    from train import run_record
     from train.encoder_diagnosis import diagnose_run, format_run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    runs = []
+    runs, started = [], time.time()
     try:
         for workdir in args.workdirs:
             run = diagnose_run(workdir, steps=args.steps, batch_size=args.batch_size,
@@ -119,7 +121,10 @@ def main(argv=None) -> int:
         return 2
     command = ["python", "-m", "train.diagnose_encoder",
                *(sys.argv[1:] if argv is None else argv)]
-    text = json.dumps({"command": command, "runs": runs}, indent=1) + "\n"
+    made = {"date": run_record.utc_iso(started), "wall_s": round(time.time() - started, 1),
+            "machine": run_record.machine(None, "none: a diagnosis computes no MFU"),
+            "code": run_record.code_version(), "versions": run_record.versions()}
+    text = json.dumps({"command": command, **made, "runs": runs}, indent=1) + "\n"
     if out is not None:
         storage.write_atomically(out, text)
     else:

@@ -130,6 +130,18 @@ def _finetune_accuracy(results: Path, path: str) -> str:
     return rt.percent(metrics["token_accuracy"], 1)
 
 
+def _uncommitted(results: Path, paths) -> list[str]:
+    """Those of the fine-tuning records at `paths` whose code had uncommitted changes."""
+    found = []
+    for path in paths:
+        if path and (results / path).exists():
+            document = json.loads((results / path).read_text())
+            record = document if path.endswith("record.json") else document.get("record", {})
+            if record.get("code", {}).get("dirty") is True:
+                found.append(f"`{path}`")
+    return found
+
+
 def finetune_table(records: rt.Records) -> str:
     diagnoses = _diagnoses(records.results)
     head = ["encoder", "identity readout, last layer", "common share, last layer",
@@ -154,7 +166,8 @@ def finetune_table(records: rt.Records) -> str:
             f"{grads['encoder/layer_3']['rms']:.1e}", f"{max(head_rms):.1e}",
             _finetune_accuracy(records.results, with_dropout),
             _finetune_accuracy(records.results, without)])
-    return _compose(rt._table(head, rows), diagnoses, missing)
+    dirty = _uncommitted(records.results, [p for row in FINETUNE_ROWS for p in row[3:]])
+    return _compose(rt._table(head, rows), diagnoses, missing, dirty)
 
 
 def _portable(argument: str) -> str:
@@ -164,11 +177,30 @@ def _portable(argument: str) -> str:
         else argument
 
 
-def _compose(table: str, diagnoses: dict, missing: list[str]) -> str:
+def _made(diagnoses: dict) -> list[str]:
+    """When, where and from which code each diagnosis was made, as its document says."""
+    undated = [f"`{name}.json`" for name, d in diagnoses.items() if "code" not in d]
+    lines = [f"{', '.join(undated)}: no date, machine or code version (made before diagnoses "
+             "recorded them)."] if undated else []
+    for name, document in diagnoses.items():
+        if "code" in document:
+            code, machine = document["code"], document["machine"]
+            dirty = " with uncommitted changes" if code["dirty"] is True else ""
+            lines.append(f"`{name}.json`: {document['date'][:10]}, {machine['cpu']} "
+                         f"({machine['usable_cpus']} of {machine['cpu_count']} cores), code "
+                         f"{str(code['commit'])[:10]}{dirty}.")
+    return lines
+
+
+def _compose(table: str, diagnoses: dict, missing: list[str], dirty: list[str] = ()) -> str:
     commands = "; ".join(f"`{name}.json`: `{' '.join(map(_portable, d['command']))}`"
                          for name, d in diagnoses.items())
     parts = [table, f"From `notebooks/results/{FOLDER}/` ({commands})." if diagnoses else
              f"(not recorded yet: notebooks/results/{FOLDER}/ holds no diagnosis)"]
+    parts += [" ".join(_made(diagnoses))] if diagnoses else []
+    if dirty:
+        parts.append("Fine-tuning records made with uncommitted changes to their code: "
+                     + ", ".join(dirty) + ".")
     if missing:
         parts.append("Not recorded: " + ", ".join(missing) + ".")
     return "\n\n".join(parts)
