@@ -139,7 +139,7 @@ def test_another_class_count_or_init_head_new_gets_a_zero_head(exported, fashion
     with pytest.raises(ConfigError, match=r"the classifier has 12 classes \(config.model.num_"
                                           r"classes, or config.init's\), but config.data.name="
                                           r"'fashion_mnist' has 10: set --config.model.num_"):
-        _initial_params(_config(str(npz), **{"model.num_classes": 12}))
+        _initial_params(_config(str(npz), **{"model.num_classes": 12}))[0].train_source()
     np.testing.assert_array_equal(flat[("blocks", "attention", "query", "kernel")][1],
                                   params["block_1"]["attention"]["query"]["kernel"])
     config = _config(str(workdir), **{"init_head": "new"})

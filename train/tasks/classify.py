@@ -55,7 +55,7 @@ from train.mixing import MIX_STREAM, MixConfig, mix_batch
 from train.pretrained_params import put_pretrained
 from train.run_config import Resolution
 from train.tasks.base import Task
-from train.tasks.image_data import ImageData, check_classes, check_data, check_dataset
+from train.tasks.image_data import ImageData, check_data, check_dataset
 from train.vit_init import ViTInit, resolve_init
 
 PROBE_TRAINED = (HEAD,)  # what a linear probe trains; every other parameter is frozen
@@ -156,8 +156,7 @@ class ClassificationTask(ImageData, Task):
         self.model = MODELS[config.model.name].module(self.model_config)
         self.config = config
         self._check_heads()
-        self.num_classes = self.model_config.num_classes
-        check_classes(config, self.num_classes)
+        self.num_classes = self.model_config.num_classes  # checked when the data is opened
         self.mixing = mix_config(config)
         repeats = config.data.repeated_augment
         self.label_smoothing = float(config.task.label_smoothing)

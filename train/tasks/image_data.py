@@ -102,8 +102,11 @@ class ImageData:
 
     def train_source(self):
         """The training split, or the fraction of it config.data.train_fraction asks for (its
-        labels read once per task, the images left undecoded)."""
+        labels read once per task, the images left undecoded); a classifier of another number
+        of classes than the dataset's is refused first (`check_classes`)."""
         if getattr(self, "_train_source", None) is None:
+            if self.num_classes is not None:
+                check_classes(self.config, self.num_classes)
             source = self._source(self.config.data.train_split)
             data = self.config.data
             if data.train_fraction != 1.0:
