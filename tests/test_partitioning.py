@@ -59,3 +59,45 @@ def test_a_tensor_axis_across_processes_is_refused():
     check_batch_shards_in_one_process(np.array(devices(4, 1), object).reshape(2, 2, 1))
     with pytest.raises(MeshError, match="mesh tensor=4 spans processes"):
         check_batch_shards_in_one_process(np.array(devices(2, 2), object).reshape(1, 1, 4))
+
+
+def test_a_dimension_the_mesh_does_not_divide_is_named_before_any_compile():
+    """An odd vocabulary over tensor=2, 12 heads over tensor=8: the array, its axis, its logical
+    name and the mesh axes are named (jit's IndivisibleError names no config key); axes the
+    mesh divides, and replicated ones of any size, pass."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AbstractMesh
+
+    from train.partitioning import check_divisible, logical_shardings
+
+    class Model(nn.Module):
+        vocab: int
+        heads: int
+
+        @nn.compact
+        def __call__(self, x):
+            init = nn.initializers.zeros
+            table = self.param("embedding", nn.with_logical_partitioning(
+                init, ("vocab", "embed")), (self.vocab, 8))
+            query = self.param("query", nn.with_logical_partitioning(
+                init, ("embed", "heads", "kv")), (8, self.heads, 3))
+            return x @ table.T, query
+
+    def check(vocab, heads, tensor):
+        boxed = jax.eval_shape(lambda: Model(vocab, heads).init(jax.random.PRNGKey(0),
+                                                                jnp.ones((1, 8))))
+        mesh = AbstractMesh((1, 2, tensor), ("data", "fsdp", "tensor"))
+        check_divisible(boxed, logical_shardings(boxed, mesh), mesh)
+
+    check(302, 8, 2)   # the kv axis (3) is replicated
+    with pytest.raises(MeshError, match=r"\['params'\]\['embedding'\] of shape \(301, 8\): its "
+                                        r"axis 0 \('vocab'\) of 301 is split over mesh tensor=2 "
+                                        r"\(2 shares\), which does not divide it; choose "
+                                        r"config.mesh.tensor dividing 301, or a model whose "
+                                        r"size there it divides \(a vocabulary of a multiple"):
+        check(301, 8, 2)
+    with pytest.raises(MeshError, match=r"\['query'\] of shape \(8, 12, 3\): its axis 1 "
+                                        r"\('heads'\) of 12 is split over mesh tensor=8"):
+        check(304, 12, 8)

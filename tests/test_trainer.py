@@ -179,10 +179,18 @@ def test_state_is_sharded_by_the_logical_rules(fixture_data_root):
             "t = Trainer(config, '/unused')\n"
             "s = t.state_shardings.params['block_0']\n"
             "print(tuple(s['mlp']['wi']['kernel'].spec), tuple(s['attention']['query']['kernel'].spec))\n"
-            "print(tuple(t.state_shardings.opt_state[1][0].mu['block_0']['mlp']['wi']['kernel'].spec))\n")
+            "print(tuple(t.state_shardings.opt_state[1][0].mu['block_0']['mlp']['wi']['kernel'].spec))\n"
+            "apply_override(config, 'mesh.fsdp', '1'); apply_override(config, 'mesh.tensor', '8')\n"
+            "try:\n"
+            "    Trainer(config, '/unused')\n"
+            "except Exception as error:\n"
+            "    print(type(error).__name__, error)\n")
     out = run_python(["-c", code], env=env, devices=8).stdout.split("\n")
     assert out[0] == "('fsdp', 'tensor') ('fsdp', 'tensor', None)"  # embed->fsdp, mlp/heads->tensor
     assert out[1] == "('fsdp', 'tensor')"  # the optimizer state is sharded like the parameters
+    # the smoke ViT's 2 heads over tensor=8: named before any compile, as a config error
+    assert out[2].startswith("ConfigError params['block_0']['attention']"), out[2]
+    assert "_heads') of 2 is split over mesh tensor=8 (8 shares)" in out[2], out[2]
 
 
 def _adam_first_moment(opt_state):

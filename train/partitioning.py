@@ -131,6 +131,31 @@ def logical_shardings(abstract_tree: Any, mesh: Mesh, rules=LOGICAL_RULES) -> An
     return nn.logical_to_mesh_sharding(specs, mesh, rules)
 
 
+def check_divisible(abstract_tree: Any, shardings: Any, mesh: Mesh) -> None:
+    """MeshError naming the first array of `abstract_tree` (boxed abstract values, as
+    `logical_shardings` takes them) with a dimension its sharding splits over mesh axes whose
+    sizes do not divide it: jit would stop with an IndivisibleError naming no config key (an odd
+    vocabulary with tensor > 1, 12 heads over tensor=8, fewer kv heads than tensor)."""
+    leaves = jax.tree_util.tree_leaves_with_path(
+        abstract_tree, is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))
+    for (path, leaf), sharding in zip(leaves, jax.tree.leaves(shardings)):
+        names = getattr(leaf, "names", None) or ()
+        value = leaf.value if isinstance(leaf, nn.meta.AxisMetadata) else leaf  # (no constraint)
+        for dim, (size, axes) in enumerate(zip(value.shape, sharding.spec)):
+            axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+            devices = math.prod(mesh.shape[axis] for axis in axes)
+            if size % devices:
+                logical = f" ('{names[dim]}')" if dim < len(names) else ""
+                split = " x ".join(f"{axis}={mesh.shape[axis]}" for axis in axes)
+                vocab = dim < len(names) and names[dim] == "vocab"
+                raise MeshError(
+                    f"{jax.tree_util.keystr(path).lstrip('.')} of shape {tuple(value.shape)}: "
+                    f"its axis {dim}{logical} of {size} is split over mesh {split} ({devices} "
+                    f"shares), which does not divide it; choose config.mesh.{'/'.join(axes)} "
+                    f"dividing {size}, or a model whose size there it divides"
+                    + (" (a vocabulary of a multiple of the shares)" if vocab else ""))
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
     """Leading (batch) dimension split over the data-parallel axes, the rest replicated."""
     return NamedSharding(mesh, PartitionSpec(BATCH_AXES))

@@ -111,6 +111,10 @@ class Trainer:
         with self._context():
             boxed = jax.eval_shape(init_state, jax.random.PRNGKey(config.seed))
             self.state_shardings = partitioning.logical_shardings(boxed, self.mesh, self.rules)
+            try:
+                partitioning.check_divisible(boxed, self.state_shardings, self.mesh)
+            except partitioning.MeshError as error:
+                raise ConfigError(str(error)) from None
             self._init = jax.jit(lambda rng: nn.meta.unbox(init_state(rng)),
                                  out_shardings=self.state_shardings)
         self.abstract_state = jax.tree.map(
