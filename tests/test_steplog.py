@@ -90,6 +90,26 @@ def test_throughput_and_mfu_follow_the_clock_batch_flops_and_peak(monkeypatch):
     assert values["mfu"] == pytest.approx(8 * 6e9 / 0.4 / peak, rel=1e-12)
 
 
+def test_a_session_s_first_step_compiles_outside_the_rates(monkeypatch):
+    """after_compile (the trainer calls it after a session's first step): the 10 s the first
+    step took to compile are not training time; the window's rates are of the steps after it,
+    its metric means of all three."""
+    clock = _Clock()
+    monkeypatch.setattr(step_log, "time", clock)
+    log = StepLog(_Task({s: 8 for s in range(3)}, {s: 1e9 for s in range(3)}), peak_flops=1e12,
+                  skip_nonfinite=False)
+    log.add(0, _metrics(loss=3.0))
+    clock.now += 10.0  # compiling, then the step
+    log.after_compile({"loss": np.float32(3.0)})
+    for step in (1, 2):
+        log.add(step, _metrics(loss=0.0))
+    clock.now += 0.2
+    values, steps = log.flush(None)
+    assert steps == 3 and values["loss"] == pytest.approx(1.0)
+    assert values["steps_per_second"] == pytest.approx(2 / 0.2, rel=1e-12)
+    assert values["mfu"] == pytest.approx(2 * 8 * 1e9 / 0.2 / 1e12, rel=1e-12)
+
+
 class _SlowInput:
     """An input pipeline that takes `seconds` of the test's clock for each batch."""
 

@@ -7,6 +7,9 @@
                                     step whose loss or gradient norm was NaN/Inf (nonfinite='stop')
     values, n = log.flush(iterator) the train record of the n steps since the last flush
     log.restart_clock()             after an eval: its time is not train time
+    log.after_compile(metrics)      after a session's first step: waits for it and restarts
+                                    the clock, so that its compilation is not counted as
+                                    training (a window of that step alone still counts it)
 
 The metric sums and flags stay on the devices until a log or a checkpoint needs them, so the
 host never waits for a step just to look at it.
@@ -44,6 +47,12 @@ class StepLog:
         """Times from now: the rates count the steps after it (the metric sums keep theirs)."""
         self._start, self._steps, self._examples, self._flops = time.perf_counter(), 0, 0, 0.0
         self._input_s = 0.0
+
+    def after_compile(self, metrics: dict) -> None:
+        """Waits for the step that gave `metrics` (the first of a session: compiled on the way)
+        and restarts the clock, its metrics kept in the window's means."""
+        jax.block_until_ready(metrics)
+        self.restart_clock()
 
     def next_batch(self, iterator):
         """next(iterator), its time counted as waiting for input: while the devices run the

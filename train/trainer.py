@@ -230,11 +230,12 @@ class Trainer:
         configured = self.config.train.peak_flops
         if configured > 0:
             return configured, "config.train.peak_flops"
-        device = jax.devices()[0]
-        sheet = data_sheet_peak(device, compute_dtype(self.task.model_config))
+        device, dtype = jax.devices()[0], str(compute_dtype(self.task.model_config))
+        sheet = data_sheet_peak(device, dtype)
         if sheet:
             return sheet, f"the {device.device_kind} data sheet's dense bf16 peak"
-        return measured_peak_flops(), "measured here by train/flops.py measure_matmul_peak"
+        return (measured_peak_flops(dtype),
+                f"{dtype} matmuls measured here by train/flops.py measure_matmul_peak")
 
     # ---- the loop ---------------------------------------------------------------------------
     def _decodes_at(self, done: int) -> bool:
@@ -378,6 +379,8 @@ class Trainer:
                 preemption.arm()  # compiled and running: from now on a signal saves the step
                 log.add(step, metrics)
                 done = step + 1
+                if step == start and done % cfg.log_every and done != stop:
+                    log.after_compile(metrics)  # the window's rates: the steps after this one
                 # The signals are read once a step: one that arrives later (while this step is
                 # logged, evaluated or saved) stops the run after the next step, which is then
                 # saved; read again below, the step reported saved could be one never saved.
