@@ -85,7 +85,9 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     config.average_checkpoints = 0      # >0: the final eval is of the mean of the last N
                                         # checkpoints' parameters (Vaswani et al. Sec. 6.1)
     config.async_checkpoint = True      # write checkpoints in the background
-    config.peak_flops = 0.0             # per-device peak FLOP/s for MFU; 0 = measure a matmul here
+    config.peak_flops = 0.0             # per-device peak FLOP/s for MFU; 0: a known GPU's or
+                                        # TPU's bf16 data sheet for a bf16 model, else matmuls
+                                        # of the model's dtype measured here
     config.progress_bar = True          # tqdm bar on the terminal (process 0 only)
     config.nonfinite = "stop"           # NaN/Inf loss or gradient: 'stop' (keep the last good
                                         # checkpoint) | 'skip' (drop that update and count it)

@@ -198,3 +198,15 @@ def test_an_accelerators_mfu_of_a_bfloat16_model_is_against_its_data_sheet(monke
     assert trainer._peak_flops() == (989e12, "the NVIDIA H100 80GB HBM3 data sheet's dense "
                                              "bf16 peak")
     assert told._peak_flops() == (5e14, "config.train.peak_flops")
+    # a GPU without a data sheet here: bfloat16 matmuls are timed for a bfloat16 model (float32
+    # ones, several times slower on tensor cores, would overstate its MFU as many times)
+    timed = []
+    monkeypatch.setattr(flops, "measure_matmul_peak",
+                        lambda dtype=None, **kw: timed.append(dtype) or 123e12)
+    flops.measured_peak_flops.cache_clear()
+    monkeypatch.setattr(jax, "devices", lambda: [SimpleNamespace(platform="gpu",
+                                                                 device_kind="NVIDIA L4")])
+    assert trainer._peak_flops() == (123e12, "bfloat16 matmuls measured here by "
+                                             "train/flops.py measure_matmul_peak")
+    assert [str(dtype) for dtype in timed] == ["bfloat16"]
+    flops.measured_peak_flops.cache_clear()  # the process's real measurement, not this one

@@ -126,11 +126,13 @@ def measure_matmul_peak(size: int = 2048, repeats: int = 5, dtype=jnp.float32,
 
 
 @functools.cache
-def measured_peak_flops() -> float:
-    """`measure_matmul_peak()` once per process: the peak a run's MFU is computed against when
-    the config gives none. Runs in one process (tests, notebooks) share the measurement; a
+def measured_peak_flops(dtype: str = "float32") -> float:
+    """`measure_matmul_peak` of `dtype` matmuls (a model's compute dtype: a bfloat16 model's
+    MFU is against bfloat16 matmuls, several times float32's on a GPU's tensor cores) once per
+    process and dtype: the peak a run's MFU is computed against when neither the config nor a
+    data sheet gives one. Runs in one process (tests, notebooks) share the measurement; a
     benchmark that tracks the machine's load calls measure_matmul_peak itself."""
-    return measure_matmul_peak()
+    return measure_matmul_peak(dtype=jnp.dtype(dtype))
 
 
 # Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, matched in order against
