@@ -319,6 +319,27 @@ def test_config_variants():
 # ----------------------------------------------------------------------------- baselines
 
 
+def test_word_accuracy_counts_the_words_cut_off_as_wrong(brown_env):
+    """Two sentences tagged right wherever a word fits: one whole (2 words), one of 7 words of
+    which 3 fit in max_seq_length. token_accuracy is of the 5 words that fit (1.0),
+    sentence_accuracy of what was checked (1.0), word_accuracy of all 9 words (5 / 9); an
+    eval padding row counts nothing."""
+    import jax.numpy as jnp
+
+    task = _task(smoke_config("brown_pos", init="scratch"))
+    labels = np.array([[-100, 1, 2, -100, -100, -100], [-100, 3, 1, 2, -100, -100],
+                       [-100] * 6], np.int32)
+    weights = (labels >= 0).astype(np.float32)
+    outputs = jnp.asarray(np.eye(task.dataset.num_labels)[np.maximum(labels, 0)] * 10.0)
+    batch = {"labels": labels, "label_weights": weights, "mask": np.array([1.0, 1.0, 0.0]),
+             "num_words": np.array([2.0, 7.0, 0.0], np.float32)}
+    _, _, metrics = task._scores(outputs, {k: jnp.asarray(v) for k, v in batch.items()},
+                                 train=False)
+    ratio = {name: float(total) / float(count) for name, (total, count) in metrics.items()}
+    assert ratio["token_accuracy"] == 1.0 and ratio["sentence_accuracy"] == 1.0
+    assert ratio["word_accuracy"] == pytest.approx(5 / 9)
+
+
 def test_baselines_on_tiny_data():
     from train import baselines
 

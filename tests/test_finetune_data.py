@@ -202,6 +202,7 @@ def test_tag_labels_sit_on_the_first_piece_of_each_word(tok):
     short = ft.FeatureEncoder("tag", tok, 6, num_labels=6)
     row, cut, _ = short({"words": words, "tags": [1, 2, 3, 4, 5]})
     assert cut and row["labels"].tolist() == [-100, 1, 2, -100, 3, -100]
+    assert row["num_words"] == 5 and short.padding()["num_words"] == 0  # the cut words too
 
 
 def test_tag_word_erased_by_the_normalizer_keeps_its_place(tok):

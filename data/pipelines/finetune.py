@@ -21,6 +21,8 @@ L = max_seq_length, C = num_choices:
                                                         piece of each word, -100 on every other
                                                         position ([CLS], [SEP], '##' pieces, pad)
                    label_weights                        float32 [b, L]  1 where labels >= 0
+                   num_words                            float32 [b]   the example's words, those
+                                                        cut off included (0: padding)
   span             start_positions, end_positions       int32 [b]     first answer, in tokens
                                                         of the whole sequence; 0 ([CLS]) if none
                    answer_weight                        float32 [b]   1 when an answer is inside
@@ -142,6 +144,7 @@ class FeatureEncoder:
         elif self.kind == "tag":
             out["labels"] = np.full((self.length,), IGNORE, np.int32)
             out["label_weights"] = np.zeros((self.length,), np.float32)
+            out["num_words"] = np.float32(0.0)
         else:
             out.update(start_positions=np.int32(0), end_positions=np.int32(0),
                        answer_weight=np.float32(0.0),
@@ -201,6 +204,7 @@ class FeatureEncoder:
         row_labels[1: 1 + len(kept)] = kept
         out["labels"] = row_labels
         out["label_weights"] = (row_labels >= 0).astype(np.float32)
+        out["num_words"] = np.float32(len(words))  # a word cut off is one not predicted
         return out, len(pieces) > budget, False
 
     def _span(self, example):

@@ -12,8 +12,9 @@ models/bert_heads.py that BERT's Fig. 4 draws for it:
                                                     examples whose answer is inside the input
   multiple_choice  BertForMultipleChoice            CE over the choices, mean over examples
 
-Metrics: `loss` and `accuracy` (tag: `token_accuracy` over words, and `sentence_accuracy`, every
-word right; span: `exact_match` and `f1` (train/span_metrics.py) of the best span
+Metrics: `loss` and `accuracy` (tag: `token_accuracy` over the words that fit in
+data.max_seq_length, `sentence_accuracy`, every such word right, and `word_accuracy` over all
+the words, those cut off counted wrong; span: `exact_match` and `f1` (train/span_metrics.py) of the best span
 (models/spans.py, at most task.max_answer_length pieces) against any reference, counted on word
 pieces rather than the official script's normalised words). Sums with counts, as every task here.
 
@@ -219,7 +220,9 @@ class FinetuneTask(Task):
             all_right = (right.sum(-1) == weights.sum(-1)) * rows
             return losses.sum(), words, {
                 "loss": (losses.sum(), words), "token_accuracy": (right.sum(), words),
-                "sentence_accuracy": (all_right.sum(), rows.sum())}
+                "sentence_accuracy": (all_right.sum(), rows.sum()),
+                # of every word of the sentences, those max_seq_length cut off counted wrong
+                "word_accuracy": (right.sum(), (batch["num_words"] * rows).sum())}
         if self.kind == "span":
             start_logits, end_logits = outputs
             losses = 0.5 * (cross_entropy(start_logits, batch["start_positions"])
