@@ -175,6 +175,12 @@ def test_vocab_txt_loading(tok, tmp_path):
         wp.load_vocab_txt(tmp_path / "absent.txt", lowercase=True)
     with pytest.raises(DataError, match="no token with a capital letter .*pass lowercase=True"):
         wp.load_vocab_txt(tmp_path / "google.txt", lowercase=False)  # all its words [UNK]
+    # Line separators that are not \n are tokens (bert-base-chinese has U+2028), and a file
+    # written with \r\n reads the same: every id as its line
+    odd = google + ["\u2028", "\x85", "\x1c", "zebra"]
+    (tmp_path / "odd.txt").write_bytes(("\r\n".join(odd) + "\r\n").encode("utf-8"))
+    read = wp.load_vocab_txt(tmp_path / "odd.txt", lowercase=True)
+    assert read.vocab_size == len(odd) and read.encode("zebra") == [len(odd) - 1]
     (tmp_path / "cased.txt").write_text("\n".join(google + ["Zebra"]) + "\n")
     assert wp.load_vocab_txt(tmp_path / "cased.txt", lowercase=False).encode("Zebra") == [109]
     with pytest.raises(DataError, match="casing"):

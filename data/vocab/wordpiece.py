@@ -209,11 +209,14 @@ def load_vocab_txt(path: str | os.PathLike, *, lowercase: bool) -> WordPieceToke
     its casing: `lowercase=True` for an uncased one (False for one without capitals is refused)."""
     path = pathlib.Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")  # (\r\n read as \n)
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"the WordPiece vocabulary {path} is missing, unreadable or not UTF-8 "
                         f"text ({type(e).__name__}: {e})") from e
-    tokens = [line.strip() for line in lines]
+    # Lines end at \n alone, as BERT's and Hugging Face's readers have it: str.splitlines would
+    # also end one at a token such as U+2028 or U+0085 (bert-base-chinese has them), and strip()
+    # would empty it, shifting every later id.
+    tokens = text.removesuffix("\n").split("\n")
     if not tokens or any(not t for t in tokens):
         raise DataError(f"the WordPiece vocabulary {path} is corrupt: it is empty or has an "
                         "empty line (expected one token per line)")
