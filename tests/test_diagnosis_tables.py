@@ -58,7 +58,8 @@ def test_the_tables_say_when_where_and_from_which_code_each_record_was_made(tmp_
     folder.mkdir(parents=True)
     shutil.copy(FOLDER / "0-0-100_seed0.json", folder)
     document = json.loads((FOLDER / "80-10-10_seed0.json").read_text())
-    document.update(date="2026-12-01T10:00:00+00:00", code={"commit": "0123456789abc", "dirty": True},
+    document.update(date="2026-12-01T10:00:00+00:00",
+                    code={"commit": "0123456789abc", "dirty": True},
                     machine={"cpu": "AMD EPYC", "usable_cpus": 2, "cpu_count": 2})
     (folder / "80-10-10_seed0.json").write_text(json.dumps(document))
     shutil.copytree(FOLDER / "finetune", folder / "finetune")

@@ -213,10 +213,7 @@ def load_vocab_txt(path: str | os.PathLike, *, lowercase: bool) -> WordPieceToke
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"the WordPiece vocabulary {path} is missing, unreadable or not UTF-8 "
                         f"text ({type(e).__name__}: {e})") from e
-    # Lines end at \n alone, as BERT's and Hugging Face's readers have it: str.splitlines would
-    # also end one at a token such as U+2028 or U+0085 (bert-base-chinese has them), and strip()
-    # would empty it, shifting every later id.
-    tokens = text.removesuffix("\n").split("\n")
+    tokens = text.removesuffix("\n").split("\n")  # as BERT's, HF's: U+2028 may be a token
     if not tokens or any(not t for t in tokens):
         raise DataError(f"the WordPiece vocabulary {path} is corrupt: it is empty or has an "
                         "empty line (expected one token per line)")

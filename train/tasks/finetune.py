@@ -14,9 +14,10 @@ models/bert_heads.py that BERT's Fig. 4 draws for it:
 
 Metrics: `loss` and `accuracy` (tag: `token_accuracy` over the words that fit in
 data.max_seq_length, `sentence_accuracy`, every such word right, and `word_accuracy` over all
-the words, those cut off counted wrong; span: `exact_match` and `f1` (train/span_metrics.py) of the best span
-(models/spans.py, at most task.max_answer_length pieces) against any reference, counted on word
-pieces rather than the official script's normalised words). Sums with counts, as every task here.
+the words, those cut off counted wrong; span: `exact_match` and `f1` (train/span_metrics.py)
+of the best span (models/spans.py, at most task.max_answer_length pieces) against any
+reference, counted on word pieces rather than the official script's normalised words). Sums
+with counts, as every task here.
 
 Initialisation (`config.init`, train/finetune_init.py): 'scratch', 'minilm' or the workdir of a
 pretraining run; the pretrained encoder replaces the random `params['bert']` in
