@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pathlib
 import sys
 
 from data.errors import DataError
 from train.checkpointing import CheckpointError
+from train import storage
 from train.config import ConfigError
 from train.predict import PREDICTORS, load_run, predictor, task_of
 from train.run_weights import WEIGHTS
@@ -54,11 +54,18 @@ def first_look_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _is_run(word: str) -> bool:
+    """Whether `word` names a run's workdir (a local folder or a gs:// URL with config.json)."""
+    try:
+        return (storage.run_path(word) / "config.json").is_file()
+    except (ConfigError, OSError):  # not a path this project reads (s3://, blank), unreadable
+        return False
+
+
 def _given_first(error: ConfigError, workdir: str, rest: list[str]) -> str:
     """`error` about the workdir taken from the command line, with a hint when another of its
     words is a run's workdir (WORKDIR after an option this command does not know)."""
-    runs = [word for word in rest if not word.startswith("-")
-            and (pathlib.Path(word) / "config.json").is_file()]
+    runs = [word for word in rest if not word.startswith("-") and _is_run(word)]
     if not runs:
         return str(error)
     return (f"{error}. {runs[0]} is a run's workdir: give it first, `python -m train.predict "
