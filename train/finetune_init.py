@@ -129,8 +129,7 @@ def _scratch(config, scratch_vocab) -> Pretrained:
         f"{data.name} when the run starts, config.data.vocab_size={data.vocab_size} asked for "
         "(the texts may give fewer or more: data/vocab/wordpiece.py); not trained yet")
     description = _describe("random, config.model's sizes", cfg, tok)
-    unused = vocabulary.unused_size(data, tok) if tok is not None else None
-    if unused:
+    if unused := vocabulary.unused_size(data, tok):  # (a vocab_file: tok is loaded)
         description += "; " + unused
     return Pretrained(cfg, tok, None, description, pending)
 
